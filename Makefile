@@ -1,0 +1,99 @@
+# celsched Makefile (kubebuilder habits). `make help` lists the targets.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+
+GO ?= go
+BIN := $(CURDIR)/bin
+
+# Versions come from go.mod files, never from here.
+K8S_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
+K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+VERSION_PKG := k8s.io/component-base/version
+LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION) -X $(VERSION_PKG).gitMajor=1 \
+	-X $(VERSION_PKG).gitMinor=$(K8S_MINOR) -X main.celschedVersion=$(VERSION)
+
+CONTROLLER_GEN := $(BIN)/controller-gen
+GOLANGCI_LINT := $(BIN)/golangci-lint
+
+# Generated files that `make verify` checks are up to date.
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml
+
+# Test flags; e.g. `make test TESTFLAGS='-run TestCRD -v'`.
+TESTFLAGS ?=
+BENCHFLAGS ?= -count=5
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-18s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests in config/.
+	$(CONTROLLER_GEN) crd rbac:roleName=celsched-manager paths="./api/..." paths="./controllers/..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+
+.PHONY: generate
+generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths="./api/..."
+
+.PHONY: fmt
+fmt: ## Run gofmt on the code.
+	gofmt -s -w $$(git ls-files '*.go')
+
+.PHONY: vet
+vet: ## Run go vet.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## Run golangci-lint (configuration in .golangci.yml).
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: verify
+verify: manifests generate vet lint ## Fail if generated files are stale, or gofmt, vet or lint complain.
+	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt -s would change: $$unformatted (run make fmt)"; exit 1; fi
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		git --no-pager diff -- $(GENERATED); git status --short -- $(GENERATED); \
+		echo "generated files are stale: run 'make manifests generate' and commit the result"; exit 1; \
+	fi
+	@echo "verify: ok"
+
+.PHONY: envtest-assets
+envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
+	@hack/envtest-assets.sh >/dev/null
+
+.PHONY: test
+test: ## Run the unit and envtest suites against a real kube-apiserver and etcd.
+	assets=$$(hack/envtest-assets.sh); \
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test $(TESTFLAGS) ./...
+
+.PHONY: bench
+bench: ## Run the Go benchmarks (medians of -count=5).
+	$(GO) test -run='^$$' -bench=. -benchmem $(BENCHFLAGS) ./...
+
+##@ Build
+
+.PHONY: build
+build: ## Build the manager binary into bin/.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager
+
+.PHONY: update-k8s
+update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.36.3).
+	hack/update-k8s-replaces.sh $(K8S)
+	$(GO) mod tidy
+
+##@ Tools (each pinned in its own module under hack/tools/, built into bin/)
+
+$(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
+	cd hack/tools/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
+	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

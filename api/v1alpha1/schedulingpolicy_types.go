@@ -1,0 +1,333 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Limits enforced by the CRD schema. The validation markers below must use the
+// same numbers; TestCRDLimitsMatchConstants checks that they do.
+const (
+	// MaxExpressionLength is the maximum length in bytes of a CEL expression.
+	MaxExpressionLength = 5120
+	// MaxMessageLength is the maximum length in bytes of a static message.
+	MaxMessageLength = 1024
+	// MaxRulesPerList is the maximum number of entries in each of
+	// match.conditions, variables, preEnqueue, filters and scores.
+	MaxRulesPerList = 64
+	// MaxSchedulerNames is the maximum number of entries in schedulerNames.
+	MaxSchedulerNames = 16
+	// MinScoreWeight and MaxScoreWeight bound a score rule's weight.
+	MinScoreWeight = 1
+	// MaxScoreWeight is the largest weight of a score rule.
+	MaxScoreWeight = 100
+)
+
+// EnforcementAction says whether a policy's verdicts change scheduling
+// decisions.
+// +kubebuilder:validation:Enum=Enforce;Audit
+type EnforcementAction string
+
+const (
+	// Enforce applies the policy: preEnqueue rules hold pods, filters reject
+	// nodes and scores rank them.
+	Enforce EnforcementAction = "Enforce"
+	// Audit evaluates the policy and reports what it would have done, but never
+	// changes a scheduling decision.
+	Audit EnforcementAction = "Audit"
+)
+
+// FailurePolicyType says what a compile or evaluation error of a policy does.
+// +kubebuilder:validation:Enum=Fail;Ignore
+type FailurePolicyType string
+
+const (
+	// Fail treats an error as a rejection: the pod is held (preEnqueue) or the
+	// node is infeasible (filters); a failing score rule fails the cycle.
+	Fail FailurePolicyType = "Fail"
+	// Ignore treats an error as a pass: the rule is skipped and a score rule
+	// scores 0.
+	Ignore FailurePolicyType = "Ignore"
+)
+
+// ScoreNormalization says how the raw values of a score rule across the
+// candidate nodes are mapped to 0..100.
+// +kubebuilder:validation:Enum=MinMax;MinMaxReverse;None
+type ScoreNormalization string
+
+const (
+	// MinMax maps the lowest raw value among the nodes to 0 and the highest to
+	// 100, linearly.
+	MinMax ScoreNormalization = "MinMax"
+	// MinMaxReverse maps the lowest raw value to 100 and the highest to 0.
+	MinMaxReverse ScoreNormalization = "MinMaxReverse"
+	// None uses the raw value as the score, clamped to 0..100.
+	None ScoreNormalization = "None"
+)
+
+// SchedulingPolicySpec holds the placement rules of a policy.
+// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0)",message="at least one of preEnqueue, filters or scores must be set"
+type SchedulingPolicySpec struct {
+	// schedulerNames lists the scheduler profiles (pod.spec.schedulerName)
+	// that evaluate this policy. Empty means every profile that enables the
+	// celsched plugins.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	SchedulerNames []string `json:"schedulerNames,omitempty"`
+
+	// enforcement says whether the policy changes scheduling decisions
+	// (Enforce) or is only evaluated and reported (Audit). Defaults to Enforce.
+	// +optional
+	// +kubebuilder:default=Enforce
+	Enforcement EnforcementAction `json:"enforcement,omitempty"`
+
+	// failurePolicy says what a compile or evaluation error does: Fail rejects
+	// (holds the pod, marks the node infeasible), Ignore treats the rule as
+	// passed and a score rule as 0. Defaults to Fail.
+	// +optional
+	// +kubebuilder:default=Fail
+	FailurePolicy FailurePolicyType `json:"failurePolicy,omitempty"`
+
+	// match selects the pods the policy applies to. All given parts must
+	// match. When omitted, the policy applies to every pod of the profiles in
+	// schedulerNames.
+	// +optional
+	Match *MatchResources `json:"match,omitempty"`
+
+	// variables are named CEL expressions, usable in the other expressions as
+	// variables.<name>. Each is evaluated lazily, at most once per pod and
+	// node. A variable may use earlier variables. A variable that reads node
+	// or nodeInfo may only be used by filters and scores.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Variables []Variable `json:"variables,omitempty"`
+
+	// preEnqueue rules are CEL expressions over pod, namespace and variables
+	// that use only those. A pod enters the scheduling queue only when every
+	// rule of every matching policy is true; otherwise it is held, with the
+	// rule's message on the pod.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	PreEnqueue []Rule `json:"preEnqueue,omitempty"`
+
+	// filters are CEL expressions over pod, node, nodeInfo, namespace and
+	// variables. A node is feasible for a matching pod only when every filter
+	// of every matching policy is true.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Filters []Rule `json:"filters,omitempty"`
+
+	// scores are CEL expressions that compute a number (int, uint or double)
+	// per feasible node. Each rule's values are normalized to 0..100 across
+	// the nodes and combined as a weighted mean.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Scores []ScoreRule `json:"scores,omitempty"`
+}
+
+// MatchResources selects the pods a policy applies to.
+type MatchResources struct {
+	// namespaceSelector selects pods by the labels of their namespace. When
+	// omitted, pods of every namespace match.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// podSelector selects pods by their labels. When omitted, every pod
+	// matches.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// conditions are CEL expressions over pod, namespace and variables that
+	// use only those, like a ValidatingAdmissionPolicy's matchConditions. The
+	// pod matches only when every condition is true.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Conditions []MatchCondition `json:"conditions,omitempty"`
+}
+
+// MatchCondition is a named CEL expression that must be true for a pod to
+// match.
+type MatchCondition struct {
+	// name identifies the condition in messages and status: lowercase letters,
+	// digits and '-', at most 63 characters, unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to a bool.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+}
+
+// Variable is a named CEL expression whose value other expressions read as
+// variables.<name>.
+type Variable struct {
+	// name is the variable's name, a CEL identifier (letters, digits and '_',
+	// not starting with a digit), unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z_][a-zA-Z0-9_]*$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression of any type.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+}
+
+// Rule is a named CEL expression that evaluates to a bool, with the message
+// shown when it is false.
+type Rule struct {
+	// name identifies the rule in messages, events and status: lowercase
+	// letters, digits and '-', at most 63 characters, unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to a bool; true passes.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+
+	// message is shown when the rule is false. When both message and
+	// messageExpression are omitted, the message is "rule <name> is false".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// messageExpression is a CEL expression that evaluates to a string,
+	// shown when the rule is false. It takes precedence over message; if it
+	// fails or yields an empty string, message is used instead.
+	// +optional
+	// +kubebuilder:validation:MaxLength=5120
+	MessageExpression string `json:"messageExpression,omitempty"`
+}
+
+// ScoreRule is a named CEL expression that computes a number per node.
+type ScoreRule struct {
+	// name identifies the rule: lowercase letters, digits and '-', at most 63
+	// characters, unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to an int, uint or double:
+	// the rule's raw value for a node.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+
+	// weight is the rule's weight in the weighted mean of the policy's
+	// normalized scores, 1 to 100. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight,omitempty"`
+
+	// normalization maps the raw values across the candidate nodes to
+	// 0..100: MinMax (lowest 0, highest 100), MinMaxReverse (lowest 100,
+	// highest 0) or None (the raw value clamped to 0..100). Defaults to
+	// MinMax.
+	// +optional
+	// +kubebuilder:default=MinMax
+	Normalization ScoreNormalization `json:"normalization,omitempty"`
+}
+
+// ExpressionWarning is a non-fatal finding about one expression of a policy,
+// such as a high estimated cost.
+type ExpressionWarning struct {
+	// fieldRef is the path of the expression, e.g.
+	// spec.filters[0].expression.
+	// +required
+	FieldRef string `json:"fieldRef"`
+
+	// warning is the human-readable finding.
+	// +required
+	Warning string `json:"warning"`
+}
+
+// SchedulingPolicyStatus is the observed state of a policy.
+type SchedulingPolicyStatus struct {
+	// observedGeneration is the metadata.generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions describe the policy's state. Ready is True when every
+	// expression compiled and the policy is active in the scheduler.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// expressionWarnings are non-fatal findings about the policy's
+	// expressions, with their field paths.
+	// +optional
+	// +listType=atomic
+	ExpressionWarnings []ExpressionWarning `json:"expressionWarnings,omitempty"`
+}
+
+// SchedulingPolicy holds CEL placement rules that the celsched scheduler
+// evaluates at its PreEnqueue, Filter and Score extension points for the pods
+// the policy matches.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=schedpol,categories=celsched
+// +kubebuilder:printcolumn:name="Enforcement",type=string,JSONPath=`.spec.enforcement`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SchedulingPolicy struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec holds the policy's rules.
+	// +required
+	Spec SchedulingPolicySpec `json:"spec"`
+
+	// status is the policy's observed state, written by the celsched manager.
+	// +optional
+	Status SchedulingPolicyStatus `json:"status,omitempty"`
+}
+
+// SchedulingPolicyList is a list of SchedulingPolicy objects.
+//
+// +kubebuilder:object:root=true
+type SchedulingPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard list metadata.
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items are the policies.
+	Items []SchedulingPolicy `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SchedulingPolicy{}, &SchedulingPolicyList{})
+}
