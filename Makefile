@@ -46,7 +46,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
 
 .PHONY: fmt
 fmt: ## Run gofmt on the code.
-	gofmt -s -w $$(git ls-files '*.go')
+	gofmt -s -w $$(git ls-files --cached --others --exclude-standard '*.go')
 
 .PHONY: vet
 vet: ## Run go vet.
@@ -57,13 +57,10 @@ lint: $(GOLANGCI_LINT) ## Run golangci-lint (configuration in .golangci.yml).
 	$(GOLANGCI_LINT) run ./...
 
 .PHONY: verify
-verify: manifests generate vet lint ## Fail if generated files are stale, or gofmt, vet or lint complain.
-	@unformatted=$$(gofmt -s -l $$(git ls-files '*.go')); \
+verify: $(CONTROLLER_GEN) vet lint ## Fail if generated files are stale, or gofmt, vet or lint complain.
+	hack/verify-generated.sh $(GENERATED)
+	@unformatted=$$(gofmt -s -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt -s would change: $$unformatted (run make fmt)"; exit 1; fi
-	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
-		git --no-pager diff -- $(GENERATED); git status --short -- $(GENERATED); \
-		echo "generated files are stale: run 'make manifests generate' and commit the result"; exit 1; \
-	fi
 	@echo "verify: ok"
 
 .PHONY: envtest-assets

@@ -327,7 +327,3 @@ type SchedulingPolicyList struct {
 	// items are the policies.
 	Items []SchedulingPolicy `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&SchedulingPolicy{}, &SchedulingPolicyList{})
-}
