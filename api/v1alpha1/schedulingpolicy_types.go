@@ -106,8 +106,8 @@ type SchedulingPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	Variables []Variable `json:"variables,omitempty"`
 
-	// preEnqueue rules are CEL expressions over pod, namespace and variables
-	// that use only those. A pod enters the scheduling queue only when every
+	// preEnqueue rules are CEL expressions over pod, namespaceObject (the
+	// pod's namespace) and variables that use only those. A pod enters the scheduling queue only when every
 	// rule of every matching policy is true; otherwise it is held, with the
 	// rule's message on the pod.
 	// +optional
@@ -116,8 +116,8 @@ type SchedulingPolicySpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	PreEnqueue []Rule `json:"preEnqueue,omitempty"`
 
-	// filters are CEL expressions over pod, node, nodeInfo, namespace and
-	// variables. A node is feasible for a matching pod only when every filter
+	// filters are CEL expressions over pod, node, nodeInfo, namespaceObject
+	// and variables. A node is feasible for a matching pod only when every filter
 	// of every matching policy is true.
 	// +optional
 	// +listType=map
@@ -147,8 +147,8 @@ type MatchResources struct {
 	// +optional
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 
-	// conditions are CEL expressions over pod, namespace and variables that
-	// use only those, like a ValidatingAdmissionPolicy's matchConditions. The
+	// conditions are CEL expressions over pod, namespaceObject and variables
+	// that use only those, like a ValidatingAdmissionPolicy's matchConditions. The
 	// pod matches only when every condition is true.
 	// +optional
 	// +listType=map

@@ -1,0 +1,557 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// Compiler compiles SchedulingPolicy objects. It is safe for concurrent use.
+type Compiler struct {
+	env *Environment
+}
+
+// NewCompiler returns a compiler over the given environment.
+func NewCompiler(env *Environment) *Compiler {
+	return &Compiler{env: env}
+}
+
+// CompileOptions say which CEL environment an expression compiles against.
+type CompileOptions struct {
+	// Stored compiles every expression against the stored-expressions
+	// environment, as for policies already persisted in the API server.
+	// Otherwise expressions compile against the stricter new-expressions
+	// environment, except those that also appear in Previous.
+	Stored bool
+	// Previous is the stored version of the policy being updated, if any:
+	// expressions unchanged from it compile against the stored-expressions
+	// environment, so that an upgrade never makes an existing policy
+	// un-updatable (upgrade ratcheting, as ValidatingAdmissionPolicy does).
+	Previous *schedv1alpha1.SchedulingPolicy
+}
+
+// CompiledPolicy is a SchedulingPolicy compiled for evaluation. It is
+// immutable once built. When Errors is not empty, the policy is not active:
+// evaluating it returns its compile error, and the caller applies
+// FailurePolicy.
+type CompiledPolicy struct {
+	Name            string
+	UID             types.UID
+	Generation      int64
+	ResourceVersion string
+	Enforcement     schedv1alpha1.EnforcementAction
+	FailurePolicy   schedv1alpha1.FailurePolicyType
+	// SchedulerNames is the set of profiles that evaluate the policy; empty
+	// means all.
+	SchedulerNames sets.Set[string]
+
+	// Errors are the compile errors, with field paths and CEL positions.
+	Errors field.ErrorList
+	// Warnings are non-fatal findings, e.g. expressions that may be cut off
+	// at runtime.
+	Warnings []schedv1alpha1.ExpressionWarning
+
+	namespaceSelector labels.Selector // nil matches everything
+	podSelector       labels.Selector // nil matches everything
+	conditions        []*boolRule
+	variables         []*variable
+	variableIndex     map[string]int
+	preEnqueue        []*boolRule
+	filters           []*boolRule
+	scores            []*scoreRule
+	usesNodeInfo      bool
+}
+
+// expr is one compiled expression.
+type expr struct {
+	path *field.Path // e.g. spec.filters[2].expression
+	prg  program
+}
+
+type variable struct {
+	name string
+	expr
+	// nodeScoped is true when the variable reads node or nodeInfo, directly
+	// or through another variable.
+	nodeScoped bool
+}
+
+// boolRule is a match condition, a preEnqueue rule or a filter.
+type boolRule struct {
+	name string
+	expr
+	message           string
+	messageExpression *expr
+}
+
+type scoreRule struct {
+	name string
+	expr
+	weight        int32
+	normalization schedv1alpha1.ScoreNormalization
+}
+
+// CompileError is the error of a policy that did not compile.
+type CompileError struct {
+	Policy string
+	Errors field.ErrorList
+}
+
+func (e *CompileError) Error() string {
+	return fmt.Sprintf("SchedulingPolicy %s does not compile: %v", e.Policy, e.Errors.ToAggregate())
+}
+
+// Err returns the policy's compile error, or nil.
+func (p *CompiledPolicy) Err() error {
+	if len(p.Errors) == 0 {
+		return nil
+	}
+	return &CompileError{Policy: p.Name, Errors: p.Errors}
+}
+
+// HasPreEnqueue says whether the policy has preEnqueue rules.
+func (p *CompiledPolicy) HasPreEnqueue() bool { return len(p.preEnqueue) > 0 }
+
+// HasFilters says whether the policy has filters.
+func (p *CompiledPolicy) HasFilters() bool { return len(p.filters) > 0 }
+
+// HasScores says whether the policy has score rules.
+func (p *CompiledPolicy) HasScores() bool { return len(p.scores) > 0 }
+
+// UsesNodeInfo says whether any expression of the policy reads nodeInfo, so
+// that callers build the nodeInfo value only when it is needed.
+func (p *CompiledPolicy) UsesNodeInfo() bool { return p.usesNodeInfo }
+
+// ScoreRules returns the names, weights and normalizations of the score
+// rules, in order.
+func (p *CompiledPolicy) ScoreRules() []ScoreRuleInfo {
+	out := make([]ScoreRuleInfo, len(p.scores))
+	for i, s := range p.scores {
+		out[i] = ScoreRuleInfo{Name: s.name, Weight: s.weight, Normalization: s.normalization}
+	}
+	return out
+}
+
+// ScoreRuleInfo describes one score rule.
+type ScoreRuleInfo struct {
+	Name          string
+	Weight        int32
+	Normalization schedv1alpha1.ScoreNormalization
+}
+
+// Compile compiles a policy. It never fails: compile errors are in the
+// result's Errors, and the result is inactive when there are any.
+func (c *Compiler) Compile(policy *schedv1alpha1.SchedulingPolicy, opts CompileOptions) *CompiledPolicy {
+	spec := &policy.Spec
+	out := &CompiledPolicy{
+		Name:            policy.Name,
+		UID:             policy.UID,
+		Generation:      policy.Generation,
+		ResourceVersion: policy.ResourceVersion,
+		Enforcement:     spec.Enforcement,
+		FailurePolicy:   spec.FailurePolicy,
+		SchedulerNames:  sets.New(spec.SchedulerNames...),
+		variableIndex:   map[string]int{},
+	}
+	// Objects that skipped the apiserver's defaulting (files in dry-run).
+	if out.Enforcement == "" {
+		out.Enforcement = schedv1alpha1.Enforce
+	}
+	if out.FailurePolicy == "" {
+		out.FailurePolicy = schedv1alpha1.Fail
+	}
+
+	pe, err := c.env.newPolicyEnv()
+	if err != nil {
+		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"), err))
+		return out
+	}
+	cc := &policyCompiler{env: pe, out: out, stored: storedExpressions(opts), scalarVariables: map[string]bool{}}
+	cc.compile(spec)
+	return out
+}
+
+// storedExpressions returns a predicate saying which expression texts compile
+// against the stored-expressions environment.
+func storedExpressions(opts CompileOptions) func(string) bool {
+	if opts.Stored {
+		return func(string) bool { return true }
+	}
+	if opts.Previous == nil {
+		return func(string) bool { return false }
+	}
+	previous := sets.New[string]()
+	s := &opts.Previous.Spec
+	if s.Match != nil {
+		for _, c := range s.Match.Conditions {
+			previous.Insert(c.Expression)
+		}
+	}
+	for _, v := range s.Variables {
+		previous.Insert(v.Expression)
+	}
+	for _, rules := range [][]schedv1alpha1.Rule{s.PreEnqueue, s.Filters} {
+		for _, r := range rules {
+			previous.Insert(r.Expression, r.MessageExpression)
+		}
+	}
+	for _, r := range s.Scores {
+		previous.Insert(r.Expression)
+	}
+	return previous.Has
+}
+
+type policyCompiler struct {
+	env    *policyEnv
+	out    *CompiledPolicy
+	stored func(string) bool
+	// scalarVariables says, per variable name, whether its values have a
+	// declared size bound.
+	scalarVariables map[string]bool
+	// boundedTotal is the sum of the estimates of the bounded programs.
+	boundedTotal uint64
+}
+
+// outputKind is what an expression must evaluate to.
+type outputKind int
+
+const (
+	outputAny outputKind = iota
+	outputBool
+	outputNumber
+	outputString
+)
+
+func (k outputKind) String() string {
+	switch k {
+	case outputBool:
+		return "bool"
+	case outputNumber:
+		return "int, uint or double"
+	case outputString:
+		return "string"
+	default:
+		return "any type"
+	}
+}
+
+// scope says which variables an expression may read.
+type scope int
+
+const (
+	// podScope: match conditions and preEnqueue rules, evaluated before any
+	// node is considered.
+	podScope scope = iota
+	// nodeScope: variables, filters and scores.
+	nodeScope
+)
+
+func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
+	specPath := field.NewPath("spec")
+	out := pc.out
+
+	if m := spec.Match; m != nil {
+		matchPath := specPath.Child("match")
+		out.namespaceSelector = pc.selector(matchPath.Child("namespaceSelector"), m.NamespaceSelector)
+		out.podSelector = pc.selector(matchPath.Child("podSelector"), m.PodSelector)
+	}
+
+	for i, v := range spec.Variables {
+		path := specPath.Child("variables").Index(i).Child("expression")
+		c := pc.check(path, v.Expression, outputAny, nodeScope, "")
+		// Declare the variable even when it failed, as dyn, so that later
+		// expressions report their own errors and not "undefined field".
+		var outType *cel.Type
+		if c != nil {
+			outType = c.ast.OutputType()
+		}
+		pc.env.addVariable(v.Name, outType)
+		pc.scalarVariables[v.Name] = outType != nil && isScalar(outType)
+		if c == nil {
+			continue
+		}
+		prg := pc.program(path, v.Expression, c)
+		if prg == nil {
+			continue
+		}
+		out.variableIndex[v.Name] = len(out.variables)
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg}, nodeScoped: c.refs.nodeScoped()})
+	}
+	if len(out.variables) < len(spec.Variables) {
+		// A failed variable would make expressions that use it fail at
+		// runtime; the policy is inactive anyway, so keep the index of the
+		// compiled ones only.
+		out.variableIndex = map[string]int{}
+		for i, v := range out.variables {
+			out.variableIndex[v.name] = i
+		}
+	}
+
+	// Conditions may read variables, so they compile after them.
+	if m := spec.Match; m != nil {
+		for i, c := range m.Conditions {
+			path := specPath.Child("match", "conditions").Index(i).Child("expression")
+			if e := pc.expression(path, c.Expression, outputBool, podScope, "match.conditions"); e != nil {
+				out.conditions = append(out.conditions, &boolRule{name: c.Name, expr: *e})
+			}
+		}
+	}
+	out.preEnqueue = pc.rules(specPath.Child("preEnqueue"), spec.PreEnqueue, podScope, "preEnqueue")
+	out.filters = pc.rules(specPath.Child("filters"), spec.Filters, nodeScope, "")
+	for i, s := range spec.Scores {
+		path := specPath.Child("scores").Index(i)
+		e := pc.expression(path.Child("expression"), s.Expression, outputNumber, nodeScope, "")
+		if e == nil {
+			continue
+		}
+		weight := s.Weight
+		if weight == 0 {
+			weight = 1 // not defaulted by an apiserver (files in dry-run)
+		}
+		normalization := s.Normalization
+		if normalization == "" {
+			normalization = schedv1alpha1.MinMax
+		}
+		out.scores = append(out.scores, &scoreRule{name: s.Name, expr: *e, weight: weight, normalization: normalization})
+	}
+}
+
+func (pc *policyCompiler) rules(listPath *field.Path, rules []schedv1alpha1.Rule, sc scope, scopeName string) []*boolRule {
+	var out []*boolRule
+	for i, r := range rules {
+		path := listPath.Index(i)
+		e := pc.expression(path.Child("expression"), r.Expression, outputBool, sc, scopeName)
+		var msg *expr
+		if r.MessageExpression != "" {
+			msg = pc.expression(path.Child("messageExpression"), r.MessageExpression, outputString, sc, scopeName)
+		}
+		if e == nil || (r.MessageExpression != "" && msg == nil) {
+			continue
+		}
+		out = append(out, &boolRule{name: r.Name, expr: *e, message: r.Message, messageExpression: msg})
+	}
+	return out
+}
+
+func (pc *policyCompiler) selector(path *field.Path, s *metav1.LabelSelector) labels.Selector {
+	if s == nil {
+		return nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, s, err.Error()))
+		return nil
+	}
+	if sel.Empty() {
+		return nil
+	}
+	return sel
+}
+
+// expression compiles one expression into a program, or records its errors
+// and returns nil.
+func (pc *policyCompiler) expression(path *field.Path, text string, want outputKind, sc scope, scopeName string) *expr {
+	c := pc.check(path, text, want, sc, scopeName)
+	if c == nil {
+		return nil
+	}
+	prg := pc.program(path, text, c)
+	if prg == nil {
+		return nil
+	}
+	return &expr{path: path, prg: prg}
+}
+
+// checked is a type-checked expression.
+type checked struct {
+	ast      *cel.Ast
+	env      *cel.Env
+	refs     *references
+	estimate uint64 // worst-case cost
+}
+
+// check parses and type-checks an expression, and checks its output type,
+// scope and estimated cost. It records the errors and returns nil on failure.
+func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, sc scope, scopeName string) *checked {
+	envType := environment.NewExpressions
+	if pc.stored(text) {
+		envType = environment.StoredExpressions
+	}
+	env, err := pc.env.envSet.Env(envType)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, err))
+		return nil
+	}
+	ast, issues := env.Compile(text)
+	if issues != nil && issues.Err() != nil {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, "compilation failed: "+issues.String()))
+		return nil
+	}
+	if !outputMatches(ast.OutputType(), want) {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text,
+			fmt.Sprintf("must evaluate to %s, but evaluates to %s", want, ast.OutputType())))
+		return nil
+	}
+
+	refs := pc.references(ast)
+	if refs.nodeInfo != nil {
+		pc.out.usesNodeInfo = true
+	}
+	if sc == podScope {
+		if r := refs.firstNodeScoped(); r != nil {
+			loc := ast.NativeRep().SourceInfo().GetStartLocation(r.id)
+			pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, fmt.Sprintf(
+				"%s is not available in %s: it is evaluated before any node is considered; only pod, namespace and variables that use only those are (%d:%d)",
+				r.what, scopeName, loc.Line(), loc.Column()+1)))
+			return nil
+		}
+	}
+
+	estimate, err := env.EstimateCost(ast, pc.env.estimator)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
+		return nil
+	}
+	if estimate.Max > MaxEstimatedCost {
+		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
+			"estimated cost %d exceeds the limit of %d for one expression; bound the lists it iterates (e.g. filter less, or check sizes first)",
+			estimate.Max, MaxEstimatedCost)))
+		return nil
+	}
+	if estimate.Max > WarnEstimatedCost {
+		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
+			FieldRef: path.String(),
+			Warning: fmt.Sprintf("estimated worst-case cost %d is more than ten times the runtime limit of %d per evaluation: evaluations on large objects may be cut off",
+				estimate.Max, PerExpressionCostLimit),
+		})
+	}
+	return &checked{ast: ast, env: env, refs: refs, estimate: estimate.Max}
+}
+
+// program builds the program of a checked expression: bounded (untracked)
+// when its worst case is provably within PerExpressionCostLimit, tracked
+// otherwise.
+func (pc *policyCompiler) program(path *field.Path, text string, c *checked) program {
+	var prg program
+	var err error
+	// nodeInfo.pods is bounded by declaration only (MaxPodsPerNodeInfo), not
+	// by what the scheduler may see, so expressions reading it stay tracked.
+	//
+	// Bounded programs are charged their estimate against the policy's
+	// budget; so that this never rejects an evaluation that is cheap in
+	// fact, at most half the budget goes to bounded programs, and the rest
+	// are tracked and charged what they actually cost.
+	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable &&
+		pc.boundedTotal+c.estimate <= PolicyEvaluationCostBudget/2 {
+		pc.boundedTotal += c.estimate
+		prg, err = newBoundedProgram(c.env, c.ast, c.estimate)
+	} else {
+		prg, err = newTrackedProgram(c.env, c.ast)
+	}
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, "program construction failed: "+err.Error()))
+		return nil
+	}
+	return prg
+}
+
+func outputMatches(t *cel.Type, want outputKind) bool {
+	if t.IsExactType(cel.DynType) || t.IsExactType(cel.AnyType) {
+		return true // checked at runtime
+	}
+	switch want {
+	case outputBool:
+		return t.IsExactType(cel.BoolType)
+	case outputNumber:
+		return t.IsExactType(cel.IntType) || t.IsExactType(cel.UintType) || t.IsExactType(cel.DoubleType)
+	case outputString:
+		return t.IsExactType(cel.StringType)
+	default:
+		return true
+	}
+}
+
+// references are what an expression reads that matters for scoping and
+// tracking.
+type references struct {
+	node, nodeInfo *reference
+	// nodeVariable is the first variables.<name> read whose variable reads
+	// node or nodeInfo.
+	nodeVariable *reference
+	// nodeInfoPods: reads nodeInfo.pods; unboundedVariable: reads a variable
+	// holding a list, map or dyn. The sizes of both are assumed, not
+	// declared, so such expressions are tracked at runtime.
+	nodeInfoPods      bool
+	unboundedVariable bool
+}
+
+type reference struct {
+	id   int64
+	what string
+}
+
+func (r *references) nodeScoped() bool {
+	return r.node != nil || r.nodeInfo != nil || r.nodeVariable != nil
+}
+
+func (r *references) firstNodeScoped() *reference {
+	var first *reference
+	for _, c := range []*reference{r.node, r.nodeInfo, r.nodeVariable} {
+		if c != nil && (first == nil || c.id < first.id) {
+			first = c
+		}
+	}
+	return first
+}
+
+func (pc *policyCompiler) references(ast *cel.Ast) *references {
+	refs := &references{}
+	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		switch e.Kind() {
+		case celast.IdentKind:
+			switch e.AsIdent() {
+			case NodeVar:
+				if refs.node == nil {
+					refs.node = &reference{id: e.ID(), what: "node"}
+				}
+			case NodeInfoVar:
+				if refs.nodeInfo == nil {
+					refs.nodeInfo = &reference{id: e.ID(), what: "nodeInfo"}
+				}
+			}
+		case celast.SelectKind:
+			sel := e.AsSelect()
+			op := sel.Operand()
+			if op.Kind() != celast.IdentKind {
+				return
+			}
+			switch op.AsIdent() {
+			case VariablesVar:
+				if !pc.scalarVariables[sel.FieldName()] {
+					refs.unboundedVariable = true
+				}
+				if refs.nodeVariable != nil {
+					return
+				}
+				if i, ok := pc.out.variableIndex[sel.FieldName()]; ok && pc.out.variables[i].nodeScoped {
+					refs.nodeVariable = &reference{id: e.ID(), what: "variables." + sel.FieldName() + " (it reads node or nodeInfo)"}
+				}
+			case NodeInfoVar:
+				if sel.FieldName() == "pods" {
+					refs.nodeInfoPods = true
+				}
+			}
+		}
+	}))
+	return refs
+}
+

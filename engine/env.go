@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
+	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/ext"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/version"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+	"k8s.io/apiserver/pkg/cel/library"
+	"k8s.io/apiserver/pkg/cel/openapi"
+	"k8s.io/apiserver/pkg/cel/openapi/resolver"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/kube-openapi/pkg/common"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+)
+
+// Names of the CEL variables. The namespace is namespaceObject, as in
+// ValidatingAdmissionPolicy, because namespace is a reserved word in CEL.
+const (
+	PodVar       = "pod"
+	NodeVar      = "node"
+	NamespaceVar = "namespaceObject"
+	NodeInfoVar  = "nodeInfo"
+	VariablesVar = "variables"
+)
+
+// Environment is the CEL environment of all policies: the Kubernetes base
+// environment at the default compatibility version, cel.bind, and the pod,
+// node, namespace and nodeInfo variables typed from the Kubernetes OpenAPI
+// schemas. It is built once (it resolves large schemas) and shared; it is
+// immutable and safe for concurrent use.
+type Environment struct {
+	envSet *environment.EnvSet
+
+	// declared types of the root variables, for cost estimation.
+	roots map[string]*apiservercel.DeclType
+
+	// OpenAPI schemas of the objects, for converting them to CEL values.
+	podSchema, nodeSchema, namespaceSchema *spec.Schema
+}
+
+// NewEnvironment builds the environment.
+func NewEnvironment() (*Environment, error) {
+	schemas := resolver.NewDefinitionsSchemaResolver(openAPIDefinitions, clientgoscheme.Scheme)
+	e := &Environment{roots: map[string]*apiservercel.DeclType{}}
+
+	objects := []struct {
+		variable string
+		kind     string
+		schema   **spec.Schema
+	}{
+		{PodVar, "Pod", &e.podSchema},
+		{NodeVar, "Node", &e.nodeSchema},
+		{NamespaceVar, "Namespace", &e.namespaceSchema},
+	}
+	var declTypes []*apiservercel.DeclType
+	var envOpts []cel.EnvOption
+	for _, o := range objects {
+		s, err := schemas.ResolveSchema(corev1.SchemeGroupVersion.WithKind(o.kind))
+		if err != nil {
+			return nil, fmt.Errorf("resolving the OpenAPI schema of %s: %w", o.kind, err)
+		}
+		declType := openapi.SchemaDeclType(s, true)
+		if declType == nil {
+			return nil, fmt.Errorf("no CEL type for the OpenAPI schema of %s", o.kind)
+		}
+		declType = declType.MaybeAssignTypeName("celsched." + o.variable)
+		*o.schema = s
+		e.roots[o.variable] = declType
+		declTypes = append(declTypes, declType)
+		envOpts = append(envOpts, cel.Variable(o.variable, declType.CelType()))
+	}
+	nodeInfo := nodeInfoDeclType()
+	e.roots[NodeInfoVar] = nodeInfo
+	declTypes = append(declTypes, nodeInfo)
+	envOpts = append(envOpts, cel.Variable(NodeInfoVar, nodeInfo.CelType()), ext.Bindings())
+
+	base := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+	envSet, err := base.Extend(environment.VersionedOptions{
+		// Always present, whatever the compatibility version.
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions:        envOpts,
+		DeclTypes:         declTypes,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	e.envSet = envSet
+	return e, nil
+}
+
+// openAPIDefinitions are Kubernetes' OpenAPI definitions with the types that
+// have no OpenAPI v3 "type" (only a oneOf, which CEL cannot type) replaced as
+// kube-openapi's v2 builder replaces them: resource.Quantity becomes a string
+// (use quantity() on it), and IntOrString becomes x-kubernetes-int-or-string
+// (dyn), as in CRD schemas. Without this, fields such as
+// pod.spec.containers[].resources.limits would be undefined.
+func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+	defs := generatedopenapi.GetOpenAPIDefinitions(ref)
+	for name, def := range defs {
+		if len(def.Schema.Type) > 0 || len(def.Schema.OneOf) == 0 {
+			continue
+		}
+		oneOf := sets.New[string]()
+		for _, s := range def.Schema.OneOf {
+			oneOf.Insert(s.Type...)
+		}
+		switch {
+		case oneOf.Has("integer") && oneOf.Has("string"):
+			s := spec.Schema{}
+			s.Description = def.Schema.Description
+			s.AddExtension("x-kubernetes-int-or-string", true)
+			def.Schema = s
+		default:
+			v2, ok := def.Schema.Extensions[common.ExtensionV2Schema].(spec.Schema)
+			if !ok {
+				continue
+			}
+			def.Schema = v2
+		}
+		defs[name] = def
+	}
+	return defs
+}
+
+// nodeInfoDeclType is the type of nodeInfo, the scheduler's view of a node.
+func nodeInfoDeclType() *apiservercel.DeclType {
+	resources := apiservercel.NewMapType(apiservercel.StringType, apiservercel.IntType, 64)
+	podRef := apiservercel.NewObjectType("celsched.nodeInfo.pod", map[string]*apiservercel.DeclField{
+		"namespace": apiservercel.NewDeclField("namespace", apiservercel.StringType, true, nil, nil),
+		"name":      apiservercel.NewDeclField("name", apiservercel.StringType, true, nil, nil),
+		"labels": apiservercel.NewDeclField("labels",
+			apiservercel.NewMapType(apiservercel.StringType, apiservercel.StringType, 64), true, nil, nil),
+	})
+	return apiservercel.NewObjectType("celsched.nodeInfo", map[string]*apiservercel.DeclField{
+		"allocatable": apiservercel.NewDeclField("allocatable", resources, true, nil, nil),
+		"requested":   apiservercel.NewDeclField("requested", resources, true, nil, nil),
+		"podCount":    apiservercel.NewDeclField("podCount", apiservercel.IntType, true, nil, nil),
+		"pods": apiservercel.NewDeclField("pods",
+			apiservercel.NewListType(podRef, MaxPodsPerNodeInfo), true, nil, nil),
+	})
+}
+
+// policyEnv is the environment of one policy: the shared one plus the
+// policy's own variables type, whose fields are added as its variables
+// compile (as ValidatingAdmissionPolicy's composition does).
+type policyEnv struct {
+	envSet    *environment.EnvSet
+	variables *apiservercel.DeclType
+	estimator *costEstimator
+}
+
+func (e *Environment) newPolicyEnv() (*policyEnv, error) {
+	variables := apiservercel.NewObjectType("celsched.variables", map[string]*apiservercel.DeclField{})
+	envSet, err := e.envSet.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions:        []cel.EnvOption{cel.Variable(VariablesVar, variables.CelType())},
+		DeclTypes:         []*apiservercel.DeclType{variables},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the policy's CEL environment: %w", err)
+	}
+	roots := make(map[string]*apiservercel.DeclType, len(e.roots)+1)
+	for k, v := range e.roots {
+		roots[k] = v
+	}
+	roots[VariablesVar] = variables
+	return &policyEnv{
+		envSet:    envSet,
+		variables: variables,
+		estimator: newCostEstimator(roots),
+	}, nil
+}
+
+// addVariable declares variables.<name> with the given type for the
+// expressions compiled after it.
+func (p *policyEnv) addVariable(name string, t *cel.Type) {
+	p.variables.Fields[name] = apiservercel.NewDeclField(name, declTypeOf(t), true, nil, nil)
+}
+
+// declTypeOf maps a CEL type to a DeclType, as the ValidatingAdmissionPolicy
+// composition does: well-known simple types keep their sizes, the rest is dyn.
+func declTypeOf(t *cel.Type) *apiservercel.DeclType {
+	if t == nil {
+		return apiservercel.DynType
+	}
+	for _, d := range []*apiservercel.DeclType{
+		apiservercel.BoolType, apiservercel.IntType, apiservercel.UintType, apiservercel.DoubleType,
+		apiservercel.StringType, apiservercel.BytesType, apiservercel.DurationType, apiservercel.TimestampType,
+	} {
+		if t.IsExactType(d.CelType()) {
+			return d
+		}
+	}
+	// Lists and maps built by a variable have no declared bound; assume
+	// MaxPodsPerNodeInfo elements for estimates, and track at runtime every
+	// expression that reads them (see references.unboundedVariable).
+	d := apiservercel.NewSimpleTypeWithMinSize(t.String(), t, nil, 1)
+	d.MaxElements = MaxPodsPerNodeInfo
+	return d
+}
+
+// isScalar says whether values of the type have a size bounded by their
+// declaration (everything but lists, maps and dyn built by variables).
+func isScalar(t *cel.Type) bool {
+	for _, d := range []*cel.Type{cel.BoolType, cel.IntType, cel.UintType, cel.DoubleType,
+		cel.StringType, cel.BytesType, cel.DurationType, cel.TimestampType} {
+		if t.IsExactType(d) {
+			return true
+		}
+	}
+	return false
+}
+
+// sizeEstimator gives the checker the maximum sizes of lists, maps and
+// strings reachable from the root variables, from their declared types (the
+// OpenAPI maxItems and maxLength, or what fits in a maximal request).
+type sizeEstimator struct {
+	roots map[string]*apiservercel.DeclType
+}
+
+func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstimate {
+	path := element.Path()
+	if len(path) == 0 {
+		return nil
+	}
+	current, ok := s.roots[path[0]]
+	if !ok {
+		return nil
+	}
+	for _, name := range path[1:] {
+		switch name {
+		case "@items", "@values":
+			current = current.ElemType
+		case "@keys":
+			current = current.KeyType
+		default:
+			field, ok := current.Fields[name]
+			if !ok {
+				return nil
+			}
+			current = field.Type
+		}
+		if current == nil {
+			return nil
+		}
+	}
+	maxSize := uint64(current.MaxElements)
+	if path[0] == PodVar || path[0] == NodeVar || path[0] == NamespaceVar {
+		// apiserver derives undeclared sizes from the request size limit;
+		// stored objects are at most half that large.
+		maxSize = maxSize * MaxObjectSizeBytes / uint64(celconfig.MaxRequestSizeBytes)
+	}
+	return &checker.SizeEstimate{Min: 0, Max: maxSize}
+}
+
+func (s *sizeEstimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+	return nil
+}
+
+// costEstimator is the Kubernetes cost estimator (library.CostEstimator)
+// taught the sizes of optional values: without it, the idiomatic
+// labels[?'k'].orValue(”) has an unknown size, and any string built from it
+// an astronomical estimated cost.
+type costEstimator struct {
+	*library.CostEstimator
+	sizes *sizeEstimator
+}
+
+func newCostEstimator(roots map[string]*apiservercel.DeclType) *costEstimator {
+	sizes := &sizeEstimator{roots: roots}
+	return &costEstimator{CostEstimator: &library.CostEstimator{SizeEstimator: sizes}, sizes: sizes}
+}
+
+func (c *costEstimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+	switch function {
+	case "_[?_]":
+		// m[?k] and l[?i]: one lookup; the result is optional(element).
+		if len(args) == 2 {
+			if size := c.elementSize(args[0]); size != nil {
+				return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1}, ResultSize: size}
+			}
+		}
+	case "orValue", "or":
+		// o.orValue(v), o.or(p): the result is o's value or the argument.
+		if target != nil && len(args) == 1 {
+			a, b := c.nodeSize(*target), c.nodeSize(args[0])
+			if a != nil && b != nil {
+				size := checker.SizeEstimate{Min: min(a.Min, b.Min), Max: max(a.Max, b.Max)}
+				return &checker.CallEstimate{CostEstimate: checker.CostEstimate{Min: 1, Max: 1}, ResultSize: &size}
+			}
+		}
+	}
+	return c.CostEstimator.EstimateCallCost(function, overloadID, target, args)
+}
+
+// elementSize is the size of an element of the map or list at node.
+func (c *costEstimator) elementSize(node checker.AstNode) *checker.SizeEstimate {
+	path := node.Path()
+	if len(path) == 0 {
+		return nil
+	}
+	for _, child := range []string{"@values", "@items"} {
+		if size := c.sizes.EstimateSize(pathNode(append(slices.Clone(path), child))); size != nil {
+			return size
+		}
+	}
+	return nil
+}
+
+func (c *costEstimator) nodeSize(node checker.AstNode) *checker.SizeEstimate {
+	if size := node.ComputedSize(); size != nil {
+		return size
+	}
+	return c.sizes.EstimateSize(node)
+}
+
+// pathNode is a checker.AstNode that only has a path, to look up a declared
+// size.
+type pathNode []string
+
+func (p pathNode) Path() []string                      { return p }
+func (p pathNode) Type() *types.Type                   { return types.DynType }
+func (p pathNode) Expr() celast.Expr                   { return nil }
+func (p pathNode) ComputedSize() *checker.SizeEstimate { return nil }

@@ -1,0 +1,204 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+func compileOK(t *testing.T, p *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
+	t.Helper()
+	compiled := NewCompiler(testEnv(t)).Compile(p, CompileOptions{})
+	if err := compiled.Err(); err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return compiled
+}
+
+func podInput(t *testing.T, conv *Converter, podLabels, nsLabels map[string]string) *PodInput {
+	t.Helper()
+	in, err := conv.Pod(makePod("team-a", "p", podLabels), makeNamespace("team-a", nsLabels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func nodeInput(t *testing.T, conv *Converter, name string, nodeLabels map[string]string, info *NodeInfo) *NodeInput {
+	t.Helper()
+	in, err := conv.Node(makeNode(name, nodeLabels), func() *NodeInfo { return info })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func TestFilter(t *testing.T) {
+	zoneFilter := "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in ['a', 'b']"
+	tests := map[string]struct {
+		policy     *schedv1alpha1.SchedulingPolicy
+		nodeLabels map[string]string
+		info       *NodeInfo
+		want       *Rejection
+		wantErr    string
+	}{
+		"label passes": {
+			policy:     MakePolicy("p").Filter("zone", zoneFilter).Obj(),
+			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "a"},
+		},
+		"label fails with default message": {
+			policy:     MakePolicy("p").Filter("zone", zoneFilter).Obj(),
+			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "c"},
+			want:       &Rejection{Policy: "p", Rule: "zone", Message: "expression is false"},
+		},
+		"static message": {
+			policy:     MakePolicy("p").FilterMsg("zone", zoneFilter, "node is not in zone a or b", "").Obj(),
+			nodeLabels: map[string]string{},
+			want:       &Rejection{Policy: "p", Rule: "zone", Message: "node is not in zone a or b"},
+		},
+		"messageExpression wins over message": {
+			policy: MakePolicy("p").FilterMsg("zone", zoneFilter, "static",
+				"'zone ' + node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('none') + ' is not allowed'").Obj(),
+			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "c"},
+			want:       &Rejection{Policy: "p", Rule: "zone", Message: "zone c is not allowed"},
+		},
+		"messageExpression failing falls back to message": {
+			policy:     MakePolicy("p").FilterMsg("zone", zoneFilter, "static", "node.metadata.labels['missing']").Obj(),
+			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "c"},
+			want:       &Rejection{Policy: "p", Rule: "zone", Message: "static"},
+		},
+		"first false rule of several": {
+			policy:     MakePolicy("p").Filter("one", "true").Filter("two", "false").Filter("three", "false").Obj(),
+			nodeLabels: map[string]string{},
+			want:       &Rejection{Policy: "p", Rule: "two", Message: "expression is false"},
+		},
+		"variables": {
+			policy: MakePolicy("p").Variable("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('')").
+				Variable("allowed", "variables.zone in ['a']").Filter("zone", "variables.allowed").Obj(),
+			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "b"},
+			want:       &Rejection{Policy: "p", Rule: "zone", Message: "expression is false"},
+		},
+		"nodeInfo": {
+			policy:     MakePolicy("p").Filter("room", "nodeInfo.podCount < 2 && nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu'] >= 500").Obj(),
+			nodeLabels: map[string]string{},
+			info: &NodeInfo{
+				Allocatable: map[string]int64{"cpu": 8000}, Requested: map[string]int64{"cpu": 7600},
+				Pods: []PodRef{{Namespace: "a", Name: "x"}},
+			},
+			want: &Rejection{Policy: "p", Rule: "room", Message: "expression is false"},
+		},
+		"nodeInfo pods": {
+			policy:     MakePolicy("p").Filter("no-same-app", "!nodeInfo.pods.exists(p, p.labels[?'app'].orValue('') == 'web')").Obj(),
+			nodeLabels: map[string]string{},
+			info:       &NodeInfo{Pods: []PodRef{{Namespace: "a", Name: "x", Labels: map[string]string{"app": "web"}}}},
+			want:       &Rejection{Policy: "p", Rule: "no-same-app", Message: "expression is false"},
+		},
+		"pod and namespace": {
+			policy:     MakePolicy("p").Filter("ns", "namespaceObject.metadata.labels['team'] == 'ml' && pod.metadata.name == 'p'").Obj(),
+			nodeLabels: map[string]string{},
+		},
+		"runtime error names policy, rule and field": {
+			policy:     MakePolicy("p").Filter("missing-label", "node.metadata.labels['gpu'] == 'true'").Obj(),
+			nodeLabels: map[string]string{},
+			wantErr:    "SchedulingPolicy p, rule missing-label: spec.filters[0].expression: no such key: gpu",
+		},
+		"runtime error in a variable names the variable": {
+			policy: MakePolicy("p").Variable("gpu", "node.metadata.labels['gpu']").
+				Filter("gpu", "variables.gpu == 'true'").Obj(),
+			nodeLabels: map[string]string{},
+			wantErr:    "SchedulingPolicy p, rule gpu: spec.variables[0].expression: no such key: gpu",
+		},
+	}
+	conv := NewConverter(testEnv(t), 0)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := compileOK(t, tc.policy)
+			pod := podInput(t, conv, nil, map[string]string{"team": "ml"})
+			node := nodeInput(t, conv, "n1", tc.nodeLabels, tc.info)
+			got, err := p.Filter(context.Background(), pod, node)
+			if tc.wantErr != "" {
+				var evalErr *EvalError
+				if !errors.As(err, &evalErr) {
+					t.Fatalf("want an *EvalError, got %v", err)
+				}
+				if err.Error() != tc.wantErr {
+					t.Fatalf("error:\n got %s\nwant %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("rejection (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestVariablesEvaluatedOnce(t *testing.T) {
+	// The variable costs a lot; if it were evaluated per reference, the
+	// evaluation cost would be three times as large.
+	p := compileOK(t, MakePolicy("p").Variable("n", "nodeInfo.pods.filter(p, p.name.startsWith('x')).size()").
+		Filter("a", "variables.n >= 0").Filter("b", "variables.n >= 0").Filter("c", "variables.n >= 0").Obj())
+	conv := NewConverter(testEnv(t), 0)
+	calls := 0
+	node, err := conv.Node(makeNode("n", nil), func() *NodeInfo { calls++; return &NodeInfo{Pods: []PodRef{{Name: "x1"}}} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
+	if rej, err := p.firstFalse(ev, p.filters); rej != nil || err != nil {
+		t.Fatalf("got %v, %v", rej, err)
+	}
+	if calls != 1 {
+		t.Errorf("nodeInfo built %d times, want 1", calls)
+	}
+	single := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
+	if _, err := single.eval(&p.filters[0].expr); err != nil {
+		t.Fatal(err)
+	}
+	// Three filters reading the variable cost little more than one.
+	if ev.spent >= 2*single.spent {
+		t.Errorf("three filters spent %d, one filter %d: the variable was evaluated more than once", ev.spent, single.spent)
+	}
+}
+
+func TestScore(t *testing.T) {
+	p := compileOK(t, MakePolicy("p").
+		Score("free-cpu", "nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu']", 2, schedv1alpha1.MinMax).
+		Score("spot", "node.metadata.labels[?'spot'].orValue('') == 'true' ? 100.0 : 0.0", 1, schedv1alpha1.None).
+		Score("uint", "1u", 1, schedv1alpha1.None).Obj())
+	conv := NewConverter(testEnv(t), 0)
+	node := nodeInput(t, conv, "n", map[string]string{"spot": "true"},
+		&NodeInfo{Allocatable: map[string]int64{"cpu": 4000}, Requested: map[string]int64{"cpu": 1500}})
+	got, err := p.Score(context.Background(), podInput(t, conv, nil, nil), node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]float64{2500, 100, 1}, got); diff != "" {
+		t.Errorf("raw scores (-want +got):\n%s", diff)
+	}
+	want := []ScoreRuleInfo{
+		{Name: "free-cpu", Weight: 2, Normalization: schedv1alpha1.MinMax},
+		{Name: "spot", Weight: 1, Normalization: schedv1alpha1.None},
+		{Name: "uint", Weight: 1, Normalization: schedv1alpha1.None},
+	}
+	if diff := cmp.Diff(want, p.ScoreRules()); diff != "" {
+		t.Errorf("score rules (-want +got):\n%s", diff)
+	}
+}
+
+func TestScoreNotFinite(t *testing.T) {
+	p := compileOK(t, MakePolicy("p").Score("nan", "0.0 / 0.0", 1, schedv1alpha1.MinMax).Obj())
+	conv := NewConverter(testEnv(t), 0)
+	_, err := p.Score(context.Background(), podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil))
+	if err == nil || !strings.Contains(err.Error(), "want a finite number") {
+		t.Fatalf("want a finite-number error, got %v", err)
+	}
+}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
+	"k8s.io/apiserver/pkg/cel/library"
+)
+
+// program evaluates one compiled expression.
+type program interface {
+	// eval evaluates the expression and returns its value and its cost:
+	// the measured cost when tracked, the estimated worst case otherwise.
+	eval(ctx context.Context, vars interpreter.Activation) (ref.Val, uint64, error)
+}
+
+// interruptCheckFrequency is how many comprehension iterations pass between
+// two checks of the context's cancellation.
+const interruptCheckFrequency = 100
+
+// trackedProgram is a program built by the Kubernetes environment as-is: it
+// tracks its cost at runtime and stops at PerExpressionCostLimit (the base
+// environment's per-call limit).
+type trackedProgram struct {
+	prg cel.Program
+}
+
+func newTrackedProgram(env *cel.Env, ast *cel.Ast) (*trackedProgram, error) {
+	prg, err := env.Program(ast, cel.InterruptCheckFrequency(interruptCheckFrequency))
+	if err != nil {
+		return nil, err
+	}
+	return &trackedProgram{prg: prg}, nil
+}
+
+func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) (ref.Val, uint64, error) {
+	val, details, err := p.prg.ContextEval(ctx, vars)
+	var cost uint64
+	if details != nil && details.ActualCost() != nil {
+		cost = *details.ActualCost()
+	}
+	if err != nil {
+		if ctxErr := context.Cause(ctx); ctxErr != nil {
+			return nil, cost, fmt.Errorf("evaluation cancelled: %w", ctxErr)
+		}
+		return nil, cost, err
+	}
+	return val, cost, nil
+}
+
+// boundedProgram is a program whose worst-case cost, estimated at compile
+// time, is within PerExpressionCostLimit, so it cannot exceed the limit and
+// runs without runtime cost tracking.
+//
+// The Kubernetes base environment attaches cost tracking to every program it
+// builds (its program options cannot be removed), and tracking triples the
+// cost of a typical filter (see the design's measured facts). So this plans
+// the checked AST with cel-go's interpreter directly, the way cel-go's own
+// newProgram does, with the same function bindings, type provider, adapter,
+// constant folding and regex precompilation, and without the cost observer.
+// Of the program options of the environment's libraries, the only ones that
+// change results are the optional library's short-circuiting or/orValue,
+// which optionalOrDecorator provides; the others configure cost tracking.
+// TestBoundedAndTrackedAgree checks that both programs give the same
+// results.
+type boundedProgram struct {
+	interpretable interpreter.Interpretable
+	cost          uint64
+}
+
+func newBoundedProgram(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*boundedProgram, error) {
+	dispatcher := interpreter.NewDispatcher()
+	for _, fn := range env.Functions() {
+		bindings, err := fn.Bindings()
+		if err != nil {
+			return nil, err
+		}
+		if err := dispatcher.Add(bindings...); err != nil {
+			return nil, err
+		}
+	}
+	attrs := interpreter.NewAttributeFactory(env.Container, env.CELTypeAdapter(), env.CELTypeProvider())
+	interp := interpreter.NewInterpreter(dispatcher, env.Container, env.CELTypeProvider(), env.CELTypeAdapter(), attrs)
+	interpretable, err := interp.NewInterpretable(ast.NativeRep(),
+		interpreter.CustomDecorator(optionalOrDecorator),
+		interpreter.InterruptableEval(),
+		interpreter.Optimize(),
+		interpreter.CompileRegexConstants(
+			interpreter.MatchesRegexOptimization,
+			library.FindRegexOptimization,
+			library.FindAllRegexOptimization,
+		),
+	)
+	if err != nil {
+		return nil, err
+	}
+	return &boundedProgram{interpretable: interpretable, cost: estimatedMax}, nil
+}
+
+func (p *boundedProgram) eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
+	if err := context.Cause(ctx); err != nil {
+		return nil, 0, fmt.Errorf("evaluation cancelled: %w", err)
+	}
+	// cel-go's interpreter panics to unwind a cancelled comprehension, and
+	// library functions may panic on bad input; neither may crash the caller.
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(interpreter.EvalCancelledError); ok {
+				err = fmt.Errorf("evaluation cancelled: %w", context.Cause(ctx))
+				return
+			}
+			err = fmt.Errorf("internal error: %v", r)
+		}
+	}()
+	var act interpreter.Activation = vars
+	if done := ctx.Done(); done != nil {
+		act = &interruptActivation{parent: vars, done: done}
+	}
+	val = p.interpretable.Eval(act)
+	return val, p.cost, nil
+}
+
+// interruptActivation answers the interpreter's "#interrupted" question from
+// the context, every interruptCheckFrequency iterations of a comprehension.
+type interruptActivation struct {
+	parent interpreter.Activation
+	done   <-chan struct{}
+	checks uint
+}
+
+func (a *interruptActivation) ResolveName(name string) (any, bool) {
+	if name == "#interrupted" {
+		a.checks++
+		if a.checks%interruptCheckFrequency != 0 {
+			return nil, false
+		}
+		select {
+		case <-a.done:
+			return true, true
+		default:
+			return nil, false
+		}
+	}
+	return a.parent.ResolveName(name)
+}
+
+func (a *interruptActivation) Parent() interpreter.Activation {
+	return a.parent
+}
+
+// optionalOrDecorator plans o.or(p) and o.orValue(v) as cel-go's optional
+// library does (its decorator is unexported): the right-hand side is
+// evaluated only when the optional has no value.
+func optionalOrDecorator(i interpreter.Interpretable) (interpreter.Interpretable, error) {
+	call, ok := i.(interpreter.InterpretableCall)
+	if !ok || len(call.Args()) != 2 {
+		return i, nil
+	}
+	args := call.Args()
+	switch {
+	case call.Function() == "or" && (call.OverloadID() == "" || call.OverloadID() == "optional_or_optional"):
+		return &optionalOr{id: call.ID(), lhs: args[0], rhs: args[1]}, nil
+	case call.Function() == "orValue" && (call.OverloadID() == "" || call.OverloadID() == "optional_orValue_value"):
+		return &optionalOr{id: call.ID(), lhs: args[0], rhs: args[1], unwrap: true}, nil
+	default:
+		return i, nil
+	}
+}
+
+type optionalOr struct {
+	id       int64
+	lhs, rhs interpreter.Interpretable
+	// unwrap returns the optional's value (orValue) rather than the
+	// optional (or).
+	unwrap bool
+}
+
+func (o *optionalOr) ID() int64 { return o.id }
+
+func (o *optionalOr) Eval(vars interpreter.Activation) ref.Val {
+	lhs := o.lhs.Eval(vars)
+	opt, ok := lhs.(*types.Optional)
+	if !ok {
+		return lhs
+	}
+	if !opt.HasValue() {
+		return o.rhs.Eval(vars)
+	}
+	if o.unwrap {
+		return opt.GetValue()
+	}
+	return opt
+}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// Registry holds the compiled form of every SchedulingPolicy as an immutable
+// Snapshot behind an atomic pointer: readers take one snapshot per
+// scheduling cycle and never lock; writers recompile only the policy that
+// changed and publish a new snapshot.
+type Registry struct {
+	compiler *Compiler
+
+	mu      sync.Mutex // serializes writers
+	current atomic.Pointer[Snapshot]
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry(compiler *Compiler) *Registry {
+	r := &Registry{compiler: compiler}
+	r.current.Store(&Snapshot{byName: map[string]*CompiledPolicy{}})
+	return r
+}
+
+// Snapshot returns the current snapshot. It never changes; take one per
+// scheduling cycle.
+func (r *Registry) Snapshot() *Snapshot {
+	return r.current.Load()
+}
+
+// Upsert compiles a policy as stored in the API server and publishes it,
+// replacing any previous version, and returns the compiled policy (with its
+// compile errors, if any). A version already in the registry (same UID and
+// resourceVersion) is not compiled again.
+func (r *Registry) Upsert(policy *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
+	if old := r.Snapshot().Get(policy.Name); old != nil && policy.ResourceVersion != "" &&
+		old.UID == policy.UID && old.ResourceVersion == policy.ResourceVersion {
+		return old
+	}
+	compiled := r.compiler.Compile(policy, CompileOptions{Stored: true})
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.current.Store(r.current.Load().with(compiled))
+	return compiled
+}
+
+// Delete removes a policy. It says whether the policy was there.
+func (r *Registry) Delete(name string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.current.Load()
+	if cur.Get(name) == nil {
+		return false
+	}
+	r.current.Store(cur.without(name))
+	return true
+}
+
+// Snapshot is an immutable set of compiled policies.
+type Snapshot struct {
+	policies []*CompiledPolicy // sorted by name
+	byName   map[string]*CompiledPolicy
+}
+
+// NewSnapshot returns a snapshot of the given policies, e.g. for dry-run
+// evaluation of files. Later policies replace earlier ones of the same name.
+func NewSnapshot(policies ...*CompiledPolicy) *Snapshot {
+	s := &Snapshot{byName: map[string]*CompiledPolicy{}}
+	for _, p := range policies {
+		s = s.with(p)
+	}
+	return s
+}
+
+// Len is the number of policies.
+func (s *Snapshot) Len() int { return len(s.policies) }
+
+// Get returns the named policy, or nil.
+func (s *Snapshot) Get(name string) *CompiledPolicy { return s.byName[name] }
+
+// Policies returns the policies in name order. The slice must not be
+// modified.
+func (s *Snapshot) Policies() []*CompiledPolicy { return s.policies }
+
+func (s *Snapshot) with(p *CompiledPolicy) *Snapshot {
+	byName := make(map[string]*CompiledPolicy, len(s.byName)+1)
+	for k, v := range s.byName {
+		byName[k] = v
+	}
+	byName[p.Name] = p
+	i, found := slices.BinarySearchFunc(s.policies, p.Name, byPolicyName)
+	policies := slices.Clone(s.policies)
+	if found {
+		policies[i] = p
+	} else {
+		policies = slices.Insert(policies, i, p)
+	}
+	return &Snapshot{policies: policies, byName: byName}
+}
+
+func (s *Snapshot) without(name string) *Snapshot {
+	byName := make(map[string]*CompiledPolicy, len(s.byName))
+	for k, v := range s.byName {
+		if k != name {
+			byName[k] = v
+		}
+	}
+	policies := slices.DeleteFunc(slices.Clone(s.policies), func(p *CompiledPolicy) bool { return p.Name == name })
+	return &Snapshot{policies: policies, byName: byName}
+}
+
+func byPolicyName(p *CompiledPolicy, name string) int { return strings.Compare(p.Name, name) }
+
+// Match is a policy that applies to a pod. Err, when set, is the policy's
+// compile error or the error of one of its match conditions: the policy is
+// treated as matching, and the caller applies its failurePolicy.
+type Match struct {
+	Policy *CompiledPolicy
+	Err    error
+}
+
+// Match returns the policies that apply to the pod, in name order: those
+// whose scheduler names and selectors match and whose match conditions are
+// true.
+func (s *Snapshot) Match(ctx context.Context, in *PodInput) []Match {
+	var out []Match
+	for _, p := range s.policies {
+		if !p.MatchesSelectors(in) {
+			continue
+		}
+		ok, err := p.Matches(ctx, in)
+		if ok || err != nil {
+			out = append(out, Match{Policy: p, Err: err})
+		}
+	}
+	return out
+}
