@@ -408,32 +408,37 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 	}
 	if sc == podScope {
 		if r := refs.firstNodeScoped(); r != nil {
-			loc := ast.NativeRep().SourceInfo().GetStartLocation(r.id)
 			pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, fmt.Sprintf(
-				"%s is not available in %s: it is evaluated before any node is considered; only pod, namespace and variables that use only those are (%d:%d)",
-				r.what, scopeName, loc.Line(), loc.Column()+1)))
+				"%s at %s is not available in %s, which are evaluated before any node is considered: use pod, namespaceObject and variables that read only those",
+				r.what, position(ast, r.id), scopeName)))
 			return nil
 		}
 	}
 
-	estimate, err := env.EstimateCost(ast, pc.env.estimator)
+	worst, err := env.EstimateCost(ast, pc.env.worst)
 	if err != nil {
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if estimate.Max > MaxEstimatedCost {
-		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
-			"estimated cost %d exceeds the limit of %d for one expression; bound the lists it iterates (e.g. filter less, or check sizes first)",
-			estimate.Max, MaxEstimatedCost)))
+	typical, err := env.EstimateCost(ast, pc.env.typical)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if estimate.Max > WarnEstimatedCost {
+	if typical.Max > MaxEstimatedCost {
+		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
+			"estimated cost %d exceeds the limit of %d for one expression (estimated with lists of up to %d items)%s",
+			typical.Max, MaxEstimatedCost, TypicalMaxItems, loopHint(ast))))
+		return nil
+	}
+	if typical.Max > WarnEstimatedCost {
 		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
 			FieldRef: path.String(),
-			Warning: fmt.Sprintf("estimated worst-case cost %d is more than ten times the runtime limit of %d per evaluation: evaluations on large objects may be cut off",
-				estimate.Max, PerExpressionCostLimit),
+			Warning: fmt.Sprintf("estimated cost %d (with lists of up to %d items) exceeds the runtime limit of %d per evaluation: it will be cut off on objects with long lists%s",
+				typical.Max, TypicalMaxItems, PerExpressionCostLimit, loopHint(ast)),
 		})
 	}
+	estimate := worst
 	return &checked{ast: ast, env: env, refs: refs, estimate: estimate.Max}
 }
 
@@ -462,6 +467,28 @@ func (pc *policyCompiler) program(path *field.Path, text string, c *checked) pro
 		return nil
 	}
 	return prg
+}
+
+// loopHint points at the first loop (comprehension) of an expression, the
+// usual cause of a high cost.
+func loopHint(ast *cel.Ast) string {
+	var loop celast.Expr
+	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		if loop == nil && e.Kind() == celast.ComprehensionKind {
+			loop = e
+		}
+	}))
+	if loop == nil {
+		return ""
+	}
+	return "; the loop at " + position(ast, loop.ID()) + " is the place to start"
+}
+
+// position is an expression's line and column, counted from 1, as CEL
+// error messages give them.
+func position(ast *cel.Ast, id int64) string {
+	loc := ast.NativeRep().SourceInfo().GetStartLocation(id)
+	return fmt.Sprintf("line %d, column %d", loc.Line(), loc.Column()+1)
 }
 
 func outputMatches(t *cel.Type, want outputKind) bool {

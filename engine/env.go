@@ -45,8 +45,8 @@ type Environment struct {
 	// declared types of the root variables, for cost estimation.
 	roots map[string]*apiservercel.DeclType
 
-	// OpenAPI schemas of the objects, for converting them to CEL values.
-	podSchema, nodeSchema, namespaceSchema *spec.Schema
+	// converters of the objects to CEL values, from their OpenAPI schemas.
+	podValues, nodeValues, namespaceValues *valueConverter
 }
 
 // NewEnvironment builds the environment.
@@ -57,11 +57,11 @@ func NewEnvironment() (*Environment, error) {
 	objects := []struct {
 		variable string
 		kind     string
-		schema   **spec.Schema
+		values   **valueConverter
 	}{
-		{PodVar, "Pod", &e.podSchema},
-		{NodeVar, "Node", &e.nodeSchema},
-		{NamespaceVar, "Namespace", &e.namespaceSchema},
+		{PodVar, "Pod", &e.podValues},
+		{NodeVar, "Node", &e.nodeValues},
+		{NamespaceVar, "Namespace", &e.namespaceValues},
 	}
 	var declTypes []*apiservercel.DeclType
 	var envOpts []cel.EnvOption
@@ -75,7 +75,7 @@ func NewEnvironment() (*Environment, error) {
 			return nil, fmt.Errorf("no CEL type for the OpenAPI schema of %s", o.kind)
 		}
 		declType = declType.MaybeAssignTypeName("celsched." + o.variable)
-		*o.schema = s
+		*o.values = newValueConverter(s)
 		e.roots[o.variable] = declType
 		declTypes = append(declTypes, declType)
 		envOpts = append(envOpts, cel.Variable(o.variable, declType.CelType()))
@@ -157,7 +157,9 @@ func nodeInfoDeclType() *apiservercel.DeclType {
 type policyEnv struct {
 	envSet    *environment.EnvSet
 	variables *apiservercel.DeclType
-	estimator *costEstimator
+	// worst estimates with the largest sizes objects can have; typical with
+	// lists and maps of at most TypicalMaxItems elements.
+	worst, typical *costEstimator
 }
 
 func (e *Environment) newPolicyEnv() (*policyEnv, error) {
@@ -178,7 +180,8 @@ func (e *Environment) newPolicyEnv() (*policyEnv, error) {
 	return &policyEnv{
 		envSet:    envSet,
 		variables: variables,
-		estimator: newCostEstimator(roots),
+		worst:     newCostEstimator(roots, false),
+		typical:   newCostEstimator(roots, true),
 	}, nil
 }
 
@@ -227,6 +230,8 @@ func isScalar(t *cel.Type) bool {
 // OpenAPI maxItems and maxLength, or what fits in a maximal request).
 type sizeEstimator struct {
 	roots map[string]*apiservercel.DeclType
+	// typical caps lists and maps at TypicalMaxItems elements.
+	typical bool
 }
 
 func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstimate {
@@ -256,6 +261,9 @@ func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstim
 		}
 	}
 	maxSize := uint64(current.MaxElements)
+	if s.typical && (current.IsList() || current.IsMap()) {
+		return &checker.SizeEstimate{Min: 0, Max: min(maxSize, TypicalMaxItems)}
+	}
 	if path[0] == PodVar || path[0] == NodeVar || path[0] == NamespaceVar {
 		// apiserver derives undeclared sizes from the request size limit;
 		// stored objects are at most half that large.
@@ -277,8 +285,8 @@ type costEstimator struct {
 	sizes *sizeEstimator
 }
 
-func newCostEstimator(roots map[string]*apiservercel.DeclType) *costEstimator {
-	sizes := &sizeEstimator{roots: roots}
+func newCostEstimator(roots map[string]*apiservercel.DeclType, typical bool) *costEstimator {
+	sizes := &sizeEstimator{roots: roots, typical: typical}
 	return &costEstimator{CostEstimator: &library.CostEstimator{SizeEstimator: sizes}, sizes: sizes}
 }
 
