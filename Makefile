@@ -16,12 +16,17 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION) -X $(VERSION_PKG).gitMajo
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
+BENCHSTAT := $(BIN)/benchstat
 
 # Generated files that `make verify` checks are up to date.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml
 
 # Test flags; e.g. `make test TESTFLAGS='-run TestCRD -v'`.
 TESTFLAGS ?=
+# How long `make test` runs each fuzz target, and `make fuzz` does.
+TEST_FUZZTIME ?= 5s
+FUZZTIME ?= 2m
+FUZZ_TARGETS := FuzzCompile FuzzEvaluate
 BENCHFLAGS ?= -count=5
 
 .PHONY: all
@@ -68,13 +73,22 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: ## Run the unit and envtest suites against a real kube-apiserver and etcd.
+test: ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine under -race, and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test $(TESTFLAGS) ./...
+	$(GO) test -race $(TESTFLAGS) ./engine/...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 2m).
+	for target in $(FUZZ_TARGETS); do \
+		$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) ./engine || exit 1; \
+	done
 
 .PHONY: bench
-bench: ## Run the Go benchmarks (medians of -count=5).
-	$(GO) test -run='^$$' -bench=. -benchmem $(BENCHFLAGS) ./...
+bench: $(BENCHSTAT) ## Run the Go benchmarks (-count=5) and print their medians with benchstat.
+	$(GO) test -run='^$$' -bench=. -benchmem $(BENCHFLAGS) ./engine/... | tee bin/bench.txt
+	$(BENCHSTAT) bin/bench.txt
 
 ##@ Build
 
@@ -91,6 +105,9 @@ update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.36.3).
 
 $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 	cd hack/tools/controller-gen && $(GO) build -o $@ sigs.k8s.io/controller-tools/cmd/controller-gen
+
+$(BENCHSTAT): hack/tools/benchstat/go.mod
+	cd hack/tools/benchstat && $(GO) build -o $@ golang.org/x/perf/cmd/benchstat
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

@@ -581,4 +581,3 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	}))
 	return refs
 }
-

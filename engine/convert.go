@@ -52,9 +52,9 @@ type PodInput struct {
 	Pod       *corev1.Pod
 	Namespace *corev1.Namespace
 
-	pod, namespace        ref.Val
-	podLabels, nsLabels   labels.Set
-	schedulerName         string
+	pod, namespace      ref.Val
+	podLabels, nsLabels labels.Set
+	schedulerName       string
 }
 
 // NodeInput is a node (and, lazily, the scheduler's view of it) for the
@@ -322,25 +322,26 @@ func quantityInt(name corev1.ResourceName, q resource.Quantity) int64 {
 	return q.Value()
 }
 
-// value builds the CEL value of nodeInfo.
+// value builds the CEL value of nodeInfo, as maps of converted values so
+// that reading a field allocates nothing.
 func (n *NodeInfo) value() ref.Val {
 	pods := make([]ref.Val, len(n.Pods))
 	for i, p := range n.Pods {
-		podLabels := p.Labels
-		if podLabels == nil {
-			podLabels = map[string]string{}
+		podLabels := make(map[ref.Val]ref.Val, len(p.Labels))
+		for k, v := range p.Labels {
+			podLabels[types.String(k)] = types.String(v)
 		}
-		pods[i] = types.NewStringInterfaceMap(types.DefaultTypeAdapter, map[string]any{
-			"namespace": p.Namespace,
-			"name":      p.Name,
-			"labels":    types.NewStringStringMap(types.DefaultTypeAdapter, podLabels),
+		pods[i] = types.NewRefValMap(types.DefaultTypeAdapter, map[ref.Val]ref.Val{
+			types.String("namespace"): types.String(p.Namespace),
+			types.String("name"):      types.String(p.Name),
+			types.String("labels"):    types.NewRefValMap(types.DefaultTypeAdapter, podLabels),
 		})
 	}
-	return types.NewStringInterfaceMap(types.DefaultTypeAdapter, map[string]any{
-		"allocatable": resourceMap(n.Allocatable),
-		"requested":   resourceMap(n.Requested),
-		"podCount":    types.Int(len(n.Pods)),
-		"pods":        types.NewRefValList(types.DefaultTypeAdapter, pods),
+	return types.NewRefValMap(types.DefaultTypeAdapter, map[ref.Val]ref.Val{
+		types.String("allocatable"): resourceMap(n.Allocatable),
+		types.String("requested"):   resourceMap(n.Requested),
+		types.String("podCount"):    types.Int(len(n.Pods)),
+		types.String("pods"):        types.NewRefValList(types.DefaultTypeAdapter, pods),
 	})
 }
 

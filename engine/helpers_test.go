@@ -36,7 +36,9 @@ func testEnv(tb testing.TB) *Environment {
 
 // policyBuilder builds SchedulingPolicy objects for tests:
 // MakePolicy("p").Filter("f", "expr").Obj().
-type policyBuilder struct{ p schedv1alpha1.SchedulingPolicy }
+type policyBuilder struct {
+	p schedv1alpha1.SchedulingPolicy
+}
 
 func MakePolicy(name string) *policyBuilder {
 	return &policyBuilder{p: schedv1alpha1.SchedulingPolicy{
@@ -47,7 +49,6 @@ func MakePolicy(name string) *policyBuilder {
 		},
 	}}
 }
-
 
 func (b *policyBuilder) Obj() *schedv1alpha1.SchedulingPolicy { return b.p.DeepCopy() }
 

@@ -1,0 +1,56 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+func TestNormalizeScores(t *testing.T) {
+	tests := map[string]struct {
+		raw  []float64
+		n    schedv1alpha1.ScoreNormalization
+		want []int64
+	}{
+		"minmax":             {raw: []float64{10, 20, 30}, n: schedv1alpha1.MinMax, want: []int64{0, 50, 100}},
+		"minmax reverse":     {raw: []float64{10, 20, 30}, n: schedv1alpha1.MinMaxReverse, want: []int64{100, 50, 0}},
+		"minmax negative":    {raw: []float64{-5, 5}, n: schedv1alpha1.MinMax, want: []int64{0, 100}},
+		"minmax rounds":      {raw: []float64{0, 1, 3}, n: schedv1alpha1.MinMax, want: []int64{0, 33, 100}},
+		"minmax all equal":   {raw: []float64{7, 7}, n: schedv1alpha1.MinMax, want: []int64{100, 100}},
+		"reverse all equal":  {raw: []float64{7, 7}, n: schedv1alpha1.MinMaxReverse, want: []int64{100, 100}},
+		"none clamps":        {raw: []float64{-3, 42.4, 42.6, 250}, n: schedv1alpha1.None, want: []int64{0, 42, 43, 100}},
+		"single node":        {raw: []float64{3}, n: schedv1alpha1.MinMax, want: []int64{100}},
+		"no nodes":           {raw: nil, n: schedv1alpha1.MinMax, want: []int64{}},
+		"empty means minmax": {raw: []float64{1, 2}, n: "", want: []int64{0, 100}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, NormalizeScores(tc.raw, tc.n)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCombineScores(t *testing.T) {
+	tests := map[string]struct {
+		normalized [][]int64
+		weights    []int32
+		want       []int64
+	}{
+		"weighted mean":      {normalized: [][]int64{{100, 0}, {0, 100}}, weights: []int32{3, 1}, want: []int64{75, 25}},
+		"rounds half up":     {normalized: [][]int64{{100, 0}, {0, 0}, {0, 0}}, weights: []int32{1, 1, 1}, want: []int64{33, 0}},
+		"one rule":           {normalized: [][]int64{{10, 90}}, weights: []int32{5}, want: []int64{10, 90}},
+		"no rules":           {normalized: nil, weights: nil, want: nil},
+		"max stays in range": {normalized: [][]int64{{100}, {100}}, weights: []int32{100, 100}, want: []int64{100}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, CombineScores(tc.normalized, tc.weights)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
