@@ -107,13 +107,14 @@ func NewEnvironment() (*Environment, error) {
 // pod.spec.containers[].resources.limits would be undefined.
 func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	defs := generatedopenapi.GetOpenAPIDefinitions(ref)
-	for name, def := range defs {
+	for name := range defs {
+		def := defs[name]
 		if len(def.Schema.Type) > 0 || len(def.Schema.OneOf) == 0 {
 			continue
 		}
 		oneOf := sets.New[string]()
-		for _, s := range def.Schema.OneOf {
-			oneOf.Insert(s.Type...)
+		for i := range def.Schema.OneOf {
+			oneOf.Insert(def.Schema.OneOf[i].Type...)
 		}
 		switch {
 		case oneOf.Has("integer") && oneOf.Has("string"):

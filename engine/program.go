@@ -116,7 +116,7 @@ func (p *boundedProgram) eval(ctx context.Context, vars interpreter.Activation) 
 			err = fmt.Errorf("internal error: %v", r)
 		}
 	}()
-	var act interpreter.Activation = vars
+	act := vars
 	if done := ctx.Done(); done != nil {
 		act = &interruptActivation{parent: vars, done: done}
 	}
