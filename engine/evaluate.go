@@ -82,6 +82,11 @@ func (p *CompiledPolicy) Matches(ctx context.Context, in *PodInput) (bool, error
 	if !p.MatchesSelectors(in) {
 		return false, nil
 	}
+	return p.matchConditions(ctx, in)
+}
+
+// matchConditions is Matches after the selectors matched.
+func (p *CompiledPolicy) matchConditions(ctx context.Context, in *PodInput) (bool, error) {
 	if err := p.Err(); err != nil {
 		return true, err
 	}

@@ -135,7 +135,7 @@ func (s *Snapshot) Match(ctx context.Context, in *PodInput) []Match {
 		if !p.MatchesSelectors(in) {
 			continue
 		}
-		ok, err := p.Matches(ctx, in)
+		ok, err := p.matchConditions(ctx, in)
 		if ok || err != nil {
 			out = append(out, Match{Policy: p, Err: err})
 		}
