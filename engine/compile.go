@@ -286,15 +286,6 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 		out.variableIndex[v.Name] = len(out.variables)
 		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg}, nodeScoped: c.refs.nodeScoped()})
 	}
-	if len(out.variables) < len(spec.Variables) {
-		// A failed variable would make expressions that use it fail at
-		// runtime; the policy is inactive anyway, so keep the index of the
-		// compiled ones only.
-		out.variableIndex = map[string]int{}
-		for i, v := range out.variables {
-			out.variableIndex[v.name] = i
-		}
-	}
 
 	// Conditions may read variables, so they compile after them.
 	if m := spec.Match; m != nil {

@@ -119,7 +119,7 @@ func (b *policyBuilder) Score(name, expression string, weight int32, n schedv1al
 // makePod, makeNode and makeNamespace build test objects.
 func makePod(namespace, name string, podLabels map[string]string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: podLabels, UID: "pod-" + "uid"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: podLabels, UID: ktypes.UID("uid-" + namespace + "-" + name)},
 		Spec: corev1.PodSpec{
 			SchedulerName: "celsched",
 			Containers: []corev1.Container{{
