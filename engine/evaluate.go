@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/common/types/traits"
 	"github.com/google/cel-go/interpreter"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
@@ -73,6 +77,35 @@ func (p *CompiledPolicy) MatchesSelectors(in *PodInput) bool {
 		return false
 	}
 	return true
+}
+
+// SelectsPod is MatchesSelectors for a policy that is not compiled, e.g.
+// an old version seen in an update event: it checks the scheduler names and
+// the label selectors of spec against a pod and its namespace (nil when
+// unknown). A selector that does not parse selects every pod, so that
+// callers deciding whether a policy is relevant err on the safe side.
+func SelectsPod(spec *schedv1alpha1.SchedulingPolicySpec, pod *corev1.Pod, ns *corev1.Namespace) bool {
+	if len(spec.SchedulerNames) > 0 && !slices.Contains(spec.SchedulerNames, pod.Spec.SchedulerName) {
+		return false
+	}
+	if spec.Match == nil {
+		return true
+	}
+	if !selects(spec.Match.PodSelector, pod.Labels) {
+		return false
+	}
+	if spec.Match.NamespaceSelector != nil && ns != nil && !selects(spec.Match.NamespaceSelector, ns.Labels) {
+		return false
+	}
+	return true
+}
+
+func selects(s *metav1.LabelSelector, set map[string]string) bool {
+	if s == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(s)
+	return err != nil || sel.Matches(labels.Set(set))
 }
 
 // Matches says whether the policy applies to the pod: the selectors, then

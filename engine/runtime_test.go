@@ -274,11 +274,30 @@ func TestRegistry(t *testing.T) {
 	if ca2 == ca || r.Snapshot().Get("b") != cb {
 		t.Error("updating a did not replace only a")
 	}
-	if !r.Delete("a") || r.Delete("a") {
+	// An older version of the same object does not replace a newer one.
+	if r.Upsert(a) != ca2 {
+		t.Error("an older resourceVersion replaced a newer one")
+	}
+	if r.Delete("a", "other-uid") {
+		t.Error("Delete removed a policy with another UID")
+	}
+	if !r.Delete("a", "") || r.Delete("a", "") {
 		t.Error("Delete did not report presence")
 	}
 	if r.Snapshot().Get("a") != nil || snap.Get("a") != ca {
 		t.Error("delete changed the wrong snapshot")
+	}
+	// A late event about the deleted object does not bring it back; a new
+	// object of the same name is added.
+	a3 := a2.DeepCopy()
+	a3.ResourceVersion = "3"
+	if r.Upsert(a3) != nil || r.Snapshot().Get("a") != nil {
+		t.Error("a deleted policy came back")
+	}
+	recreated := a3.DeepCopy()
+	recreated.UID = "uid-a-2"
+	if r.Upsert(recreated) == nil || r.Snapshot().Get("a").UID != "uid-a-2" {
+		t.Error("a re-created policy was not added")
 	}
 }
 
@@ -308,7 +327,7 @@ func TestRegistryConcurrent(t *testing.T) {
 		p.ResourceVersion = fmt.Sprint(i)
 		r.Upsert(p)
 		if i%3 == 0 {
-			r.Delete(fmt.Sprintf("p%d", (i+1)%5))
+			r.Delete(fmt.Sprintf("p%d", (i+1)%5), "")
 		}
 	}
 	close(done)

@@ -271,6 +271,17 @@ type ExpressionWarning struct {
 	Warning string `json:"warning"`
 }
 
+// Condition types and reasons of SchedulingPolicy status.
+const (
+	// ConditionReady is True when the policy compiled and is active.
+	ConditionReady = "Ready"
+	// ReasonCompiled is Ready's reason when every expression compiled.
+	ReasonCompiled = "Compiled"
+	// ReasonCompileError is Ready's reason when an expression did not
+	// compile; the message lists the field errors.
+	ReasonCompileError = "CompileError"
+)
+
 // SchedulingPolicyStatus is the observed state of a policy.
 type SchedulingPolicyStatus struct {
 	// observedGeneration is the metadata.generation the status describes.

@@ -1,0 +1,127 @@
+// Package filter is the kube-scheduler Filter plugin of celsched: PreFilter
+// matches the SchedulingPolicies against the pod once per cycle, Filter
+// evaluates their filters on each node.
+package filter
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "CELFilter"
+
+// Filter evaluates the filters of the SchedulingPolicies that match a pod.
+type Filter struct {
+	rt *celplugins.Runtime
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &Filter{}
+	_ fwk.FilterPlugin      = &Filter{}
+	_ fwk.EnqueueExtensions = &Filter{}
+)
+
+// New builds the plugin; use celplugins.Factory(rt, New) to register it.
+func New(_ context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*Filter, error) {
+	if err := rt.Attach(h); err != nil {
+		return nil, err
+	}
+	return &Filter{rt: rt}, nil
+}
+
+// Name implements fwk.Plugin.
+func (pl *Filter) Name() string { return Name }
+
+// PreFilter matches the policies and converts the pod once for the cycle.
+// Pods that no policy with filters matches skip Filter entirely.
+func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	c, err := pl.rt.Prepare(ctx, pod)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	state.Write(celplugins.StateKey, c)
+	if c.Rejection != "" {
+		// No node can help, and neither can preemption.
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, c.Rejection)
+	}
+	if len(c.Filters) == 0 {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin; the state does not
+// depend on other pods.
+func (pl *Filter) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter evaluates the matching policies' filters on one node. An enforced
+// rule that is false rejects the node; an Audit one is only logged.
+func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	c := celplugins.ReadCycle(state)
+	if c == nil {
+		return fwk.AsStatus(fmt.Errorf("reading %s: PreFilter did not run", celplugins.StateKey))
+	}
+	node := nodeInfo.Node()
+	in, err := pl.rt.Converter.Node(node, func() *engine.NodeInfo { return celplugins.NodeInfo(nodeInfo) })
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	logger := klog.FromContext(ctx)
+	for _, p := range c.Filters {
+		rej, err := p.Filter(ctx, c.Pod, in)
+		var msg string
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx)))
+		case err != nil && !p.FailClosed():
+			logger.V(4).Info("Ignoring a filter error (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "err", err)
+			continue
+		case err != nil:
+			msg = "node(s) rejected: " + celplugins.ErrorMessage(err)
+		case rej != nil:
+			msg = celplugins.RejectionMessage(rej)
+		default:
+			continue
+		}
+		if p.Audit() {
+			logger.V(2).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", msg)
+			continue
+		}
+		// Evicting pods cannot change a rule that does not read nodeInfo,
+		// so preemption is not tried for it.
+		code := fwk.UnschedulableAndUnresolvable
+		if p.UsesNodeInfo() {
+			code = fwk.Unschedulable
+		}
+		return fwk.NewStatus(code, msg)
+	}
+	return nil
+}
+
+// EventsToRegister implements fwk.EnqueueExtensions: a pod rejected by a
+// policy filter is retried when the policy changes, when a node may pass
+// now, when the pods on a node change (for nodeInfo rules), and when the
+// labels of the pod or its namespace change.
+func (pl *Filter) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		pl.rt.PolicyEvents(),
+		pl.rt.NamespaceEvents(),
+		{
+			Event:          fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeAllocatable | fwk.UpdateNodeAnnotation},
+			QueueingHintFn: pl.rt.NodeHint,
+		},
+		{
+			Event:          fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add | fwk.Delete | fwk.UpdatePodLabel | fwk.UpdatePodScaleDown},
+			QueueingHintFn: pl.rt.PodHint,
+		},
+	}, nil
+}

@@ -1,0 +1,224 @@
+package celplugins
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
+)
+
+// Event resources the plugins register beyond kube-scheduler's own. The
+// scheduler watches them with its dynamic informer (<plural>.<version>.<group>).
+const (
+	SchedulingPolicyResource fwk.EventResource = "schedulingpolicies.v1alpha1.scheduling.celsched.io"
+	NamespaceResource        fwk.EventResource = "namespaces.v1."
+)
+
+// PolicyEvents is the SchedulingPolicy event registration of a plugin
+// that rejects pods by policy: updates and deletions requeue the pods the
+// old or new version may apply to. Additions do not: a new policy only
+// adds rules, it cannot make a rejected pod schedulable.
+func (rt *Runtime) PolicyEvents() fwk.ClusterEventWithHint {
+	return fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: SchedulingPolicyResource, ActionType: fwk.Add | fwk.Update | fwk.Delete},
+		QueueingHintFn: rt.PolicyHint,
+	}
+}
+
+// NamespaceEvents requeues pods when their namespace's labels change.
+func (rt *Runtime) NamespaceEvents() fwk.ClusterEventWithHint {
+	return fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: NamespaceResource, ActionType: fwk.Update},
+		QueueingHintFn: rt.NamespaceHint,
+	}
+}
+
+// PodLabelEvents requeues a pod whose own labels changed (policies select
+// pods by label).
+func (rt *Runtime) PodLabelEvents() fwk.ClusterEventWithHint {
+	return fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodLabel},
+		QueueingHintFn: OwnLabelsHint,
+	}
+}
+
+// PolicyHint decides whether a SchedulingPolicy event may make a pod that
+// a policy rejected schedulable. Before deciding, it brings the registry up
+// to date with the event: the pod is retried at once, possibly before the
+// controller has compiled the new version, and must be evaluated against it.
+func (rt *Runtime) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldPolicy, err := policyOf(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newPolicy, err := policyOf(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	switch {
+	case newPolicy != nil:
+		rt.Registry.Upsert(newPolicy)
+	case oldPolicy != nil:
+		rt.Registry.Delete(oldPolicy.Name, oldPolicy.UID)
+	}
+
+	if oldPolicy == nil {
+		return fwk.QueueSkip, nil // added: only adds rules
+	}
+	if newPolicy != nil && newPolicy.Generation == oldPolicy.Generation {
+		return fwk.QueueSkip, nil // status or metadata only
+	}
+	ns, _ := rt.namespaces.get(pod.Namespace)
+	if engine.SelectsPod(&oldPolicy.Spec, pod, ns) || (newPolicy != nil && engine.SelectsPod(&newPolicy.Spec, pod, ns)) {
+		logger.V(5).Info("SchedulingPolicy changed, requeueing the pod", "pod", klog.KObj(pod), "policy", oldPolicy.Name)
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+// NamespaceHint requeues a pod when the labels of its namespace change; it
+// records the new version so that the retry sees the new labels.
+func (rt *Runtime) NamespaceHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldNs, err := convert[corev1.Namespace](oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newNs, err := convert[corev1.Namespace](newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if newNs == nil || newNs.Name != pod.Namespace {
+		return fwk.QueueSkip, nil
+	}
+	if oldNs != nil && maps.Equal(oldNs.Labels, newNs.Labels) {
+		return fwk.QueueSkip, nil
+	}
+	rt.namespaces.observe(newNs)
+	logger.V(5).Info("Namespace labels changed, requeueing the pod", "pod", klog.KObj(pod))
+	return fwk.Queue, nil
+}
+
+// OwnLabelsHint requeues a pod whose own labels changed.
+func OwnLabelsHint(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldPod, okOld := oldObj.(*corev1.Pod)
+	newPod, okNew := newObj.(*corev1.Pod)
+	if !okOld || !okNew {
+		return fwk.Queue, fmt.Errorf("pod update event with %T and %T", oldObj, newObj)
+	}
+	if newPod.UID != pod.UID || maps.Equal(oldPod.Labels, newPod.Labels) {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+// NodeHint decides whether a node event may make the pod schedulable for
+// the policies: a new node, or a node that passes the policies' filters now
+// and did not before. Filters that read nodeInfo cannot be judged outside a
+// scheduling cycle and always requeue.
+func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldNode, _ := oldObj.(*corev1.Node)
+	newNode, okNew := newObj.(*corev1.Node)
+	if !okNew {
+		return fwk.Queue, fmt.Errorf("node event without a new node: %T", newObj)
+	}
+	ctx := klog.NewContext(context.Background(), logger)
+	c, err := rt.Prepare(ctx, pod)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if c.Rejection != "" || !rt.mayPass(ctx, c, newNode) {
+		return fwk.QueueSkip, nil
+	}
+	if oldNode != nil && rt.mayPass(ctx, c, oldNode) {
+		return fwk.QueueSkip, nil // the policies did not reject this node before
+	}
+	logger.V(5).Info("Node may pass the policies now, requeueing the pod", "pod", klog.KObj(pod), "node", klog.KObj(newNode))
+	return fwk.Queue, nil
+}
+
+// mayPass says whether the enforced filters of a cycle may pass on a node.
+func (rt *Runtime) mayPass(ctx context.Context, c *Cycle, node *corev1.Node) bool {
+	in, err := rt.Converter.Node(node, nil)
+	if err != nil {
+		return true
+	}
+	for _, p := range c.Filters {
+		if p.Audit() {
+			continue
+		}
+		if p.UsesNodeInfo() {
+			return true
+		}
+		rej, err := p.Filter(ctx, c.Pod, in)
+		if (err != nil && p.FailClosed()) || rej != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// PodHint requeues a pod whose own labels changed, and a pod that a
+// filter reading nodeInfo (its pods, requested resources or pod count) may
+// admit now that a pod on some node was added, removed, relabelled or
+// scaled down.
+func (rt *Runtime) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	other, _ := newObj.(*corev1.Pod)
+	if other == nil {
+		other, _ = tombstoned[*corev1.Pod](oldObj)
+	}
+	if other == nil {
+		return fwk.Queue, fmt.Errorf("pod event without a pod: %T, %T", oldObj, newObj)
+	}
+	if other.UID == pod.UID {
+		if oldObj == nil || newObj == nil {
+			return fwk.QueueSkip, nil
+		}
+		return OwnLabelsHint(logger, pod, oldObj, newObj)
+	}
+	if other.Spec.NodeName == "" {
+		return fwk.QueueSkip, nil
+	}
+	c, err := rt.Prepare(klog.NewContext(context.Background(), logger), pod)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	for _, p := range c.Filters {
+		if !p.Audit() && p.UsesNodeInfo() {
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
+}
+
+// policyOf converts the object of a dynamic informer event; nil stays nil.
+func policyOf(obj any) (*schedv1alpha1.SchedulingPolicy, error) {
+	return convert[schedv1alpha1.SchedulingPolicy](obj)
+}
+
+// convert turns an event object, unstructured from the scheduler's dynamic
+// informer or already typed, into T.
+func convert[T any](obj any) (*T, error) {
+	obj, _ = tombstoned[any](obj)
+	switch o := obj.(type) {
+	case nil:
+		return nil, nil
+	case *T:
+		return o, nil
+	case *unstructured.Unstructured:
+		out := new(T)
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+			return nil, fmt.Errorf("converting %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+		return out, nil
+	default:
+		return nil, fmt.Errorf("unexpected event object %T", obj)
+	}
+}

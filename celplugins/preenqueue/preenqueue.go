@@ -1,0 +1,216 @@
+// Package preenqueue is the kube-scheduler PreEnqueue plugin of celsched:
+// a pod enters the scheduling queue only when the preEnqueue rules of every
+// SchedulingPolicy that matches it are true.
+package preenqueue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
+	"k8s.io/utils/lru"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "CELPreEnqueue"
+
+// ReasonSchedulingGated is the reason of the event and of the PodScheduled
+// condition of a pod held by a preEnqueue rule: like a pod with scheduling
+// gates, it is not in the scheduling queue.
+const ReasonSchedulingGated = corev1.PodReasonSchedulingGated
+
+// maxReported bounds how many held pods the plugin remembers having
+// reported, so that each hold is reported once and not on every retry.
+const maxReported = 10000
+
+// PreEnqueue holds pods whose matching policies' preEnqueue rules are not
+// all true. kube-scheduler says nothing about PreEnqueue rejections, so the
+// plugin reports each hold itself, in the background: an event on the pod
+// and its PodScheduled condition name the policy, the rule and its message.
+type PreEnqueue struct {
+	rt       *celplugins.Runtime
+	client   kubernetes.Interface
+	pods     corelisters.PodLister
+	recorder events.EventRecorder
+
+	queue    workqueue.TypedRateLimitingInterface[hold]
+	reported *lru.Cache // pod UID -> last reported message
+}
+
+var (
+	_ fwk.PreEnqueuePlugin  = &PreEnqueue{}
+	_ fwk.EnqueueExtensions = &PreEnqueue{}
+)
+
+// hold is a report to write: the pod and why it is held.
+type hold struct {
+	namespace, name string
+	uid             ktypes.UID
+	message         string
+}
+
+// New builds the plugin and starts its reporter, which stops with ctx; use
+// celplugins.Factory(rt, New) to register it.
+func New(ctx context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*PreEnqueue, error) {
+	if err := rt.Attach(h); err != nil {
+		return nil, err
+	}
+	pl := &PreEnqueue{
+		rt:       rt,
+		client:   h.ClientSet(),
+		pods:     h.SharedInformerFactory().Core().V1().Pods().Lister(),
+		recorder: h.EventRecorder(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[hold](),
+			workqueue.TypedRateLimitingQueueConfig[hold]{Name: "celsched-preenqueue-reports"}),
+		reported: lru.New(maxReported),
+	}
+	go pl.report(ctx)
+	return pl, nil
+}
+
+// Name implements fwk.Plugin.
+func (pl *PreEnqueue) Name() string { return Name }
+
+// PreEnqueue evaluates the preEnqueue rules of the matching policies. An
+// enforced rule that is false (or an error with failurePolicy Fail) holds
+// the pod; an Audit one is only logged.
+func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Status {
+	snapshot := pl.rt.Registry.Snapshot()
+	if !anyPreEnqueue(snapshot) {
+		return nil
+	}
+	in, err := pl.rt.PodInput(pod)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	logger := klog.FromContext(ctx)
+	for _, m := range snapshot.Match(ctx, in) {
+		p := m.Policy
+		if !p.HasPreEnqueue() {
+			continue // a broken policy without rules to hold is PreFilter's
+		}
+		err := m.Err
+		var rej *engine.Rejection
+		if err == nil {
+			rej, err = p.PreEnqueue(ctx, in)
+		}
+		var msg string
+		switch {
+		case err != nil && !p.FailClosed():
+			logger.V(4).Info("Ignoring a preEnqueue error (failurePolicy Ignore)", "pod", klog.KObj(pod), "err", err)
+			continue
+		case err != nil:
+			msg = "held: " + celplugins.ErrorMessage(err)
+		case rej != nil:
+			msg = celplugins.HoldMessage(rej)
+		default:
+			continue
+		}
+		if p.Audit() {
+			logger.V(2).Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", msg)
+			continue
+		}
+		pl.enqueueReport(pod, msg)
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	}
+	return nil
+}
+
+func anyPreEnqueue(s *engine.Snapshot) bool {
+	for _, p := range s.Policies() {
+		if p.HasPreEnqueue() {
+			return true
+		}
+	}
+	return false
+}
+
+// EventsToRegister implements fwk.EnqueueExtensions: a held pod is
+// re-evaluated when a policy that may apply to it changes, and when the
+// labels of the pod or its namespace change.
+func (pl *PreEnqueue) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		pl.rt.PolicyEvents(),
+		pl.rt.NamespaceEvents(),
+		pl.rt.PodLabelEvents(),
+	}, nil
+}
+
+// enqueueReport queues a report unless this hold of the pod was reported.
+func (pl *PreEnqueue) enqueueReport(pod *corev1.Pod, msg string) {
+	if last, ok := pl.reported.Get(pod.UID); ok && last == msg {
+		return
+	}
+	pl.reported.Add(pod.UID, msg)
+	pl.queue.Add(hold{namespace: pod.Namespace, name: pod.Name, uid: pod.UID, message: msg})
+}
+
+// report writes the queued reports until ctx is done.
+func (pl *PreEnqueue) report(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		pl.queue.ShutDown()
+	}()
+	logger := klog.FromContext(ctx).WithValues("plugin", Name)
+	for {
+		h, shutdown := pl.queue.Get()
+		if shutdown {
+			return
+		}
+		if err := pl.write(ctx, h); err != nil {
+			logger.V(2).Info("Reporting a held pod failed, retrying", "pod", klog.KRef(h.namespace, h.name), "err", err)
+			pl.queue.AddRateLimited(h)
+		} else {
+			pl.queue.Forget(h)
+		}
+		pl.queue.Done(h)
+	}
+}
+
+// write sets the pod's PodScheduled condition and records an event, unless
+// the pod is gone or was scheduled meanwhile. The update carries the pod's
+// resourceVersion, so a pod bound in between is never marked held.
+func (pl *PreEnqueue) write(ctx context.Context, h hold) error {
+	pod, err := pl.pods.Pods(h.namespace).Get(h.name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the pod: %w", err)
+	}
+	if pod.UID != h.uid || pod.Spec.NodeName != "" {
+		return nil
+	}
+	pod = pod.DeepCopy()
+	podutil.UpdatePodCondition(&pod.Status, &corev1.PodCondition{
+		Type:               corev1.PodScheduled,
+		Status:             corev1.ConditionFalse,
+		Reason:             ReasonSchedulingGated,
+		Message:            h.message,
+		LastTransitionTime: metav1.NewTime(time.Now()),
+	})
+	updated, err := pl.client.CoreV1().Pods(h.namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("updating the pod's status: %w", err)
+	}
+	pl.recorder.Eventf(updated, nil, corev1.EventTypeWarning, ReasonSchedulingGated, "PreEnqueue", h.message)
+	return nil
+}

@@ -1,0 +1,155 @@
+// Package celplugins holds what the CEL plugins of kube-scheduler share: the
+// Runtime (the engine's registry and converter, filled by the controller),
+// the per-cycle state, the rejection messages and the queueing hints. The
+// plugins themselves are thin adapters in celplugins/preenqueue,
+// celplugins/filter and celplugins/score; the logic is in engine.
+package celplugins
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/celsched/celsched/engine"
+)
+
+// Runtime is what the plugins share with each other and with the
+// controller: the registry of compiled policies and the converter that
+// caches node and namespace values. One Runtime serves every profile.
+type Runtime struct {
+	Registry  *engine.Registry
+	Converter *engine.Converter
+
+	once       sync.Once
+	namespaces *namespaces
+}
+
+// NewRuntime returns a runtime over a registry and a converter.
+func NewRuntime(registry *engine.Registry, converter *engine.Converter) *Runtime {
+	return &Runtime{Registry: registry, Converter: converter}
+}
+
+// Factory adapts a plugin constructor that needs the Runtime to
+// kube-scheduler's PluginFactory, for app.WithPlugin or an out-of-tree
+// registry.
+func Factory[T fwk.Plugin](rt *Runtime, newPlugin func(context.Context, runtime.Object, fwk.Handle, *Runtime) (T, error)) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		return newPlugin(ctx, obj, h, rt)
+	}
+}
+
+// Attach connects the runtime to a scheduler's informers, once for all
+// plugins and profiles: namespaces are read from the scheduler's namespace
+// informer, and nodes and namespaces that are deleted leave the converter's
+// caches.
+func (rt *Runtime) Attach(h fwk.Handle) error {
+	var err error
+	rt.once.Do(func() {
+		nsInformer := h.SharedInformerFactory().Core().V1().Namespaces()
+		rt.namespaces = &namespaces{lister: nsInformer.Lister(), seen: map[string]*corev1.Namespace{}}
+		if _, err = nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			DeleteFunc: func(obj any) {
+				if ns, ok := tombstoned[*corev1.Namespace](obj); ok {
+					rt.Converter.ForgetNamespace(ns.Name)
+					rt.namespaces.forget(ns.Name)
+				}
+			},
+		}); err != nil {
+			return
+		}
+		_, err = h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			DeleteFunc: func(obj any) {
+				if node, ok := tombstoned[*corev1.Node](obj); ok {
+					rt.Converter.ForgetNode(node.Name)
+				}
+			},
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("watching nodes and namespaces: %w", err)
+	}
+	return nil
+}
+
+// tombstoned returns the object of a delete event, which may come wrapped
+// in a DeletedFinalStateUnknown.
+func tombstoned[T any](obj any) (T, bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	v, ok := obj.(T)
+	return v, ok
+}
+
+// PodInput converts a pod and its namespace for the engine. A namespace
+// that is not known yet leaves the namespace unset: expressions that read
+// it fail and follow their policy's failurePolicy.
+func (rt *Runtime) PodInput(pod *corev1.Pod) (*engine.PodInput, error) {
+	ns, err := rt.namespaces.get(pod.Namespace)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+	}
+	return rt.Converter.Pod(pod, ns)
+}
+
+// namespaces is the scheduler's namespace lister, plus the namespace
+// versions that queueing hints saw before the lister did: a pod requeued
+// because its namespace's labels changed must be evaluated against the new
+// labels, although the scheduler's dynamic informer (which fires the hint)
+// and its typed informer (behind the lister) may deliver the change in
+// either order.
+type namespaces struct {
+	lister interface {
+		Get(name string) (*corev1.Namespace, error)
+	}
+	mu   sync.Mutex
+	seen map[string]*corev1.Namespace
+}
+
+func (n *namespaces) get(name string) (*corev1.Namespace, error) {
+	ns, err := n.lister.Get(name)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seen, ok := n.seen[name]
+	if !ok {
+		return ns, err
+	}
+	if err == nil && !newerVersion(seen, ns) {
+		delete(n.seen, name) // the lister caught up
+		return ns, nil
+	}
+	return seen, nil
+}
+
+// observe records a namespace version seen in an event.
+func (n *namespaces) observe(ns *corev1.Namespace) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if old, ok := n.seen[ns.Name]; !ok || newerVersion(ns, old) {
+		n.seen[ns.Name] = ns
+	}
+}
+
+func (n *namespaces) forget(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.seen, name)
+}
+
+// newerVersion says whether a is a later version of the same namespace
+// than b.
+func newerVersion(a, b *corev1.Namespace) bool {
+	if a.UID != b.UID {
+		return true
+	}
+	c, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
+	return err == nil && c > 0
+}

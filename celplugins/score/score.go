@@ -1,0 +1,221 @@
+// Package score is the kube-scheduler Score plugin of celsched: it ranks
+// nodes by the score rules of the SchedulingPolicies that match a pod.
+package score
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "CELScore"
+
+const stateKey fwk.StateKey = "celsched.io/score"
+
+// Score ranks nodes: each score rule's raw values are normalized across
+// the nodes to 0..100 (MinMax, MinMaxReverse or None), and a node's score
+// is the weighted mean of the normalized rule scores of all matching
+// enforced policies. The profile's plugin weight then weighs it against
+// the built-in score plugins.
+type Score struct {
+	rt *celplugins.Runtime
+}
+
+var (
+	_ fwk.PreScorePlugin = &Score{}
+	_ fwk.ScorePlugin    = &Score{}
+)
+
+// New builds the plugin; use celplugins.Factory(rt, New) to register it.
+func New(_ context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*Score, error) {
+	if err := rt.Attach(h); err != nil {
+		return nil, err
+	}
+	return &Score{rt: rt}, nil
+}
+
+// Name implements fwk.Plugin.
+func (pl *Score) Name() string { return Name }
+
+// scoreState holds the raw values of one cycle. Score writes the row of
+// its node only, so concurrent Score calls do not race.
+type scoreState struct {
+	cycle *celplugins.Cycle
+	rules []rule
+	index map[string]int // node name -> row
+	// raw[node][rule]; ok[node][policy] is false where the policy's
+	// evaluation failed and was ignored: its rules score 0 there.
+	raw [][]float64
+	ok  [][]bool
+}
+
+// rule is one score rule of a matching policy.
+type rule struct {
+	policy        int // index into cycle.Scores
+	name          string
+	weight        int32
+	normalization schedv1alpha1.ScoreNormalization
+	audit         bool
+}
+
+// Clone implements fwk.StateData. The state is only read after Score.
+func (s *scoreState) Clone() fwk.StateData { return s }
+
+// PreScore reads the policies matched in PreFilter (or matches them, when
+// the filter plugin is not enabled) and prepares the table of raw values.
+// Pods that no policy with scores matches skip Score.
+func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+	c := celplugins.ReadCycle(state)
+	if c == nil {
+		var err error
+		if c, err = pl.rt.Prepare(ctx, pod); err != nil {
+			return fwk.AsStatus(err)
+		}
+	}
+	if len(c.Scores) == 0 {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	s := &scoreState{cycle: c, index: make(map[string]int, len(nodes))}
+	for i, p := range c.Scores {
+		for _, r := range p.ScoreRules() {
+			s.rules = append(s.rules, rule{policy: i, name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Audit()})
+		}
+	}
+	for i, n := range nodes {
+		s.index[n.Node().Name] = i
+	}
+	s.raw = make([][]float64, len(nodes))
+	s.ok = make([][]bool, len(nodes))
+	state.Write(stateKey, s)
+	return nil
+}
+
+// Score evaluates the score rules on one node and keeps their raw values;
+// the node's score is computed in NormalizeScore, which sees all nodes.
+// An evaluation error scores the policy's rules 0 on the node with
+// failurePolicy Ignore, and fails the cycle with Fail.
+func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := readState(state)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node()
+	row, ok := s.index[node.Name]
+	if !ok {
+		return 0, fwk.AsStatus(fmt.Errorf("node %s was not in PreScore's list", node.Name))
+	}
+	in, err := pl.rt.Converter.Node(node, func() *engine.NodeInfo { return celplugins.NodeInfo(nodeInfo) })
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	raw := make([]float64, 0, len(s.rules))
+	evaluated := make([]bool, len(s.cycle.Scores))
+	for i, p := range s.cycle.Scores {
+		values, err := p.Score(ctx, s.cycle.Pod, in)
+		if err != nil {
+			if p.FailClosed() && !p.Audit() {
+				return 0, fwk.AsStatus(fmt.Errorf("%s", celplugins.ErrorMessage(err)))
+			}
+			klog.FromContext(ctx).V(4).Info("Scoring 0 after an error", "pod", klog.KObj(pod), "node", klog.KObj(node), "err", err)
+			values = make([]float64, len(p.ScoreRules()))
+		}
+		evaluated[i] = err == nil
+		raw = append(raw, values...)
+	}
+	s.raw[row], s.ok[row] = raw, evaluated
+	return 0, nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin.
+func (pl *Score) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore normalizes each rule across the nodes and combines the
+// enforced rules by weight. Audit rules are combined too, and the node they
+// would have preferred is logged, but they change no score.
+func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	s, err := readState(state)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	rows := make([]int, len(scores))
+	for i, ns := range scores {
+		row, ok := s.index[ns.Name]
+		if !ok || s.raw[row] == nil {
+			return fwk.AsStatus(fmt.Errorf("node %s was not scored", ns.Name))
+		}
+		rows[i] = row
+	}
+	enforced, audit := s.combine(rows, false), s.combine(rows, true)
+	for i := range scores {
+		scores[i].Score = 0
+		if enforced != nil {
+			scores[i].Score = enforced[i]
+		}
+	}
+	if audit != nil {
+		if logger := klog.FromContext(ctx).V(2); logger.Enabled() {
+			best := 0
+			for i, v := range audit {
+				if v > audit[best] {
+					best = i
+				}
+			}
+			logger.Info("Audit score rules would prefer a node", "pod", klog.KObj(pod), "node", scores[best].Name, "score", audit[best])
+		}
+	}
+	return nil
+}
+
+// combine returns the weighted mean of the normalized scores of the
+// enforced (or the Audit) rules for the nodes in rows, or nil when there
+// are none.
+func (s *scoreState) combine(rows []int, audit bool) []int64 {
+	var normalized [][]int64
+	var weights []int32
+	for r, rl := range s.rules {
+		if rl.audit != audit {
+			continue
+		}
+		// Nodes where the policy failed (and was ignored) take no part
+		// in the normalization and score 0.
+		var raw []float64
+		for _, row := range rows {
+			if s.ok[row][rl.policy] {
+				raw = append(raw, s.raw[row][r])
+			}
+		}
+		norm := engine.NormalizeScores(raw, rl.normalization)
+		full := make([]int64, len(rows))
+		j := 0
+		for i, row := range rows {
+			if s.ok[row][rl.policy] {
+				full[i] = norm[j]
+				j++
+			}
+		}
+		normalized = append(normalized, full)
+		weights = append(weights, rl.weight)
+	}
+	return engine.CombineScores(normalized, weights)
+}
+
+func readState(state fwk.CycleState) (*scoreState, error) {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", stateKey, err)
+	}
+	s, ok := data.(*scoreState)
+	if !ok {
+		return nil, fmt.Errorf("%s holds %T", stateKey, data)
+	}
+	return s, nil
+}

@@ -1,0 +1,291 @@
+// Package app builds the celsched manager: a controller-runtime manager
+// that compiles SchedulingPolicy objects into the engine's registry and
+// runs kube-scheduler, with the CEL plugins, as one of its runnables.
+package app
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	configscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/preenqueue"
+	"github.com/celsched/celsched/celplugins/score"
+	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/controllers"
+	"github.com/celsched/celsched/engine"
+)
+
+// SchedulerMetricsPath is where the metrics server serves kube-scheduler's
+// own metrics; controller-runtime's are at /metrics.
+const SchedulerMetricsPath = "/metrics/scheduler"
+
+// Options configure the manager.
+type Options struct {
+	// SchedulerConfig is a KubeSchedulerConfiguration file; empty means
+	// config/scheduler/scheduler-config.yaml, built into the binary.
+	SchedulerConfig string
+	// LeaderElection elects one replica to schedule and write status. One
+	// lease covers both; every replica keeps its registry and informers warm.
+	LeaderElection          bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	// MetricsBindAddress and HealthProbeBindAddress are the listen
+	// addresses of the metrics and probe servers; "0" disables them.
+	MetricsBindAddress     string
+	HealthProbeBindAddress string
+}
+
+// AddFlags registers the options as command-line flags.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.SchedulerConfig, "config", "", "KubeSchedulerConfiguration file (default: config/scheduler/scheduler-config.yaml, built in). Its clientConnection.kubeconfig and leaderElection are ignored: see --kubeconfig and --leader-elect.")
+	// On by default in a cluster, where replicas may run side by side.
+	_, inCluster := os.LookupEnv("KUBERNETES_SERVICE_HOST")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", inCluster, "Elect one replica to schedule and to write policy status (default true in a cluster).")
+	fs.StringVar(&o.LeaderElectionID, "leader-elect-id", "celsched", "Name of the leader election Lease.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the manager's namespace in a cluster).")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (/metrics, and kube-scheduler's at "+SchedulerMetricsPath+"); 0 disables it.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+}
+
+// Manager is the celsched manager. Start it with Start.
+type Manager struct {
+	ctrl.Manager
+	Registry  *engine.Registry
+	Scheduler *scheduler.Scheduler
+	// SchedulerNames are the profiles the scheduler serves.
+	SchedulerNames []string
+}
+
+// New builds the manager for the API server of cfg. ctx must be the context
+// the manager is started with: the scheduler's plugins live as long as it.
+func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
+	schedCfg, err := loadSchedulerConfig(o.SchedulerConfig)
+	if err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		Metrics: metricsserver.Options{
+			BindAddress:   o.MetricsBindAddress,
+			ExtraHandlers: map[string]http.Handler{SchedulerMetricsPath: legacyregistry.Handler()},
+		},
+		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	registry := engine.NewRegistry(engine.NewCompiler(env))
+	rt := celplugins.NewRuntime(registry, engine.NewConverter(env, engine.DefaultMaxCachedNodes))
+
+	if err := (&controllers.RegistryReconciler{Client: mgr.GetClient(), Registry: registry}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the registry controller: %w", err)
+	}
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Registry: registry}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the status controller: %w", err)
+	}
+
+	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, rt)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(runner.informers()); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(runner); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("scheduler-informers", runner.readyz); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(schedCfg.Profiles))
+	for i, p := range schedCfg.Profiles {
+		names[i] = p.SchedulerName
+	}
+	return &Manager{Manager: mgr, Registry: registry, Scheduler: runner.sched, SchedulerNames: names}, nil
+}
+
+// loadSchedulerConfig reads, defaults and validates a
+// KubeSchedulerConfiguration, the built-in one when file is empty.
+func loadSchedulerConfig(file string) (*schedulerconfig.KubeSchedulerConfiguration, error) {
+	data, source := defaultconfig.DefaultConfig, "the built-in scheduler configuration"
+	if file != "" {
+		var err error
+		if data, err = os.ReadFile(file); err != nil {
+			return nil, fmt.Errorf("reading the scheduler configuration: %w", err)
+		}
+		source = file
+	}
+	obj, gvk, err := configscheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", source, err)
+	}
+	cfg, ok := obj.(*schedulerconfig.KubeSchedulerConfiguration)
+	if !ok {
+		return nil, fmt.Errorf("%s is a %s, not a KubeSchedulerConfiguration", source, gvk)
+	}
+	cfg.APIVersion = gvk.GroupVersion().String()
+	if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return cfg, nil
+}
+
+// schedulerRunner runs kube-scheduler inside the manager: its informers on
+// every replica (so a new leader starts warm), its scheduling loop on the
+// leader only.
+type schedulerRunner struct {
+	sched       *scheduler.Scheduler
+	factory     informers.SharedInformerFactory
+	dynFactory  dynamicinformer.DynamicSharedInformerFactory
+	broadcaster events.EventBroadcasterAdapter
+
+	syncOnce sync.Once
+	synced   chan struct{}
+}
+
+func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedulerconfig.KubeSchedulerConfiguration, rt *celplugins.Runtime) (*schedulerRunner, error) {
+	// The connection settings of the scheduler configuration, as
+	// kube-scheduler applies them.
+	cfg = rest.CopyConfig(cfg)
+	cfg.ContentType = schedCfg.ClientConnection.ContentType
+	cfg.AcceptContentTypes = schedCfg.ClientConnection.AcceptContentTypes
+	cfg.QPS = schedCfg.ClientConnection.QPS
+	cfg.Burst = int(schedCfg.ClientConnection.Burst)
+	client, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, "celsched-scheduler"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the scheduler's client: %w", err)
+	}
+	dynClient, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the scheduler's dynamic client: %w", err)
+	}
+	r := &schedulerRunner{
+		factory:     scheduler.NewInformerFactory(client, 0),
+		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dynClient, 0),
+		broadcaster: events.NewEventBroadcasterAdapterWithContext(ctx, client),
+		synced:      make(chan struct{}),
+	}
+	registry := frameworkruntime.Registry{
+		preenqueue.Name: celplugins.Factory(rt, preenqueue.New),
+		filter.Name:     celplugins.Factory(rt, filter.New),
+		score.Name:      celplugins.Factory(rt, score.New),
+	}
+	r.sched, err = scheduler.New(ctx, client, r.factory, r.dynFactory, r.recorder,
+		scheduler.WithComponentConfigVersion(schedCfg.APIVersion),
+		scheduler.WithKubeConfig(cfg),
+		scheduler.WithProfiles(schedCfg.Profiles...),
+		scheduler.WithPercentageOfNodesToScore(schedCfg.PercentageOfNodesToScore),
+		scheduler.WithFrameworkOutOfTreeRegistry(registry),
+		scheduler.WithPodMaxBackoffSeconds(schedCfg.PodMaxBackoffSeconds),
+		scheduler.WithPodInitialBackoffSeconds(schedCfg.PodInitialBackoffSeconds),
+		scheduler.WithExtenders(schedCfg.Extenders...),
+		scheduler.WithParallelism(schedCfg.Parallelism),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("creating the scheduler: %w", err)
+	}
+	return r, nil
+}
+
+// recorder is the scheduler's event recorder factory, as kube-scheduler's.
+func (r *schedulerRunner) recorder(name string) events.EventRecorderLogger {
+	return r.broadcaster.NewRecorder(name)
+}
+
+// informers returns the runnable that starts the scheduler's informers on
+// every replica.
+func (r *schedulerRunner) informers() ctrlRunnable {
+	return ctrlRunnable{leader: false, start: func(ctx context.Context) error {
+		r.factory.Start(ctx.Done())
+		r.dynFactory.Start(ctx.Done())
+		r.factory.WaitForCacheSync(ctx.Done())
+		r.dynFactory.WaitForCacheSync(ctx.Done())
+		if err := r.sched.WaitForHandlersSync(ctx); err != nil {
+			return fmt.Errorf("waiting for the scheduler's event handlers: %w", err)
+		}
+		r.syncOnce.Do(func() { close(r.synced) })
+		<-ctx.Done()
+		r.factory.Shutdown()
+		return nil
+	}}
+}
+
+// Start runs the scheduling loop on the leader until ctx is done.
+func (r *schedulerRunner) Start(ctx context.Context) error {
+	select {
+	case <-r.synced:
+	case <-ctx.Done():
+		return nil
+	}
+	r.broadcaster.StartRecordingToSink(ctx.Done())
+	defer r.broadcaster.Shutdown()
+	klog.FromContext(ctx).Info("Starting the scheduler")
+	r.sched.Run(ctx)
+	return nil
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *schedulerRunner) NeedLeaderElection() bool { return true }
+
+// readyz is ready once the scheduler's informers and handlers synced.
+func (r *schedulerRunner) readyz(*http.Request) error {
+	select {
+	case <-r.synced:
+		return nil
+	default:
+		return fmt.Errorf("the scheduler's informers have not synced")
+	}
+}
+
+// ctrlRunnable is a manager runnable with a leader election choice.
+type ctrlRunnable struct {
+	leader bool
+	start  func(context.Context) error
+}
+
+func (c ctrlRunnable) Start(ctx context.Context) error { return c.start(ctx) }
+func (c ctrlRunnable) NeedLeaderElection() bool       { return c.leader }
