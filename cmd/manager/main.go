@@ -7,7 +7,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"os"
 
 	"k8s.io/component-base/version"
 	"k8s.io/klog/v2"

@@ -273,10 +273,8 @@ scores: [{name: spot, expression: "1", weight: 5}]`)
 	}
 	t.Cleanup(func() { deletePolicy(t, "update-target") })
 
-	var stored schedv1alpha1.SchedulingPolicy
-	if err := k8sClient.Get(ctx, client.ObjectKey{Name: "update-target"}, &stored); err != nil {
-		t.Fatal(err)
-	}
+	// Once the manager wrote the status, nothing else changes the object.
+	stored := *waitPolicyReady(t, "update-target", metav1.ConditionTrue)
 	update := stored.DeepCopy()
 	update.Spec.Scores[0].Weight = 1000
 	err := k8sClient.Update(ctx, update)

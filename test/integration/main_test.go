@@ -4,45 +4,44 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/manager/app"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // repoRoot is the repository root, relative to this package's directory.
 var repoRoot = filepath.Join("..", "..")
 
-// k8sClient talks to the envtest kube-apiserver.
-var k8sClient client.Client
+// k8sClient and clientset talk to the envtest kube-apiserver as its admin.
+var (
+	k8sClient client.Client
+	clientset kubernetes.Interface
+)
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the tests with `make test`, which builds kube-apiserver and etcd into bin/")
-		return 1
-	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(repoRoot, "config", "crd", "bases")},
-		ErrorIfCRDPathMissing: true,
-	}
-	// envtest runs no node lifecycle controller, so the not-ready taint that
-	// this admission plugin puts on new nodes would never be removed.
-	env.ControlPlane.GetAPIServer().Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
-
-	cfg, err := env.Start()
+	env, cfg, err := testenv.Start(filepath.Join(repoRoot, "config", "crd", "bases"))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "starting the envtest control plane: %v\n", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer func() {
@@ -65,5 +64,63 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "creating the client: %v\n", err)
 		return 1
 	}
+	clientset, err = kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "creating the clientset: %v\n", err)
+		return 1
+	}
+
+	// The manager runs in-process with the permissions of config/rbac: as
+	// its service account, so that every test also checks that the RBAC
+	// manifests grant what the scheduler and the controller use.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := applyRBAC(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "applying config/rbac: %v\n", err)
+		return 1
+	}
+	mgr, err := app.New(ctx, serviceAccountConfig(cfg), app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
+		return 1
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-stopped; err != nil {
+			fmt.Fprintf(os.Stderr, "the manager stopped with an error: %v\n", err)
+		}
+	}()
 	return m.Run()
+}
+
+// Identity of the manager: config/rbac/service_account.yaml.
+const (
+	managerNamespace      = "celsched-system"
+	managerServiceAccount = "celsched"
+)
+
+// serviceAccountConfig returns cfg impersonating the manager's service account.
+func serviceAccountConfig(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{
+		UserName: serviceaccount.MakeUsername(managerNamespace, managerServiceAccount),
+		Groups:   append(serviceaccount.MakeGroupNames(managerNamespace), user.AllAuthenticated),
+	}
+	return cfg
+}
+
+// applyRBAC creates the manager's namespace and the objects of config/rbac.
+func applyRBAC(ctx context.Context) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}
+	if err := k8sClient.Create(ctx, ns); err != nil {
+		return err
+	}
+	for _, obj := range rbacObjects() {
+		if err := k8sClient.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+		}
+	}
+	return nil
 }

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+)
+
+// rbacFiles are the objects of config/rbac/kustomization.yaml.
+var rbacFiles = []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "scheduler_role_binding.yaml", "leader_election_role.yaml"}
+
+// rbacObjects decodes config/rbac; it panics on a broken manifest, which
+// no test could run with.
+func rbacObjects() []client.Object {
+	var out []client.Object
+	for _, f := range rbacFiles {
+		data, err := os.ReadFile(filepath.Join(repoRoot, "config", "rbac", f))
+		if err != nil {
+			panic(err)
+		}
+		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
+			obj := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
+				panic(err)
+			}
+			if len(obj.Object) > 0 {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out
+}
+
+// TestManagerRBAC checks what the manager's service account may do. That
+// it can do what it needs is shown by every scheduling test, which runs the
+// manager as that account; this test checks that it can do no more.
+func TestManagerRBAC(t *testing.T) {
+	cases := map[string]struct {
+		attrs authorizationv1.ResourceAttributes
+		want  bool
+	}{
+		"bind pods":                       {authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Subresource: "binding", Namespace: "default"}, true},
+		"update pod status":               {authorizationv1.ResourceAttributes{Verb: "update", Resource: "pods", Subresource: "status", Namespace: "default"}, true},
+		"watch nodes":                     {authorizationv1.ResourceAttributes{Verb: "watch", Resource: "nodes"}, true},
+		"watch namespaces":                {authorizationv1.ResourceAttributes{Verb: "watch", Resource: "namespaces"}, true},
+		"watch policies":                  {authorizationv1.ResourceAttributes{Verb: "watch", Group: "scheduling.celsched.io", Resource: "schedulingpolicies"}, true},
+		"patch policy status":             {authorizationv1.ResourceAttributes{Verb: "patch", Group: "scheduling.celsched.io", Resource: "schedulingpolicies", Subresource: "status"}, true},
+		"update its lease":                {authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: managerNamespace, Name: "celsched"}, true},
+		"create events":                   {authorizationv1.ResourceAttributes{Verb: "create", Group: "events.k8s.io", Resource: "events", Namespace: "default"}, true},
+		"read secrets":                    {authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: managerNamespace}, false},
+		"list secrets":                    {authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets"}, false},
+		"change policies":                 {authorizationv1.ResourceAttributes{Verb: "update", Group: "scheduling.celsched.io", Resource: "schedulingpolicies"}, false},
+		"create policies":                 {authorizationv1.ResourceAttributes{Verb: "create", Group: "scheduling.celsched.io", Resource: "schedulingpolicies"}, false},
+		"delete policies":                 {authorizationv1.ResourceAttributes{Verb: "delete", Group: "scheduling.celsched.io", Resource: "schedulingpolicies"}, false},
+		"create pods":                     {authorizationv1.ResourceAttributes{Verb: "create", Resource: "pods", Namespace: "default"}, false},
+		"update nodes":                    {authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes"}, false},
+		"change namespaces":               {authorizationv1.ResourceAttributes{Verb: "update", Resource: "namespaces"}, false},
+		"edit cluster roles":              {authorizationv1.ResourceAttributes{Verb: "update", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, false},
+		"delete other namespaces' leases": {authorizationv1.ResourceAttributes{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"}, false},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:               serviceaccount.MakeUsername(managerNamespace, managerServiceAccount),
+				Groups:             serviceaccount.MakeGroupNames(managerNamespace),
+				ResourceAttributes: &tc.attrs,
+			}}
+			got, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), review, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status.Allowed != tc.want {
+				t.Errorf("allowed = %v, want %v (%s)", got.Status.Allowed, tc.want, got.Status.Reason)
+			}
+		})
+	}
+}

@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// The scheduling tests run one after another (policies and nodes are
+// cluster-wide); each creates its nodes, namespaces and policies and
+// deletes them when it ends.
+
+const (
+	reasonUnschedulable = corev1.PodReasonUnschedulable
+	reasonGated         = corev1.PodReasonSchedulingGated
+)
+
+func gpus(n string) corev1.ResourceList {
+	return corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(n)}
+}
+
+func TestSampleMLOnGPUNodes(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "gpu-1", labels: map[string]string{"nvidia.com/gpu.present": "true"}, extra: gpus("1")},
+		nodeSpec{name: "unlabelled-gpu", extra: gpus("4")},
+	)
+	applyPolicy(t, loadSample(t, "ml-on-gpu-nodes"))
+	ns := createNamespace(t, "ml", map[string]string{"team": "ml"})
+
+	// Held before the queue until the namespace is approved.
+	trainer := createPod(t, ns, "trainer", withLimit("nvidia.com/gpu", "1"))
+	msg := "held by SchedulingPolicy ml-on-gpu-nodes, rule namespace-approved: namespace is not approved for GPU workloads (label it gpu-approved=true)"
+	if got := waitPending(t, trainer, reasonGated, msg); got != msg {
+		t.Errorf("condition message %q, want %q", got, msg)
+	}
+	if got := events(t, trainer, reasonGated); !slices.Contains(got, msg) {
+		t.Errorf("events %q, want one with %q", got, msg)
+	}
+	// A pod without a GPU is not matched, and schedules anywhere.
+	createPod(t, ns, "no-gpu")
+
+	setNamespaceLabel(t, ns, "gpu-approved", "true")
+	expectNode(t, trainer, "gpu-1") // the filter keeps it off the unlabelled GPU node
+
+	// The only labelled GPU is taken: the filter and NodeResourcesFit
+	// both reject, each with its own reason.
+	second := createPod(t, ns, "second", withLimit("nvidia.com/gpu", "1"))
+	waitPending(t, second, reasonUnschedulable,
+		"0/2 nodes are available",
+		"1 node(s) rejected by SchedulingPolicy ml-on-gpu-nodes, rule gpu-node: node has no GPU",
+		"1 Insufficient nvidia.com/gpu")
+}
+
+func TestSampleBatchPrefersSpot(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "on-demand"},
+		nodeSpec{name: "spot", labels: map[string]string{"karpenter.sh/capacity-type": "spot"}},
+	)
+	applyPolicy(t, loadSample(t, "batch-prefers-spot"))
+	ns := createNamespace(t, "batch", nil)
+	for _, name := range []string{"job-1", "job-2", "job-3"} {
+		pod := createPod(t, ns, name, withLabels(map[string]string{"workload-class": "batch"}))
+		expectNode(t, pod, "spot")
+	}
+}
+
+func TestSamplePaymentsDedicatedPool(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "shared", cpu: "16"},
+		nodeSpec{name: "payments-1", labels: map[string]string{"celsched.io/pool": "payments"}},
+		nodeSpec{name: "batch-1", labels: map[string]string{"celsched.io/pool": "batch"}, cpu: "16"},
+	)
+	applyPolicy(t, loadSample(t, "payments-dedicated-pool"))
+	ns := createNamespace(t, "payments", map[string]string{"team": "payments"})
+	api := createPod(t, ns, "api")
+	expectNode(t, api, "payments-1")
+
+	pinned := createPod(t, ns, "pinned", onNode("batch-1"))
+	waitPending(t, pinned, reasonUnschedulable,
+		"1 node(s) rejected by SchedulingPolicy payments-dedicated-pool, rule payments-pool: node is in pool batch, payments runs only on pool payments",
+		"2 node(s) didn't match Pod's node affinity/selector")
+
+	// Deleting the policy requeues the pod it rejected.
+	deleteObject(t, loadSample(t, "payments-dedicated-pool"))
+	expectNode(t, pinned, "batch-1")
+}
+
+func TestSampleAvoidMaintenance(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "maint", cpu: "32",
+			labels:      map[string]string{"celsched.io/maintenance": "true"},
+			annotations: map[string]string{"celsched.io/maintenance-reason": "disk replacement"}},
+		nodeSpec{name: "healthy"},
+	)
+	applyPolicy(t, loadSample(t, "avoid-maintenance"))
+	ns := createNamespace(t, "web", nil)
+	expectNode(t, createPod(t, ns, "web-1"), "healthy")
+
+	pinned := createPod(t, ns, "pinned", onNode("maint"))
+	waitPending(t, pinned, reasonUnschedulable,
+		"1 node(s) rejected by SchedulingPolicy avoid-maintenance, rule not-in-maintenance: node is in maintenance: disk replacement")
+
+	// The maintenance ends: the node update requeues the pod.
+	node := &corev1.Node{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: "maint"}, node); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	delete(node.Labels, "celsched.io/maintenance")
+	if err := k8sClient.Patch(t.Context(), node, patch); err != nil {
+		t.Fatal(err)
+	}
+	expectNode(t, pinned, "maint")
+}
+
+func TestSampleZonePreference(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "zone-a-1", labels: map[string]string{corev1.LabelTopologyZone: "a"}},
+		nodeSpec{name: "zone-b-1", labels: map[string]string{corev1.LabelTopologyZone: "b"}},
+		nodeSpec{name: "zone-b-2", labels: map[string]string{corev1.LabelTopologyZone: "b"}},
+	)
+	applyPolicy(t, loadSample(t, "zone-preference"))
+	ns := createNamespace(t, "shop", map[string]string{"celsched.io/preferred-zone": "b"})
+	// Home zone first; within it, the app spreads over the nodes.
+	first := waitForNode(t, createPod(t, ns, "web-1", withLabels(map[string]string{"app": "web"})))
+	second := waitForNode(t, createPod(t, ns, "web-2", withLabels(map[string]string{"app": "web"})))
+	got := []string{first, second}
+	slices.Sort(got)
+	if want := []string{"zone-b-1", "zone-b-2"}; !slices.Equal(got, want) {
+		t.Errorf("pods on %v, want one on each of %v", got, want)
+	}
+}
+
+func TestSampleRequireCostCenter(t *testing.T) {
+	createNodes(t, nodeSpec{name: "node-1"})
+	applyPolicy(t, loadSample(t, "require-cost-center"))
+	ns := createNamespace(t, "sandbox", nil)
+	pod := createPod(t, ns, "test")
+	msg := "held by SchedulingPolicy require-cost-center, rule namespace-has-cost-center: namespace has no cost-center label"
+	waitPending(t, pod, reasonGated, msg)
+	start := time.Now()
+	setNamespaceLabel(t, ns, "cost-center", "cc-42")
+	expectNode(t, pod, "node-1")
+	t.Logf("namespace labelled -> held pod bound: %v", time.Since(start))
+}
+
+func TestSampleMemoryHeadroomAuditChangesNothing(t *testing.T) {
+	createNodes(t, nodeSpec{name: "busy", memory: "10Gi"}, nodeSpec{name: "idle", memory: "10Gi"})
+	applyPolicy(t, loadSample(t, "memory-headroom-audit"))
+	ns := createNamespace(t, "audit", map[string]string{"cost-center": "x"})
+	// 9Gi of 10Gi requested on busy: the audit rule is false there.
+	createPod(t, ns, "hog", boundTo("busy"), withRequests("100m", "9Gi"))
+	pod := createPod(t, ns, "pinned", onNode("busy"), withRequests("100m", "512Mi"))
+	expectNode(t, pod, "busy")
+}
+
+func TestPolicyUpdateRequeuesAndTakesEffect(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "red", labels: map[string]string{"color": "red"}},
+		nodeSpec{name: "blue", labels: map[string]string{"color": "blue"}},
+	)
+	p := applyPolicy(t, policy("only-red", schedv1alpha1.Rule{
+		Name: "color", Expression: "node.metadata.labels[?'color'].orValue('') == 'red'", Message: "only red nodes",
+	}))
+	ns := createNamespace(t, "colors", nil)
+	expectNode(t, createPod(t, ns, "first"), "red")
+	blueOnly := createPod(t, ns, "blue-only", onNode("blue"))
+	waitPending(t, blueOnly, reasonUnschedulable, "rejected by SchedulingPolicy only-red, rule color: only red nodes")
+
+	// The update requeues the rejected pod and applies to the next one.
+	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(p), p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Filters[0].Expression = "node.metadata.labels[?'color'].orValue('') == 'blue'"
+	p.Spec.Filters[0].Message = "only blue nodes"
+	if err := k8sClient.Update(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	updated := time.Now()
+	next := createPod(t, ns, "next")
+	expectNode(t, blueOnly, "blue")
+	t.Logf("policy update -> rejected pod bound: %v", time.Since(updated))
+	expectNode(t, next, "blue")
+	t.Logf("policy update -> next pod bound: %v", time.Since(updated))
+}
+
+func TestFailurePolicy(t *testing.T) {
+	createNodes(t, nodeSpec{name: "node-1"})
+	ns := createNamespace(t, "failures", nil)
+	// A runtime error: the label is missing on every node.
+	broken := schedv1alpha1.Rule{Name: "needs-rack", Expression: "node.metadata.labels['rack'] == 'r1'"}
+
+	t.Run("Fail rejects with the error", func(t *testing.T) {
+		applyPolicy(t, policy("runtime-error-fail", broken))
+		pod := createPod(t, ns, "fail")
+		waitPending(t, pod, reasonUnschedulable,
+			"1 node(s) rejected: SchedulingPolicy runtime-error-fail, rule needs-rack: spec.filters[0].expression: no such key: rack (failurePolicy Fail)")
+	})
+	t.Run("Ignore passes", func(t *testing.T) {
+		p := policy("runtime-error-ignore", broken)
+		p.Spec.FailurePolicy = schedv1alpha1.Ignore
+		applyPolicy(t, p)
+		expectNode(t, createPod(t, ns, "ignore"), "node-1")
+	})
+	t.Run("a compile error with Fail rejects the pod and is in the status", func(t *testing.T) {
+		p := policy("compile-error", schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"})
+		if err := k8sClient.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, p) })
+		got := waitPolicyReady(t, p.Name, "False")
+		c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady)
+		if c.Reason != schedv1alpha1.ReasonCompileError || !strings.Contains(c.Message, "spec.filters[0].expression") || !strings.Contains(c.Message, "undefined field 'lables'") {
+			t.Errorf("Ready condition %+v, want CompileError naming spec.filters[0].expression and the field", c)
+		}
+		pod := createPod(t, ns, "compile-error")
+		waitPending(t, pod, reasonUnschedulable,
+			"SchedulingPolicy compile-error does not compile (failurePolicy Fail): spec.filters[0].expression:", "undefined field 'lables'")
+	})
+	t.Run("Audit changes nothing even when it fails closed", func(t *testing.T) {
+		p := policy("runtime-error-audit", broken)
+		p.Spec.Enforcement = schedv1alpha1.Audit
+		applyPolicy(t, p)
+		expectNode(t, createPod(t, ns, "audit"), "node-1")
+	})
+}
+
+func TestBuiltinPluginsStillApply(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "small", cpu: "2"},
+		nodeSpec{name: "tainted", cpu: "64", taints: []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}},
+	)
+	applyPolicy(t, policy("allow-all", schedv1alpha1.Rule{Name: "yes", Expression: "true"}))
+	ns := createNamespace(t, "builtins", nil)
+
+	big := createPod(t, ns, "big", withRequests("8", "1Gi"))
+	waitPending(t, big, reasonUnschedulable, "0/2 nodes are available", "1 Insufficient cpu", "1 node(s) had untolerated taint")
+
+	other := createPod(t, ns, "other-scheduler", withScheduler("default-scheduler"))
+	expectNode(t, createPod(t, ns, "fits"), "small")
+	// Scheduled after `other` was created: had celsched picked it up, it
+	// would be bound or have a condition by now.
+	got := &corev1.Pod{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(other), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Spec.NodeName != "" || podCondition(got) != nil {
+		t.Errorf("a pod of another scheduler was touched: node %q, condition %s", got.Spec.NodeName, scheduledCondition(got))
+	}
+}
