@@ -134,7 +134,13 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if c.Rejection != "" || !rt.mayPass(ctx, c, newNode) {
+	if c.Rejection != "" {
+		return fwk.QueueSkip, nil
+	}
+	if usesNodeInfo(c) {
+		return fwk.Queue, nil // e.g. allocatable changed
+	}
+	if !rt.mayPass(ctx, c, newNode) {
 		return fwk.QueueSkip, nil
 	}
 	if oldNode != nil && rt.mayPass(ctx, c, oldNode) {
@@ -144,7 +150,18 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	return fwk.Queue, nil
 }
 
-// mayPass says whether the enforced filters of a cycle may pass on a node.
+// usesNodeInfo says whether an enforced filter of the cycle reads nodeInfo.
+func usesNodeInfo(c *Cycle) bool {
+	for _, p := range c.Filters {
+		if !p.Audit() && p.UsesNodeInfo() {
+			return true
+		}
+	}
+	return false
+}
+
+// mayPass says whether the enforced filters of a cycle, none of which reads
+// nodeInfo, pass on a node.
 func (rt *Runtime) mayPass(ctx context.Context, c *Cycle, node *corev1.Node) bool {
 	in, err := rt.Converter.Node(node, nil)
 	if err != nil {
@@ -153,9 +170,6 @@ func (rt *Runtime) mayPass(ctx context.Context, c *Cycle, node *corev1.Node) boo
 	for _, p := range c.Filters {
 		if p.Audit() {
 			continue
-		}
-		if p.UsesNodeInfo() {
-			return true
 		}
 		rej, err := p.Filter(ctx, c.Pod, in)
 		if (err != nil && p.FailClosed()) || rej != nil {
@@ -190,10 +204,8 @@ func (rt *Runtime) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if err != nil {
 		return fwk.Queue, err
 	}
-	for _, p := range c.Filters {
-		if !p.Audit() && p.UsesNodeInfo() {
-			return fwk.Queue, nil
-		}
+	if usesNodeInfo(c) {
+		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
 }

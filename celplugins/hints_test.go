@@ -1,0 +1,305 @@
+package celplugins
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
+)
+
+// newTestRuntime returns a runtime whose namespace lister holds namespaces.
+func newTestRuntime(t *testing.T, namespaceList ...*corev1.Namespace) *Runtime {
+	t.Helper()
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, ns := range namespaceList {
+		if err := indexer.Add(ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := NewRuntime(engine.NewRegistry(engine.NewCompiler(env)), engine.NewConverter(env, 0))
+	rt.namespaces = &namespaces{lister: corelisters.NewNamespaceLister(indexer), seen: map[string]*corev1.Namespace{}}
+	return rt
+}
+
+func namespace(name, rv string, labels map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("ns-" + name), ResourceVersion: rv, Labels: labels}}
+}
+
+func pod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: ktypes.UID("pod-" + name), Labels: labels},
+		Spec:       corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{{Name: "c"}}},
+	}
+}
+
+func node(name, rv string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("node-" + name), ResourceVersion: rv, Labels: labels}}
+}
+
+// testPolicy is an enforced policy with one filter for namespaces labelled
+// team=<team> (any namespace when team is empty).
+func testPolicy(name, rv, team, filter string, generation int64) *schedv1alpha1.SchedulingPolicy {
+	p := &schedv1alpha1.SchedulingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("policy-" + name), ResourceVersion: rv, Generation: generation},
+		Spec: schedv1alpha1.SchedulingPolicySpec{
+			Enforcement:   schedv1alpha1.Enforce,
+			FailurePolicy: schedv1alpha1.Fail,
+			Filters:       []schedv1alpha1.Rule{{Name: "f", Expression: filter}},
+		},
+	}
+	if team != "" {
+		p.Spec.Match = &schedv1alpha1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}
+	}
+	return p
+}
+
+func unstructuredOf(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func TestPolicyHint(t *testing.T) {
+	ml := namespace("ml", "10", map[string]string{"team": "ml"})
+	p := pod("ml", "trainer", nil)
+	v1 := testPolicy("gpu", "5", "ml", "false", 1)
+	v1status := testPolicy("gpu", "6", "ml", "false", 1) // status write: same generation
+	v2 := testPolicy("gpu", "7", "ml", "true", 2)
+	other := testPolicy("web", "5", "web", "false", 1)
+	otherV2 := testPolicy("web", "7", "web", "true", 2)
+
+	cases := map[string]struct {
+		oldObj, newObj runtime.Object
+		want           fwk.QueueingHint
+		wantRegistry   string // the registered version of the policy, "" for none
+	}{
+		"added: adds rules only":                  {newObj: v1, want: fwk.QueueSkip, wantRegistry: "5"},
+		"status update":                           {oldObj: v1, newObj: v1status, want: fwk.QueueSkip, wantRegistry: "6"},
+		"spec update of a policy for the pod":     {oldObj: v1, newObj: v2, want: fwk.Queue, wantRegistry: "7"},
+		"spec update of another team's policy":    {oldObj: other, newObj: otherV2, want: fwk.QueueSkip},
+		"deletion of a policy for the pod":        {oldObj: v1, want: fwk.Queue},
+		"deletion of another team's policy":       {oldObj: other, want: fwk.QueueSkip},
+		"unstructured, as the dynamic informer":   {oldObj: unstructuredOf(t, v1), newObj: unstructuredOf(t, v2), want: fwk.Queue, wantRegistry: "7"},
+		"deletion with a tombstone":               {oldObj: nil, newObj: nil, want: fwk.QueueSkip},
+		"a selector change that now selects pods": {oldObj: testPolicy("gpu", "5", "web", "false", 1), newObj: testPolicy("gpu", "7", "ml", "false", 2), want: fwk.Queue, wantRegistry: "7"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := newTestRuntime(t, ml)
+			var oldObj, newObj any
+			if tc.oldObj != nil {
+				oldObj = tc.oldObj
+				if name == "deletion of a policy for the pod" {
+					rt.Registry.Upsert(v1)
+					oldObj = cache.DeletedFinalStateUnknown{Key: "gpu", Obj: v1}
+				}
+			}
+			if tc.newObj != nil {
+				newObj = tc.newObj
+			}
+			got, err := rt.PolicyHint(klog.Background(), p, oldObj, newObj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint %v, want %v", got, tc.want)
+			}
+			if tc.wantRegistry == "" {
+				if cp := rt.Registry.Snapshot().Get("gpu"); cp != nil {
+					t.Errorf("registry holds gpu at %s, want none", cp.ResourceVersion)
+				}
+				return
+			}
+			if cp := rt.Registry.Snapshot().Get("gpu"); cp == nil || cp.ResourceVersion != tc.wantRegistry {
+				t.Errorf("registry holds %+v, want gpu at resourceVersion %s", cp, tc.wantRegistry)
+			}
+		})
+	}
+}
+
+func TestPolicyHintUpdatesRegistryBeforeTheRetry(t *testing.T) {
+	rt := newTestRuntime(t, namespace("ml", "10", map[string]string{"team": "ml"}))
+	rt.Registry.Upsert(testPolicy("gpu", "5", "ml", "false", 1))
+	if _, err := rt.PolicyHint(klog.Background(), pod("ml", "p", nil), testPolicy("gpu", "5", "ml", "false", 1), testPolicy("gpu", "7", "ml", "true", 2)); err != nil {
+		t.Fatal(err)
+	}
+	// A late event of the old version (the controller's cache) changes nothing.
+	rt.Registry.Upsert(testPolicy("gpu", "5", "ml", "false", 1))
+	if got := rt.Registry.Snapshot().Get("gpu").ResourceVersion; got != "7" {
+		t.Errorf("registry at resourceVersion %s, want 7", got)
+	}
+}
+
+func TestNamespaceHint(t *testing.T) {
+	old := namespace("ml", "10", map[string]string{"team": "ml"})
+	approved := namespace("ml", "11", map[string]string{"team": "ml", "gpu-approved": "true"})
+	annotated := old.DeepCopy()
+	annotated.ResourceVersion = "11"
+	annotated.Annotations = map[string]string{"a": "b"}
+	cases := map[string]struct {
+		oldObj, newObj *corev1.Namespace
+		pod            *corev1.Pod
+		want           fwk.QueueingHint
+	}{
+		"labels of the pod's namespace changed": {oldObj: old, newObj: approved, pod: pod("ml", "p", nil), want: fwk.Queue},
+		"annotations only":                      {oldObj: old, newObj: annotated, pod: pod("ml", "p", nil), want: fwk.QueueSkip},
+		"another namespace":                     {oldObj: old, newObj: approved, pod: pod("web", "p", nil), want: fwk.QueueSkip},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := newTestRuntime(t, old) // the lister has not seen the update yet
+			got, err := rt.NamespaceHint(klog.Background(), tc.pod, unstructuredOf(t, tc.oldObj), unstructuredOf(t, tc.newObj))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint %v, want %v", got, tc.want)
+			}
+		})
+	}
+
+	// The retry reads the labels the hint saw, although the lister lags.
+	rt := newTestRuntime(t, old)
+	if _, err := rt.NamespaceHint(klog.Background(), pod("ml", "p", nil), old, approved); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := rt.namespaces.get("ml")
+	if err != nil || ns.Labels["gpu-approved"] != "true" {
+		t.Errorf("namespace after the hint: %+v, %v; want the approved version", ns, err)
+	}
+}
+
+func TestOwnLabelsHint(t *testing.T) {
+	p := pod("ml", "p", map[string]string{"app": "a"})
+	relabelled := pod("ml", "p", map[string]string{"app": "b"})
+	other := pod("ml", "q", map[string]string{"app": "b"})
+	cases := map[string]struct {
+		oldObj, newObj *corev1.Pod
+		want           fwk.QueueingHint
+	}{
+		"own labels changed":  {p, relabelled, fwk.Queue},
+		"own labels the same": {p, p.DeepCopy(), fwk.QueueSkip},
+		"another pod":         {pod("ml", "q", nil), other, fwk.QueueSkip},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := OwnLabelsHint(klog.Background(), p, tc.oldObj, tc.newObj)
+			if err != nil || got != tc.want {
+				t.Errorf("hint %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeHint(t *testing.T) {
+	red := node("n1", "2", map[string]string{"color": "red"})
+	blue := node("n1", "1", map[string]string{"color": "blue"})
+	redAnnotated := red.DeepCopy()
+	redAnnotated.ResourceVersion = "3"
+	redAnnotated.Annotations = map[string]string{"a": "b"}
+	p := pod("web", "p", nil)
+	cases := map[string]struct {
+		filter         string
+		oldObj, newObj *corev1.Node
+		want           fwk.QueueingHint
+	}{
+		"new node passes":              {filter: "node.metadata.labels['color'] == 'red'", newObj: red, want: fwk.Queue},
+		"new node fails":               {filter: "node.metadata.labels['color'] == 'red'", newObj: blue, want: fwk.QueueSkip},
+		"update makes the node pass":   {filter: "node.metadata.labels['color'] == 'red'", oldObj: blue, newObj: red, want: fwk.Queue},
+		"update makes the node fail":   {filter: "node.metadata.labels['color'] == 'red'", oldObj: red, newObj: blue, want: fwk.QueueSkip},
+		"passed before, passes now":    {filter: "node.metadata.labels['color'] == 'red'", oldObj: red, newObj: redAnnotated, want: fwk.QueueSkip},
+		"error with Fail is rejection": {filter: "node.metadata.labels['missing'] == 'x'", oldObj: blue, newObj: red, want: fwk.QueueSkip},
+		"nodeInfo cannot be judged":    {filter: "nodeInfo.podCount < 2", oldObj: red, newObj: redAnnotated, want: fwk.Queue},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := newTestRuntime(t, namespace("web", "1", nil))
+			rt.Registry.Upsert(testPolicy("colors", "1", "", tc.filter, 1))
+			var oldObj any
+			if tc.oldObj != nil {
+				oldObj = tc.oldObj
+			}
+			got, err := rt.NodeHint(klog.Background(), p, oldObj, tc.newObj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPodHint(t *testing.T) {
+	p := pod("web", "p", map[string]string{"app": "a"})
+	assigned := pod("web", "running", nil)
+	assigned.Spec.NodeName = "n1"
+	unassigned := pod("web", "pending", nil)
+	relabelled := p.DeepCopy()
+	relabelled.Labels = map[string]string{"app": "b"}
+	cases := map[string]struct {
+		filter         string
+		oldObj, newObj any
+		want           fwk.QueueingHint
+	}{
+		"assigned pod deleted, nodeInfo rule":    {filter: "nodeInfo.podCount < 2", oldObj: assigned, want: fwk.Queue},
+		"assigned pod deleted, tombstone":        {filter: "nodeInfo.podCount < 2", oldObj: cache.DeletedFinalStateUnknown{Obj: assigned}, want: fwk.Queue},
+		"assigned pod added, nodeInfo rule":      {filter: "nodeInfo.podCount < 2", newObj: assigned, want: fwk.Queue},
+		"assigned pod deleted, no nodeInfo rule": {filter: "node.metadata.name == 'n1'", oldObj: assigned, want: fwk.QueueSkip},
+		"unassigned pod deleted":                 {filter: "nodeInfo.podCount < 2", oldObj: unassigned, want: fwk.QueueSkip},
+		"the pod's own labels changed":           {filter: "true", oldObj: p, newObj: relabelled, want: fwk.Queue},
+		"the pod's own update, labels unchanged": {filter: "true", oldObj: p, newObj: p.DeepCopy(), want: fwk.QueueSkip},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := newTestRuntime(t, namespace("web", "1", nil))
+			rt.Registry.Upsert(testPolicy("rules", "1", "", tc.filter, 1))
+			got, err := rt.PodHint(klog.Background(), p, tc.oldObj, tc.newObj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMessages(t *testing.T) {
+	rej := &engine.Rejection{Policy: "p", Rule: "r", Message: "first line\nsecond line"}
+	if got, want := RejectionMessage(rej), "node(s) rejected by SchedulingPolicy p, rule r: first line"; got != want {
+		t.Errorf("RejectionMessage = %q, want %q", got, want)
+	}
+	if got, want := HoldMessage(rej), "held by SchedulingPolicy p, rule r: first line"; got != want {
+		t.Errorf("HoldMessage = %q, want %q", got, want)
+	}
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := testPolicy("broken", "1", "", "node.metadata.lables == {}", 1)
+	broken.Spec.Filters = append(broken.Spec.Filters, schedv1alpha1.Rule{Name: "g", Expression: "1"})
+	compiled := engine.NewCompiler(env).Compile(broken, engine.CompileOptions{})
+	want := "SchedulingPolicy broken does not compile (failurePolicy Fail): spec.filters[0].expression: compilation failed: ERROR: <input>:1:14: undefined field 'lables' (and 1 more, see the policy's Ready condition)"
+	if got := ErrorMessage(compiled.Err()); got != want {
+		t.Errorf("ErrorMessage =\n%q, want\n%q", got, want)
+	}
+}
+

@@ -1,0 +1,40 @@
+package score
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+func TestCombine(t *testing.T) {
+	// Policy 0 has two rules (spot: None, weight 3; pods: MinMaxReverse,
+	// weight 1); policy 1 (Audit) one rule. Policy 0 failed on node 2
+	// (failurePolicy Ignore).
+	s := &scoreState{
+		cycle: &celplugins.Cycle{Scores: make([]*engine.CompiledPolicy, 2)},
+		rules: []rule{
+			{policy: 0, weight: 3, normalization: schedv1alpha1.None},
+			{policy: 0, weight: 1, normalization: schedv1alpha1.MinMaxReverse},
+			{policy: 1, weight: 1, normalization: schedv1alpha1.MinMax, audit: true},
+		},
+		raw: [][]float64{{100, 4, 1}, {0, 2, 9}, {0, 0, 5}},
+		ok:  [][]bool{{true, true}, {true, true}, {false, true}},
+	}
+	rows := []int{0, 1, 2}
+	// Node 0: (100*3 + 0*1)/4 = 75; node 1: (0*3 + 100*1)/4 = 25;
+	// node 2: failed, 0.
+	if diff := cmp.Diff([]int64{75, 25, 0}, s.combine(rows, false)); diff != "" {
+		t.Errorf("enforced (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{0, 100, 50}, s.combine(rows, true)); diff != "" {
+		t.Errorf("audit (-want +got):\n%s", diff)
+	}
+	s.rules = s.rules[2:]
+	if got := s.combine(rows, false); got != nil {
+		t.Errorf("no enforced rules: %v, want nil", got)
+	}
+}
