@@ -40,6 +40,17 @@ help: ## Show this help.
 
 ##@ Development
 
+.PHONY: run
+run: ## Run the manager on a local control plane with sample nodes, policies and pods (or against $$KUBECONFIG / KUBECONFIG=...).
+	@if [ -n "$(KUBECONFIG)" ]; then \
+		echo "make run: KUBECONFIG is set: running the celsched manager against $(KUBECONFIG)"; \
+		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager; \
+		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081; \
+	fi; \
+	assets=$$(hack/envtest-assets.sh); \
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched-local ./hack/local; \
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" exec $(BIN)/celsched-local
+
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests in config/.
 	$(CONTROLLER_GEN) crd rbac:roleName=celsched-manager paths="./api/..." paths="./controllers/..." \

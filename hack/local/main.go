@@ -1,0 +1,427 @@
+// Command local is `make run`: it starts a local control plane (the
+// kube-apiserver and etcd of the tests), installs the CRD, creates simulated
+// nodes and namespaces, applies the sample policies, runs the celsched
+// manager against it, creates sample pods and prints where each landed or
+// why it is pending. It then keeps running, so that more policies and pods
+// can be applied with kubectl, until Ctrl-C.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/manager/app"
+	"github.com/celsched/celsched/test/testenv"
+)
+
+func main() {
+	workDir := flag.String("dir", filepath.Join("bin", "local"), "Directory for the kubeconfig and the manager's log.")
+	samples := flag.String("samples", filepath.Join("config", "samples"), "Directory of the SchedulingPolicies to apply.")
+	klog.InitFlags(nil)
+	flag.Parse()
+	if err := run(*workDir, *samples); err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(1)
+	}
+}
+
+func run(workDir, samplesDir string) error {
+	if err := os.MkdirAll(workDir, 0o755); err != nil {
+		return err
+	}
+	logFile := filepath.Join(workDir, "manager.log")
+	// The manager and the scheduler log to a file; the terminal shows the placements.
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "log_file": logFile, "one_output": "true"} {
+		if err := flag.Set(k, v); err != nil {
+			return err
+		}
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	defer klog.Flush()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	fmt.Println("Starting a local control plane (kube-apiserver and etcd)...")
+	env, cfg, err := testenv.Start(filepath.Join("config", "crd", "bases"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("Stopping the control plane.")
+		if err := env.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
+		}
+	}()
+	kubeconfig, err := writeKubeconfig(env, cfg, workDir)
+	if err != nil {
+		return err
+	}
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme()})
+	if err != nil {
+		return err
+	}
+	if err := createCluster(ctx, c); err != nil {
+		return err
+	}
+	policies, err := applySamples(ctx, c, samplesDir)
+	if err != nil {
+		return err
+	}
+
+	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
+	defer cancelMgr()
+	mgr, err := app.New(mgrCtx, cfg, app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"})
+	if err != nil {
+		return err
+	}
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(mgrCtx) }()
+	fmt.Printf("Started the celsched manager (scheduler %v); its log is %s\n", mgr.SchedulerNames, logFile)
+
+	if err := waitReady(ctx, c, policies); err != nil {
+		return err
+	}
+	pods, err := createPods(ctx, c)
+	if err != nil {
+		return err
+	}
+	if err := waitSettled(ctx, c, pods); err != nil {
+		return err
+	}
+	if err := printTable(ctx, c, pods); err != nil {
+		return err
+	}
+
+	fmt.Printf(`
+The cluster keeps running. Try, in another terminal:
+  kubectl --kubeconfig %[1]s get schedpol
+  kubectl --kubeconfig %[1]s label namespace research gpu-approved=true   # releases research/notebook
+  kubectl --kubeconfig %[1]s apply -f config/samples/...                   # or your own policy
+  kubectl --kubeconfig %[1]s describe pod -n sandbox scratch
+New placements are printed below. Ctrl-C stops everything.
+
+`, kubeconfig)
+	if err := watchPlacements(ctx, cfg); err != nil {
+		return err
+	}
+	cancelMgr()
+	if err := <-mgrDone; err != nil {
+		return err
+	}
+	return nil
+}
+
+func scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(schedv1alpha1.AddToScheme(s))
+	return s
+}
+
+// writeKubeconfig writes an admin kubeconfig for kubectl.
+func writeKubeconfig(env *envtest.Environment, cfg *rest.Config, dir string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
+	if err != nil {
+		return "", fmt.Errorf("creating the admin user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// node is a simulated node.
+type node struct {
+	name, zone string
+	labels     map[string]string
+	taints     []corev1.Taint
+	gpus       string
+}
+
+var nodes = []node{
+	{name: "node-a1", zone: "zone-a"},
+	{name: "node-a2", zone: "zone-a", labels: map[string]string{"karpenter.sh/capacity-type": "spot"}},
+	{name: "node-b1", zone: "zone-b", gpus: "4", labels: map[string]string{"nvidia.com/gpu.present": "true"},
+		taints: []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}},
+	{name: "node-b2", zone: "zone-b", labels: map[string]string{"celsched.io/pool": "payments"}},
+	{name: "node-b3", zone: "zone-b"},
+	{name: "node-c1", zone: "zone-c", labels: map[string]string{"celsched.io/maintenance": "true"}},
+}
+
+// namespaces of the sample workloads and their labels.
+var namespaces = map[string]map[string]string{
+	"ml":       {"team": "ml", "gpu-approved": "true", "cost-center": "research"},
+	"research": {"team": "ml", "cost-center": "research"},
+	"payments": {"team": "payments", "cost-center": "finance"},
+	"shop":     {"celsched.io/preferred-zone": "zone-b", "cost-center": "retail"},
+	"batch":    {"cost-center": "data"},
+	"sandbox":  {},
+}
+
+func createCluster(ctx context.Context, c client.Client) error {
+	for _, n := range nodes {
+		labels := map[string]string{corev1.LabelHostname: n.name, corev1.LabelTopologyZone: n.zone, corev1.LabelOSStable: "linux"}
+		for k, v := range n.labels {
+			labels[k] = v
+		}
+		obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels}, Spec: corev1.NodeSpec{Taints: n.taints}}
+		if n.labels["celsched.io/maintenance"] != "" {
+			obj.Annotations = map[string]string{"celsched.io/maintenance-reason": "kernel upgrade"}
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating node %s: %w", n.name, err)
+		}
+		capacity := corev1.ResourceList{
+			corev1.ResourceCPU:              resource.MustParse("8"),
+			corev1.ResourceMemory:           resource.MustParse("32Gi"),
+			corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+			corev1.ResourcePods:             resource.MustParse("110"),
+		}
+		if n.gpus != "" {
+			capacity["nvidia.com/gpu"] = resource.MustParse(n.gpus)
+		}
+		obj.Status = corev1.NodeStatus{
+			Capacity: capacity, Allocatable: capacity,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
+		}
+		if err := c.Status().Update(ctx, obj); err != nil {
+			return fmt.Errorf("setting the capacity of node %s: %w", n.name, err)
+		}
+	}
+	for name, labels := range namespaces {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", name, err)
+		}
+	}
+	fmt.Printf("Created %d nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance) and %d namespaces.\n", len(nodes), len(namespaces))
+	return nil
+}
+
+// applySamples creates every SchedulingPolicy of a directory.
+func applySamples(ctx context.Context, c client.Client, dir string) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var typeMeta metav1.TypeMeta
+		if err := yaml.Unmarshal(data, &typeMeta); err != nil || typeMeta.Kind != "SchedulingPolicy" {
+			continue // e.g. kustomization.yaml
+		}
+		policy := &schedv1alpha1.SchedulingPolicy{}
+		if err := yaml.UnmarshalStrict(data, policy); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		if err := c.Create(ctx, policy); err != nil {
+			return nil, fmt.Errorf("applying %s: %w", f, err)
+		}
+		names = append(names, policy.Name)
+	}
+	fmt.Printf("Applied %d sample SchedulingPolicies from %s: %s\n", len(names), dir, strings.Join(names, ", "))
+	return names, nil
+}
+
+// waitReady waits until the manager reports every policy compiled.
+func waitReady(ctx context.Context, c client.Client, names []string) error {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, name := range names {
+			p := &schedv1alpha1.SchedulingPolicy{}
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+				return false, err
+			}
+			if p.Status.ObservedGeneration != p.Generation || len(p.Status.Conditions) == 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
+
+// samplePod is a workload of the demo.
+type samplePod struct {
+	namespace, name string
+	labels          map[string]string
+	gpus, cpu       string
+	tolerateGPU     bool
+	note            string
+}
+
+var samplePods = []samplePod{
+	{namespace: "ml", name: "trainer", gpus: "1", tolerateGPU: true, note: "ml-on-gpu-nodes: GPU nodes only"},
+	{namespace: "research", name: "notebook", gpus: "1", tolerateGPU: true, note: "ml-on-gpu-nodes: namespace not approved"},
+	{namespace: "payments", name: "api", note: "payments-dedicated-pool"},
+	{namespace: "shop", name: "web-1", labels: map[string]string{"app": "web"}, note: "zone-preference: zone-b, spread"},
+	{namespace: "shop", name: "web-2", labels: map[string]string{"app": "web"}, note: "zone-preference: zone-b, spread"},
+	{namespace: "batch", name: "job-1", labels: map[string]string{"workload-class": "batch"}, note: "batch-prefers-spot"},
+	{namespace: "sandbox", name: "scratch", note: "require-cost-center"},
+	{namespace: "batch", name: "huge", cpu: "64", note: "built-in NodeResourcesFit"},
+}
+
+func createPods(ctx context.Context, c client.Client) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, s := range samplePods {
+		container := corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+		}}
+		if s.cpu != "" {
+			container.Resources.Requests[corev1.ResourceCPU] = resource.MustParse(s.cpu)
+		}
+		if s.gpus != "" {
+			container.Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(s.gpus)}
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace, Name: s.name, Labels: s.labels,
+				Annotations: map[string]string{"celsched.io/demo": s.note}},
+			Spec: corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{container},
+				TerminationGracePeriodSeconds: ptr.To[int64](0)},
+		}
+		if s.tolerateGPU {
+			pod.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			return nil, fmt.Errorf("creating pod %s/%s: %w", s.namespace, s.name, err)
+		}
+		out = append(out, pod)
+	}
+	fmt.Printf("Created %d pods with schedulerName celsched.\n\n", len(out))
+	return out, nil
+}
+
+// waitSettled waits until every pod is bound or has a PodScheduled condition.
+func waitSettled(ctx context.Context, c client.Client, pods []*corev1.Pod) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		for _, p := range pods {
+			got := &corev1.Pod{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+				return false, err
+			}
+			if got.Spec.NodeName == "" && scheduled(got) == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil // print what there is
+	}
+	return err
+}
+
+func scheduled(pod *corev1.Pod) *corev1.PodCondition {
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &pod.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func printTable(ctx context.Context, c client.Client, pods []*corev1.Pod) error {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "POD\tNODE\tPOLICY (sample)\tPENDING REASON")
+	for _, p := range pods {
+		got := &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\n", got.Namespace, got.Name, orNone(got.Spec.NodeName), got.Annotations["celsched.io/demo"], reason(got))
+	}
+	return w.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "<pending>"
+	}
+	return s
+}
+
+func reason(pod *corev1.Pod) string {
+	if pod.Spec.NodeName != "" {
+		return ""
+	}
+	if c := scheduled(pod); c != nil {
+		return c.Reason + ": " + c.Message
+	}
+	return ""
+}
+
+// watchPlacements prints pods of the celsched scheduler as they are bound
+// or reported pending, until ctx is done.
+func watchPlacements(ctx context.Context, cfg *rest.Config) error {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	informer := factory.Core().V1().Pods().Informer()
+	last := map[string]string{}
+	report := func(obj any) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Spec.SchedulerName != "celsched" {
+			return
+		}
+		key := pod.Namespace + "/" + pod.Name
+		line := "scheduled on " + pod.Spec.NodeName
+		if pod.Spec.NodeName == "" {
+			if line = reason(pod); line == "" {
+				return
+			}
+			line = "pending: " + line
+		}
+		if last[key] != line {
+			last[key] = line
+			fmt.Printf("%s  %s %s\n", time.Now().Format("15:04:05"), key, line)
+		}
+	}
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) { report(obj) },
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
+}
+
