@@ -111,15 +111,20 @@ func serviceAccountConfig(cfg *rest.Config) *rest.Config {
 	return cfg
 }
 
-// applyRBAC creates the manager's namespace and the objects of config/rbac.
+// applyRBAC creates the manager's namespace and the objects of config/rbac,
+// rendered by kustomize.
 func applyRBAC(ctx context.Context) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}
 	if err := k8sClient.Create(ctx, ns); err != nil {
 		return err
 	}
-	for _, obj := range rbacObjects() {
+	objects, err := kustomize("rbac")
+	if err != nil {
+		return err
+	}
+	for _, obj := range objects {
 		if err := k8sClient.Create(ctx, obj); err != nil {
-			return fmt.Errorf("creating %s %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), err)
+			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 	return nil

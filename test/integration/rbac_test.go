@@ -1,43 +1,12 @@
 package integration
 
 import (
-	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 )
-
-// rbacFiles are the objects of config/rbac/kustomization.yaml.
-var rbacFiles = []string{"service_account.yaml", "role.yaml", "role_binding.yaml", "scheduler_role_binding.yaml", "leader_election_role.yaml"}
-
-// rbacObjects decodes config/rbac; it panics on a broken manifest, which
-// no test could run with.
-func rbacObjects() []client.Object {
-	var out []client.Object
-	for _, f := range rbacFiles {
-		data, err := os.ReadFile(filepath.Join(repoRoot, "config", "rbac", f))
-		if err != nil {
-			panic(err)
-		}
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			obj := &unstructured.Unstructured{}
-			if err := yaml.Unmarshal(doc, &obj.Object); err != nil {
-				panic(err)
-			}
-			if len(obj.Object) > 0 {
-				out = append(out, obj)
-			}
-		}
-	}
-	return out
-}
 
 // TestManagerRBAC checks what the manager's service account may do. That
 // it can do what it needs is shown by every scheduling test, which runs the
