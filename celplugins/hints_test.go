@@ -302,4 +302,3 @@ func TestMessages(t *testing.T) {
 		t.Errorf("ErrorMessage =\n%q, want\n%q", got, want)
 	}
 }
-

@@ -424,4 +424,3 @@ func watchPlacements(ctx context.Context, cfg *rest.Config) error {
 	factory.Shutdown()
 	return nil
 }
-

@@ -309,8 +309,8 @@ func events(t *testing.T, pod *corev1.Pod, reason string) []string {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, e := range list.Items {
-		if e.Regarding.UID == pod.UID && e.Reason == reason {
+	for i := range list.Items {
+		if e := &list.Items[i]; e.Regarding.UID == pod.UID && e.Reason == reason {
 			out = append(out, e.Note)
 		}
 	}

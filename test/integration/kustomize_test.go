@@ -45,7 +45,7 @@ func TestDefaultInstall(t *testing.T) {
 	kinds := map[string]*unstructured.Unstructured{}
 	for _, obj := range objects {
 		kinds[obj.GetKind()+"/"+obj.GetName()] = obj
-		err := k8sClient.Patch(t.Context(), obj, client.Apply, client.DryRunAll, client.FieldOwner("celsched-test"), client.ForceOwnership)
+		err := k8sClient.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("celsched-test"), client.ForceOwnership)
 		if err != nil {
 			t.Errorf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
 		}

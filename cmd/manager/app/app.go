@@ -26,6 +26,7 @@ import (
 	configscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/profile"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -181,7 +182,7 @@ type schedulerRunner struct {
 	sched       *scheduler.Scheduler
 	factory     informers.SharedInformerFactory
 	dynFactory  dynamicinformer.DynamicSharedInformerFactory
-	broadcaster events.EventBroadcasterAdapter
+	broadcaster events.EventBroadcaster
 
 	syncOnce sync.Once
 	synced   chan struct{}
@@ -206,7 +207,7 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 	r := &schedulerRunner{
 		factory:     scheduler.NewInformerFactory(client, 0),
 		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dynClient, 0),
-		broadcaster: events.NewEventBroadcasterAdapterWithContext(ctx, client),
+		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()}),
 		synced:      make(chan struct{}),
 	}
 	registry := frameworkruntime.Registry{
@@ -214,7 +215,7 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		filter.Name:     celplugins.Factory(rt, filter.New),
 		score.Name:      celplugins.Factory(rt, score.New),
 	}
-	r.sched, err = scheduler.New(ctx, client, r.factory, r.dynFactory, r.recorder,
+	r.sched, err = scheduler.New(ctx, client, r.factory, r.dynFactory, profile.NewRecorderFactory(r.broadcaster),
 		scheduler.WithComponentConfigVersion(schedCfg.APIVersion),
 		scheduler.WithKubeConfig(cfg),
 		scheduler.WithProfiles(schedCfg.Profiles...),
@@ -229,11 +230,6 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		return nil, fmt.Errorf("creating the scheduler: %w", err)
 	}
 	return r, nil
-}
-
-// recorder is the scheduler's event recorder factory, as kube-scheduler's.
-func (r *schedulerRunner) recorder(name string) events.EventRecorderLogger {
-	return r.broadcaster.NewRecorder(name)
 }
 
 // informers returns the runnable that starts the scheduler's informers on
@@ -261,7 +257,9 @@ func (r *schedulerRunner) Start(ctx context.Context) error {
 	case <-ctx.Done():
 		return nil
 	}
-	r.broadcaster.StartRecordingToSink(ctx.Done())
+	if err := r.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+		return fmt.Errorf("recording events: %w", err)
+	}
 	defer r.broadcaster.Shutdown()
 	klog.FromContext(ctx).Info("Starting the scheduler")
 	r.sched.Run(ctx)
@@ -288,4 +286,4 @@ type ctrlRunnable struct {
 }
 
 func (c ctrlRunnable) Start(ctx context.Context) error { return c.start(ctx) }
-func (c ctrlRunnable) NeedLeaderElection() bool       { return c.leader }
+func (c ctrlRunnable) NeedLeaderElection() bool        { return c.leader }
