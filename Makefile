@@ -84,10 +84,10 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine under -race, and each fuzz target briefly.
+test: ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine and the plugins under -race, and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test $(TESTFLAGS) ./...
-	$(GO) test -race $(TESTFLAGS) ./engine/...
+	$(GO) test -race $(TESTFLAGS) ./engine/... ./celplugins/... ./controllers/...
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: fuzz

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -150,6 +152,22 @@ func TestSampleRequireCostCenter(t *testing.T) {
 	setNamespaceLabel(t, ns, "cost-center", "cc-42")
 	expectNode(t, pod, "node-1")
 	t.Logf("namespace labelled -> held pod bound: %v", time.Since(start))
+
+	// A policy change releases held pods too: here, switching to Audit.
+	other := createNamespace(t, "sandbox", nil)
+	held := createPod(t, other, "held")
+	waitPending(t, held, reasonGated, msg)
+	p := &schedv1alpha1.SchedulingPolicy{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: "require-cost-center"}, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Enforcement = schedv1alpha1.Audit
+	if err := k8sClient.Update(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	expectNode(t, held, "node-1")
+	t.Logf("policy switched to Audit -> held pod bound: %v", time.Since(start))
 }
 
 func TestSampleMemoryHeadroomAuditChangesNothing(t *testing.T) {
@@ -231,6 +249,45 @@ func TestFailurePolicy(t *testing.T) {
 		applyPolicy(t, p)
 		expectNode(t, createPod(t, ns, "audit"), "node-1")
 	})
+}
+
+// TestRejectionDoesNotPreempt: evicting pods cannot make a node pass a
+// filter that does not read nodeInfo, so preemption leaves the node alone.
+func TestRejectionDoesNotPreempt(t *testing.T) {
+	createNodes(t, nodeSpec{name: "only", cpu: "2", labels: map[string]string{"tier": "batch"}})
+	high := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "celsched-test-high"}, Value: 1000}
+	if err := k8sClient.Create(t.Context(), high); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, high) })
+	ns := createNamespace(t, "preempt", nil)
+	victim := createPod(t, ns, "low-priority", boundTo("only"), withRequests("1500m", "1Gi"))
+	applyPolicy(t, policy("no-batch-tier", schedv1alpha1.Rule{
+		Name: "tier", Expression: "node.metadata.labels[?'tier'].orValue('') != 'batch'", Message: "batch tier",
+	}))
+	important := createPod(t, ns, "high-priority", withRequests("1", "1Gi"), func(p *corev1.Pod) {
+		p.Spec.PriorityClassName = high.Name
+	})
+	// NodeResourcesFit rejects first; preemption then tries the node
+	// without the victim, and the policy still rejects it.
+	waitPending(t, important, reasonUnschedulable,
+		"0/1 nodes are available: 1 Insufficient cpu.",
+		"preemption: 0/1 nodes are available: 1 node(s) rejected by SchedulingPolicy no-batch-tier, rule tier: batch tier.")
+	// When the policy is the only reason, the node is unresolvable and
+	// preemption does not even try it.
+	small := createPod(t, ns, "high-priority-small", withRequests("100m", "128Mi"), func(p *corev1.Pod) {
+		p.Spec.PriorityClassName = high.Name
+	})
+	waitPending(t, small, reasonUnschedulable,
+		"0/1 nodes are available: 1 node(s) rejected by SchedulingPolicy no-batch-tier, rule tier: batch tier.",
+		"preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+	got := &corev1.Pod{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(victim), got); err != nil || got.DeletionTimestamp != nil {
+		t.Errorf("the low-priority pod was preempted: %v, deletionTimestamp %v", err, got.DeletionTimestamp)
+	}
+	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(important), got); err != nil || got.Status.NominatedNodeName != "" {
+		t.Errorf("the pod was nominated to %q (%v)", got.Status.NominatedNodeName, err)
+	}
 }
 
 func TestBuiltinPluginsStillApply(t *testing.T) {
