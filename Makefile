@@ -104,8 +104,10 @@ bench: $(BENCHSTAT) ## Run the Go benchmarks (-count=5) and print their medians 
 ##@ Build
 
 .PHONY: build
-build: ## Build the manager binary into bin/.
+build: ## Build the manager and the celsched CLI (also as the kubectl plugin kubectl-celsched) into bin/.
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched ./cmd/celsched
+	ln -sf celsched $(BIN)/kubectl-celsched
 
 .PHONY: update-k8s
 update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.36.3).

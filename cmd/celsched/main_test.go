@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// runCLI runs the CLI in-process and returns its exit code and output.
+func runCLI(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	var out bytes.Buffer
+	code := run(args, &streams{in: strings.NewReader(""), out: &out, err: &out})
+	return code, out.String()
+}
+
+// golden compares got with testdata/<name>.golden (rewritten by -update).
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("output differs from %s (-want +got):\n%s", path, diff)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := map[string]struct {
+		file     string
+		wantCode int
+	}{
+		"valid":          {"valid.yaml", 0},
+		"misspelt-field": {"misspelt-field.yaml", 1},
+		"scope-and-type": {"scope-and-type.yaml", 1},
+		"unknown-field":  {"unknown-field.yaml", 1},
+		"malformed":      {"malformed.yaml", 2},
+		"missing":        {"missing.yaml", 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out := runCLI(t, "validate", "-f", filepath.Join("testdata", "validate", tc.file))
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
+			}
+			golden(t, filepath.Join("validate", name), out)
+		})
+	}
+}
+
+// TestValidateSamples: every sample is valid, as a directory.
+func TestValidateSamples(t *testing.T) {
+	code, out := runCLI(t, "validate", "-f", filepath.Join("..", "..", "config", "samples"))
+	if code != 0 || out != "7 SchedulingPolicies valid\n" {
+		t.Errorf("exit code %d, output %q", code, out)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	if code, out := runCLI(t, "validate"); code != 2 || !strings.Contains(out, "-f is required") {
+		t.Errorf("exit code %d, output %q", code, out)
+	}
+	if code, _ := runCLI(t, "no-such-command"); code == 0 {
+		t.Error("an unknown command succeeded")
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/celsched/celsched/engine"
+)
+
+func newValidateCommand(streams *streams) *cobra.Command {
+	var files []string
+	cmd := &cobra.Command{
+		Use:   "validate -f FILE|DIR ...",
+		Short: "Compile and type-check SchedulingPolicies offline",
+		Long: `validate compiles every SchedulingPolicy of the files and directories given,
+with the CEL environment and cost limits of the scheduler, and prints each
+error with its file, YAML line, field path and CEL line and column. Documents
+of other kinds are skipped. It exits non-zero on any error: use it as a
+pre-commit hook or a CI step.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(files) == 0 {
+				return usageError("-f is required")
+			}
+			return runValidate(streams, files)
+		},
+	}
+	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "policy files or directories (- for standard input)")
+	return cmd
+}
+
+func runValidate(s *streams, files []string) error {
+	docs, err := readDocuments(files, s.in)
+	if err != nil {
+		return inputError(err)
+	}
+	compiler, err := newCompiler()
+	if err != nil {
+		return err
+	}
+	var policies, failed int
+	for _, d := range docs {
+		if !d.isPolicy() {
+			continue
+		}
+		policies++
+		p, err := d.policy()
+		if err != nil {
+			fmt.Fprintln(s.out, err)
+			failed++
+			continue
+		}
+		compiled := compiler.Compile(p, engine.CompileOptions{})
+		for _, e := range compiled.Errors {
+			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: %s\n", d.file, d.line(e.Field), p.Name, indentRest(e.Error()))
+		}
+		for _, w := range compiled.Warnings {
+			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: warning: %s: %s\n", d.file, d.line(w.FieldRef), p.Name, w.FieldRef, w.Warning)
+		}
+		if len(compiled.Errors) > 0 {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d SchedulingPolicies are invalid", failed, policies)
+	}
+	fmt.Fprintf(s.out, "%d SchedulingPolicies valid\n", policies)
+	return nil
+}
+
+// indentRest indents the continuation lines of a multi-line message (CEL
+// errors show the expression and a caret).
+func indentRest(msg string) string {
+	return strings.ReplaceAll(msg, "\n", "\n    ")
+}
+
+func newCompiler() (*engine.Compiler, error) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	return engine.NewCompiler(env), nil
+}
+
+// streams are the command's input and outputs.
+type streams struct {
+	in       io.Reader
+	out, err io.Writer
+}
