@@ -23,8 +23,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
-	configscheme "k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -85,7 +83,7 @@ type Manager struct {
 // New builds the manager for the API server of cfg. ctx must be the context
 // the manager is started with: the scheduler's plugins live as long as it.
 func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
-	schedCfg, err := loadSchedulerConfig(o.SchedulerConfig)
+	schedCfg, err := defaultconfig.Load(o.SchedulerConfig)
 	if err != nil {
 		return nil, err
 	}
@@ -147,32 +145,6 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		names[i] = p.SchedulerName
 	}
 	return &Manager{Manager: mgr, Registry: registry, Scheduler: runner.sched, SchedulerNames: names}, nil
-}
-
-// loadSchedulerConfig reads, defaults and validates a
-// KubeSchedulerConfiguration, the built-in one when file is empty.
-func loadSchedulerConfig(file string) (*schedulerconfig.KubeSchedulerConfiguration, error) {
-	data, source := defaultconfig.DefaultConfig, "the built-in scheduler configuration"
-	if file != "" {
-		var err error
-		if data, err = os.ReadFile(file); err != nil {
-			return nil, fmt.Errorf("reading the scheduler configuration: %w", err)
-		}
-		source = file
-	}
-	obj, gvk, err := configscheme.Codecs.UniversalDecoder().Decode(data, nil, nil)
-	if err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", source, err)
-	}
-	cfg, ok := obj.(*schedulerconfig.KubeSchedulerConfiguration)
-	if !ok {
-		return nil, fmt.Errorf("%s is a %s, not a KubeSchedulerConfiguration", source, gvk)
-	}
-	cfg.APIVersion = gvk.GroupVersion().String()
-	if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
-		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	return cfg, nil
 }
 
 // schedulerRunner runs kube-scheduler inside the manager: its informers on

@@ -1,4 +1,4 @@
-package app
+package scheduler
 
 import (
 	"os"
@@ -12,7 +12,7 @@ import (
 )
 
 func TestBuiltInSchedulerConfig(t *testing.T) {
-	cfg, err := loadSchedulerConfig("")
+	cfg, err := Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ profiles:
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := loadSchedulerConfig(tc.file)
+			_, err := Load(tc.file)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("error %v, want one containing %q", err, tc.want)
 			}

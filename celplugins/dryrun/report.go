@@ -1,0 +1,207 @@
+package dryrun
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+// Report is the outcome of a dry run. The verdict (PreEnqueue, PreFilter,
+// each node's RejectedBy, Feasible, Ranking) is the scheduling framework's;
+// Policies is the engine's detail for every policy.
+type Report struct {
+	Pod           string  `json:"pod"`
+	SchedulerName string  `json:"schedulerName"`
+	Plugins       Plugins `json:"plugins"`
+	// PreEnqueue is set when a PreEnqueue plugin holds the pod; nothing
+	// else is evaluated then, as in the scheduler.
+	PreEnqueue *Rejection `json:"preEnqueue,omitempty"`
+	// PreFilter is set when a PreFilter plugin rejects the pod outright.
+	PreFilter *Rejection    `json:"preFilter,omitempty"`
+	Nodes     []*NodeResult `json:"nodes"`
+	Feasible  []string      `json:"feasible"`
+	// Ranking is the feasible nodes by total score, highest first (ties by
+	// name; the scheduler picks among tied nodes at random).
+	Ranking  []RankedNode    `json:"ranking"`
+	Policies []*PolicyResult `json:"policies"`
+}
+
+// Plugins are the plugins evaluated, per extension point.
+type Plugins struct {
+	PreEnqueue   []string `json:"preEnqueue"`
+	PreFilter    []string `json:"preFilter"`
+	Filter       []string `json:"filter"`
+	PreScore     []string `json:"preScore"`
+	Score        []string `json:"score"`
+	NotEvaluated []string `json:"notEvaluated,omitempty"`
+}
+
+// Rejection is a plugin's non-success status.
+type Rejection struct {
+	Plugin  string `json:"plugin"`
+	Message string `json:"message"`
+}
+
+// NodeResult is the framework's verdict on one node.
+type NodeResult struct {
+	Name       string     `json:"name"`
+	Feasible   bool       `json:"feasible"`
+	RejectedBy *Rejection `json:"rejectedBy,omitempty"`
+	// Score is the node's total (weighted) score, PluginScores each score
+	// plugin's weighted share; set for feasible nodes.
+	Score        int64            `json:"score,omitempty"`
+	PluginScores map[string]int64 `json:"pluginScores,omitempty"`
+}
+
+// RankedNode is a feasible node and its total score.
+type RankedNode struct {
+	Node  string `json:"node"`
+	Score int64  `json:"score"`
+}
+
+// PolicyResult is one policy's evaluation for the pod.
+type PolicyResult struct {
+	Name        string `json:"name"`
+	Enforcement string `json:"enforcement"`
+	// CompileError is set when the policy does not compile.
+	CompileError string `json:"compileError,omitempty"`
+	Matched      bool   `json:"matched"`
+	Reason       string `json:"reason"`
+	// MatchError is a match condition's error.
+	MatchError string                   `json:"matchError,omitempty"`
+	PreEnqueue []RuleResult             `json:"preEnqueue,omitempty"`
+	Filters    map[string][]RuleResult  `json:"filters,omitempty"`
+	Scores     map[string][]ScoreResult `json:"scores,omitempty"`
+}
+
+// RuleResult is one preEnqueue or filter rule's verdict.
+type RuleResult struct {
+	Rule    string `json:"rule"`
+	Passed  bool   `json:"passed"`
+	Message string `json:"message,omitempty"`
+	Error   string `json:"error,omitempty"`
+}
+
+// ScoreResult is one score rule's value on a node: raw, and normalized
+// across the feasible nodes (unset on infeasible nodes).
+type ScoreResult struct {
+	Rule       string  `json:"rule"`
+	Raw        float64 `json:"raw"`
+	Normalized *int64  `json:"normalized,omitempty"`
+	Error      string  `json:"error,omitempty"`
+}
+
+func (r *Report) node(name string) *NodeResult {
+	for _, n := range r.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// explain fills Policies with every policy's detail.
+func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, snapshot *internalcache.Snapshot) error {
+	in, err := rt.PodInput(pod)
+	if err != nil {
+		return err
+	}
+	for _, p := range policies {
+		pr := &PolicyResult{Name: p.Name, Enforcement: string(p.Enforcement)}
+		r.Policies = append(r.Policies, pr)
+		matched, reason, err := p.MatchReason(ctx, in)
+		pr.Matched, pr.Reason = matched, reason
+		var ce *engine.CompileError
+		switch {
+		case errors.As(err, &ce):
+			pr.CompileError = celplugins.ErrorMessage(err)
+			continue
+		case err != nil:
+			pr.MatchError = err.Error()
+			continue
+		case !matched:
+			continue
+		}
+		if p.HasPreEnqueue() {
+			verdicts, _ := p.PreEnqueueRules(ctx, in)
+			pr.PreEnqueue = ruleResults(verdicts)
+		}
+		if p.HasFilters() {
+			pr.Filters = map[string][]RuleResult{}
+		}
+		if p.HasScores() {
+			pr.Scores = map[string][]ScoreResult{}
+		}
+		for _, n := range r.Nodes {
+			ni, err := snapshot.NodeInfos().Get(n.Name)
+			if err != nil {
+				return err
+			}
+			nin, err := rt.Converter.Node(ni.Node(), func() *engine.NodeInfo { return celplugins.NodeInfo(ni) })
+			if err != nil {
+				return err
+			}
+			if p.HasFilters() {
+				verdicts, _ := p.FilterRules(ctx, in, nin)
+				pr.Filters[n.Name] = ruleResults(verdicts)
+			}
+			if p.HasScores() {
+				pr.Scores[n.Name] = scoreResults(ctx, p, in, nin)
+			}
+		}
+		if p.HasScores() {
+			normalize(pr, p, r.Feasible)
+		}
+	}
+	return nil
+}
+
+func ruleResults(verdicts []engine.RuleVerdict) []RuleResult {
+	out := make([]RuleResult, len(verdicts))
+	for i, v := range verdicts {
+		out[i] = RuleResult{Rule: v.Rule, Passed: v.Passed, Message: v.Message}
+		if v.Err != nil {
+			out[i].Error = v.Err.Error()
+		}
+	}
+	return out
+}
+
+func scoreResults(ctx context.Context, p *engine.CompiledPolicy, in *engine.PodInput, node *engine.NodeInput) []ScoreResult {
+	rules := p.ScoreRules()
+	out := make([]ScoreResult, len(rules))
+	values, err := p.Score(ctx, in, node)
+	for i, rule := range rules {
+		out[i].Rule = rule.Name
+		if err != nil {
+			out[i].Error = err.Error()
+			continue
+		}
+		out[i].Raw = values[i]
+	}
+	return out
+}
+
+// normalize sets each score rule's normalized value on the feasible nodes
+// where the policy evaluated, as the score plugin does.
+func normalize(pr *PolicyResult, p *engine.CompiledPolicy, feasible []string) {
+	for i, rule := range p.ScoreRules() {
+		var raw []float64
+		var nodes []string
+		for _, n := range feasible {
+			if s := pr.Scores[n]; s[i].Error == "" {
+				raw = append(raw, s[i].Raw)
+				nodes = append(nodes, n)
+			}
+		}
+		for j, v := range engine.NormalizeScores(raw, rule.Normalization) {
+			v := v
+			pr.Scores[nodes[j]][i].Normalized = &v
+		}
+	}
+}
