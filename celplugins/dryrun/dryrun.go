@@ -17,10 +17,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
+	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -61,9 +63,21 @@ var notEvaluated = map[string]string{
 	names.DynamicResources: "needs the cluster's ResourceClaims and ResourceSlices",
 }
 
+// defaults applies the API server's defaults to core objects (a pod read
+// from a file has no requests defaulted from its limits, for instance).
+var defaults = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(k8scorev1.RegisterDefaults(s))
+	return s
+}()
+
 // Run evaluates the pod.
 func Run(ctx context.Context, in Input) (*Report, error) {
 	pod := in.Pod.DeepCopy()
+	defaults.Default(pod)
+	in.Nodes = defaulted(in.Nodes)
+	in.Pods = defaulted(in.Pods)
+	in.Namespaces = defaulted(in.Namespaces)
 	prof, err := pickProfile(in.Config, pod)
 	if err != nil {
 		return nil, err
@@ -142,6 +156,15 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+func defaulted[T runtime.Object](objs []T) []T {
+	out := make([]T, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopyObject().(T)
+		defaults.Default(out[i])
+	}
+	return out
 }
 
 // pickProfile returns the profile of the pod's scheduler, without the

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 )
 
 // celschedVersion is set by the Makefile with -ldflags.
@@ -21,6 +23,8 @@ func main() {
 // run executes the CLI and returns its exit code: 0 on success, 1 when
 // policies are invalid or tests fail, 2 on bad usage or input.
 func run(args []string, s *streams) int {
+	// kube-scheduler's framework logs through klog; the CLI prints reports.
+	klog.SetLogger(logr.Discard())
 	root := &cobra.Command{
 		Use:           "celsched",
 		Short:         "Validate, evaluate and test celsched SchedulingPolicies before they act",
@@ -32,7 +36,7 @@ func run(args []string, s *streams) int {
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
-	root.AddCommand(newValidateCommand(s))
+	root.AddCommand(newValidateCommand(s), newEvalCommand(s))
 	err := root.Execute()
 	if err == nil {
 		return 0

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,5 +78,40 @@ func TestUsage(t *testing.T) {
 	}
 	if code, _ := runCLI(t, "no-such-command"); code == 0 {
 		t.Error("an unknown command succeeded")
+	}
+}
+
+func TestEval(t *testing.T) {
+	dir := filepath.Join("testdata", "eval")
+	base := []string{"eval", "-f", filepath.Join("..", "..", "config", "samples"),
+		"--pod", filepath.Join(dir, "pod-trainer.yaml"), "--nodes", filepath.Join(dir, "nodes.yaml")}
+	cases := map[string]struct {
+		args     []string
+		wantCode int
+	}{
+		"table": {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--pods-on-nodes", filepath.Join(dir, "pods-on-nodes.yaml")}},
+		"json":  {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "-o", "json"}},
+		"yaml":  {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "-o", "yaml"}},
+		// Without the namespace file, the namespace has only its name
+		// label: no cost-center, so the pod is held.
+		"held":                  {},
+		"two-pods":              {args: []string{"--pod", filepath.Join(dir, "two-pods.yaml")}, wantCode: 2},
+		"unknown-field":         {args: []string{"--pod", filepath.Join(dir, "pod-unknown-field.yaml")}, wantCode: 2},
+		"missing-file":          {args: []string{"--nodes", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
+		"malformed-policy":      {args: []string{"-f", filepath.Join("testdata", "validate", "malformed.yaml")}, wantCode: 2},
+		"nodes-file-with-a-pod": {args: []string{"--nodes", filepath.Join(dir, "pod-trainer.yaml")}, wantCode: 2},
+		"unknown-output":        {args: []string{"-o", "xml"}, wantCode: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out := runCLI(t, append(slices.Clone(base), tc.args...)...)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
+			}
+			if tc.wantCode != 0 && strings.Count(out, "\n") != 1 {
+				t.Errorf("want one error line, got:\n%s", out)
+			}
+			golden(t, filepath.Join("eval", name), out)
+		})
 	}
 }

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/celsched/celsched/celplugins/dryrun"
+	defaultconfig "github.com/celsched/celsched/config/scheduler"
+)
+
+type evalOptions struct {
+	policies, nodes, namespaces, podsOnNodes []string
+	pod, config, output                      string
+}
+
+func newEvalCommand(s *streams) *cobra.Command {
+	var o evalOptions
+	cmd := &cobra.Command{
+		Use:   "eval -f POLICIES --pod POD.yaml --nodes NODES.yaml [--namespace NS.yaml] [--pods-on-nodes PODS.yaml]",
+		Short: "Evaluate a pod against policies and nodes, offline",
+		Long: `eval places one pod as the scheduler would, without a cluster: it runs
+kube-scheduler's framework in-process with the profile's built-in plugins and
+the CEL plugins (no binding), and reports which policies match and why, the
+preEnqueue verdict, each node's verdict and the plugin that rejected it, every
+CEL filter and score rule per node, the feasible nodes and the ranking.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.pod == "" || len(o.nodes) == 0 {
+				return usageError("--pod and --nodes are required")
+			}
+			report, err := runEval(cmd.Context(), s, &o)
+			if err != nil {
+				return err
+			}
+			return printReport(s.out, report, o.output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVarP(&o.policies, "filename", "f", nil, "SchedulingPolicy files or directories")
+	f.StringVar(&o.pod, "pod", "", "the pod (one document)")
+	f.StringSliceVar(&o.nodes, "nodes", nil, "node files (documents or a List)")
+	f.StringSliceVar(&o.namespaces, "namespace", nil, "namespace files (the pod's namespace; default: one with only its name label)")
+	f.StringSliceVar(&o.podsOnNodes, "pods-on-nodes", nil, "files of pods already on the nodes (spec.nodeName set)")
+	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	return cmd
+}
+
+func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, error) {
+	if o.output != "table" && o.output != "json" && o.output != "yaml" {
+		return nil, usageError(fmt.Sprintf("unknown output format %q: want table, json or yaml", o.output))
+	}
+	policies, err := readPolicies(s, o.policies)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	pods, err := readObjects[*corev1.Pod](s, []string{o.pod}, "Pod")
+	if err != nil {
+		return nil, inputError(err)
+	}
+	if len(pods) != 1 {
+		return nil, inputError(fmt.Errorf("%s: want exactly one Pod, found %d", o.pod, len(pods)))
+	}
+	pod := pods[0]
+	if pod.Namespace == "" {
+		pod.Namespace = corev1.NamespaceDefault
+	}
+	nodes, err := readObjects[*corev1.Node](s, o.nodes, "Node")
+	if err != nil {
+		return nil, inputError(err)
+	}
+	namespaces, err := readObjects[*corev1.Namespace](s, o.namespaces, "Namespace")
+	if err != nil {
+		return nil, inputError(err)
+	}
+	onNodes, err := readObjects[*corev1.Pod](s, o.podsOnNodes, "Pod")
+	if err != nil {
+		return nil, inputError(err)
+	}
+	cfg, err := defaultconfig.Load(o.config)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	return dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
+}
+
+func printReport(w io.Writer, r *dryrun.Report, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	case "yaml":
+		data, err := yaml.Marshal(r)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(data)
+		return err
+	}
+	printTable(w, r)
+	return nil
+}
+
+func printTable(out io.Writer, r *dryrun.Report) {
+	fmt.Fprintf(out, "Pod %s, scheduler %s\n", r.Pod, r.SchedulerName)
+	fmt.Fprintf(out, "Plugins evaluated (kube-scheduler framework, no binding):\n  PreEnqueue: %s\n  Filter:     %s\n  Score:      %s\n",
+		strings.Join(r.Plugins.PreEnqueue, ", "), strings.Join(r.Plugins.Filter, ", "), strings.Join(r.Plugins.Score, ", "))
+	for _, n := range r.Plugins.NotEvaluated {
+		fmt.Fprintf(out, "  not evaluated: %s\n", n)
+	}
+
+	fmt.Fprintln(out, "\nPolicies:")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  POLICY\tENFORCEMENT\tMATCHES\tWHY")
+	for _, p := range r.Policies {
+		why := p.Reason
+		if p.CompileError != "" {
+			why += ": " + p.CompileError
+		}
+		if p.MatchError != "" {
+			why += ": " + p.MatchError
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Name, p.Enforcement, yesNo(p.Matched), why)
+	}
+	_ = w.Flush()
+
+	switch {
+	case r.PreEnqueue != nil:
+		fmt.Fprintf(out, "\nPreEnqueue: the pod is held by %s: %s\n", r.PreEnqueue.Plugin, r.PreEnqueue.Message)
+	case r.PreFilter != nil:
+		fmt.Fprintf(out, "\nPreFilter: the pod is rejected by %s: %s\n", r.PreFilter.Plugin, r.PreFilter.Message)
+	default:
+		fmt.Fprintln(out, "\nPreEnqueue: the pod enters the scheduling queue")
+	}
+
+	if r.PreEnqueue != nil {
+		fmt.Fprintln(out, "\nNodes: not evaluated by the scheduler while the pod is held (the CEL rules below show what the policies would say)")
+		printRules(out, r)
+		return
+	}
+	fmt.Fprintln(out, "\nNodes:")
+	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "  NODE\tFEASIBLE\tSCORE\tREJECTED BY\tREASON")
+	for _, n := range r.Nodes {
+		var by, reason, score string
+		if n.RejectedBy != nil {
+			by, reason = n.RejectedBy.Plugin, n.RejectedBy.Message
+		}
+		if n.Feasible {
+			score = fmt.Sprint(n.Score)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", n.Name, yesNo(n.Feasible), score, by, reason)
+	}
+	_ = w.Flush()
+
+	printRules(out, r)
+
+	fmt.Fprintf(out, "\nFeasible: %s\n", orNone(strings.Join(r.Feasible, ", ")))
+	ranking := make([]string, len(r.Ranking))
+	for i, n := range r.Ranking {
+		ranking[i] = fmt.Sprintf("%s (%d)", n.Node, n.Score)
+	}
+	fmt.Fprintf(out, "Ranking:  %s\n", orNone(strings.Join(ranking, ", ")))
+}
+
+// printRules prints every CEL rule of the matching policies.
+func printRules(out io.Writer, r *dryrun.Report) {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	header := false
+	row := func(format string, args ...any) {
+		if !header {
+			fmt.Fprintln(out, "\nCEL rules of the matching policies:")
+			fmt.Fprintln(w, "  POLICY\tRULE\tNODE\tRESULT")
+			header = true
+		}
+		fmt.Fprintf(w, format, args...)
+	}
+	for _, p := range r.Policies {
+		for _, v := range p.PreEnqueue {
+			row("  %s\tpreEnqueue/%s\t-\t%s\n", p.Name, v.Rule, verdict(v))
+		}
+		for _, n := range r.Nodes {
+			for _, v := range p.Filters[n.Name] {
+				row("  %s\tfilter/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, verdict(v))
+			}
+			for _, v := range p.Scores[n.Name] {
+				result := fmt.Sprintf("raw %g", v.Raw)
+				switch {
+				case v.Error != "":
+					result = "error: " + v.Error
+				case v.Normalized != nil:
+					result += fmt.Sprintf(", normalized %d", *v.Normalized)
+				default:
+					result += ", not normalized (infeasible)"
+				}
+				row("  %s\tscore/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, result)
+			}
+		}
+	}
+	_ = w.Flush()
+}
+
+func verdict(v dryrun.RuleResult) string {
+	switch {
+	case v.Error != "":
+		return "error: " + v.Error
+	case v.Passed:
+		return "true"
+	default:
+		return "false: " + v.Message
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
