@@ -84,10 +84,11 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine and the plugins under -race, and each fuzz target briefly.
+test: ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine and the plugins under -race, the sample policy suites (celsched test), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test $(TESTFLAGS) ./...
 	$(GO) test -race $(TESTFLAGS) ./engine/... ./celplugins/... ./controllers/...
+	$(GO) run ./cmd/celsched test config/samples/tests
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: fuzz

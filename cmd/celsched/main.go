@@ -36,7 +36,7 @@ func run(args []string, s *streams) int {
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
-	root.AddCommand(newValidateCommand(s), newEvalCommand(s))
+	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newTestCommand(s))
 	err := root.Execute()
 	if err == nil {
 		return 0

@@ -115,3 +115,79 @@ func TestEval(t *testing.T) {
 		})
 	}
 }
+
+func TestSampleSuites(t *testing.T) {
+	junit := filepath.Join(t.TempDir(), "junit.xml")
+	code, out := runCLI(t, "test", filepath.Join("..", "..", "config", "samples", "tests"), "--junit", junit)
+	if code != 0 || !strings.HasSuffix(out, "15 passed, 0 failed\n") {
+		t.Errorf("exit code %d, output:\n%s", code, out)
+	}
+	data, err := os.ReadFile(junit)
+	if err != nil || !strings.Contains(string(data), `<testsuite name="ml-on-gpu-nodes" tests="4" failures="0">`) {
+		t.Errorf("JUnit report (%v):\n%s", err, data)
+	}
+}
+
+// TestBrokenSampleFails breaks a copy of a sample: its suite fails with a
+// diff, and the exit code and the JUnit report say so.
+func TestBrokenSampleFails(t *testing.T) {
+	dir := t.TempDir()
+	samples := filepath.Join("..", "..", "config", "samples")
+	if err := os.CopyFS(dir, os.DirFS(samples)); err != nil {
+		t.Fatal(err)
+	}
+	policy := filepath.Join(dir, "scheduling_v1alpha1_ml-on-gpu-nodes.yaml")
+	data, err := os.ReadFile(policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := strings.Replace(string(data), "'nvidia.com/gpu.present'", "'nvidia.com/gpu.product'", 1)
+	if err := os.WriteFile(policy, []byte(broken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	junit := filepath.Join(dir, "junit.xml")
+	code, out := runCLI(t, "test", filepath.Join(dir, "tests", "ml-on-gpu-nodes.yaml"), "--junit", junit)
+	if code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	for _, want := range []string{
+		"FAIL  ml-on-gpu-nodes / a GPU pod of an approved namespace goes to the GPU node only\n",
+		"feasible: want [b-gpu], got []\n",
+		"  b-gpu: rejected by CELFilter: node(s) rejected by SchedulingPolicy ml-on-gpu-nodes, rule gpu-node: node has no GPU\n",
+		"3 passed, 1 failed\n",
+		"error: 1 of 4 cases failed\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	report, err := os.ReadFile(junit)
+	if err != nil || !strings.Contains(string(report), `failures="1"`) {
+		t.Errorf("JUnit report (%v):\n%s", err, report)
+	}
+}
+
+func TestTestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cases := map[string]struct{ file, want string }{
+		"no suites":     {write("empty.yaml", "apiVersion: v1\nkind: ConfigMap\n"), "no PolicyTest suites"},
+		"unknown field": {write("typo.yaml", "apiVersion: celsched.io/v1alpha1\nkind: PolicyTest\ncasses: []\n"), `unknown field "casses"`},
+		"missing policy file": {write("missing.yaml", "apiVersion: celsched.io/v1alpha1\nkind: PolicyTest\npolicies: [nope.yaml]\ncases: []\n"),
+			"nope.yaml: no such file or directory"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out := runCLI(t, "test", tc.file)
+			if code != 2 || !strings.Contains(out, tc.want) || strings.Count(out, "\n") != 1 {
+				t.Errorf("exit code %d, output %q; want 2 and one line with %q", code, out, tc.want)
+			}
+		})
+	}
+}

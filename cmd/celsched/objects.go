@@ -53,13 +53,17 @@ func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error)
 
 func decodeOne[T runtime.Object](data []byte, d *document, kind string) (T, error) {
 	var zero T
+	where := d.file
+	if d.root.Line > 0 {
+		where = fmt.Sprintf("%s:%d", d.file, d.root.Line)
+	}
 	obj, _, err := decoder.Decode(data, nil, nil)
 	if err != nil {
-		return zero, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
+		return zero, fmt.Errorf("%s: %w", where, err)
 	}
 	t, ok := obj.(T)
 	if !ok {
-		return zero, fmt.Errorf("%s:%d: want a %s, got a %s", d.file, d.root.Line, kind, obj.GetObjectKind().GroupVersionKind().Kind)
+		return zero, fmt.Errorf("%s: want a %s, got a %s", where, kind, obj.GetObjectKind().GroupVersionKind().Kind)
 	}
 	return t, nil
 }

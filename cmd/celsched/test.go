@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+	yamlv3 "go.yaml.in/yaml/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"sigs.k8s.io/yaml"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/dryrun"
+	defaultconfig "github.com/celsched/celsched/config/scheduler"
+)
+
+// PolicyTest is a test suite file (docs/testing-policies.md).
+type PolicyTest struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	// Policies are files or directories, relative to the suite file.
+	Policies    []string          `json:"policies"`
+	Nodes       []json.RawMessage `json:"nodes,omitempty"`
+	Namespaces  []json.RawMessage `json:"namespaces,omitempty"`
+	PodsOnNodes []json.RawMessage `json:"podsOnNodes,omitempty"`
+	Cases       []TestCase        `json:"cases"`
+}
+
+// TestCase is one pod and what the scheduler should do with it.
+type TestCase struct {
+	Name      string            `json:"name"`
+	Pod       json.RawMessage   `json:"pod"`
+	Namespace json.RawMessage   `json:"namespace,omitempty"`
+	Nodes     []json.RawMessage `json:"nodes,omitempty"`
+	Expect    Expectation       `json:"expect"`
+}
+
+// Expectation is what a case checks; unset fields are not checked.
+type Expectation struct {
+	// PreEnqueue is Held or Queued.
+	PreEnqueue string `json:"preEnqueue,omitempty"`
+	// HoldMessage is a regular expression the hold message must match.
+	HoldMessage string `json:"holdMessage,omitempty"`
+	// Feasible are the feasible nodes, in any order.
+	Feasible *[]string `json:"feasible,omitempty"`
+	// Top is the node with the highest score (unique).
+	Top string `json:"top,omitempty"`
+	// Ranking is the feasible nodes from the highest score down.
+	Ranking []string `json:"ranking,omitempty"`
+	// Rejected maps a node to a regular expression its rejection message
+	// ("<plugin>: <message>") must match.
+	Rejected map[string]string `json:"rejected,omitempty"`
+	// CompileError is a regular expression a policy's compile error must
+	// match.
+	CompileError string `json:"compileError,omitempty"`
+}
+
+const (
+	testAPIVersion = "celsched.io/v1alpha1"
+	testKind       = "PolicyTest"
+)
+
+func newTestCommand(s *streams) *cobra.Command {
+	var junit string
+	cmd := &cobra.Command{
+		Use:   "test DIR|FILE ...",
+		Short: "Run policy test suites (kind PolicyTest) for CI",
+		Long: `test runs every PolicyTest suite (*.yaml with kind PolicyTest) in the files
+and directories given: each case evaluates a pod as eval does and checks the
+expectations. It prints PASS or FAIL per case, with a diff for failures, and
+exits 1 when a case fails. See docs/testing-policies.md.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runTests(cmd.Context(), s, args, junit)
+		},
+	}
+	cmd.Flags().StringVar(&junit, "junit", "", "also write a JUnit XML report to this file")
+	return cmd
+}
+
+type caseResult struct {
+	suite, name string
+	failure     string
+	duration    time.Duration
+}
+
+func runTests(ctx context.Context, s *streams, paths []string, junit string) error {
+	docs, err := readDocuments(paths, s.in)
+	if err != nil {
+		return inputError(err)
+	}
+	cfg, err := defaultconfig.Load("")
+	if err != nil {
+		return err
+	}
+	var results []caseResult
+	for _, d := range docs {
+		if apiVersion, kind := d.kind(); kind != testKind || apiVersion != testAPIVersion {
+			continue
+		}
+		suite := &PolicyTest{}
+		if err := yaml.UnmarshalStrict(d.json, suite); err != nil {
+			return inputError(fmt.Errorf("%s:%d: %v", d.file, d.root.Line, err))
+		}
+		rs, err := runSuite(ctx, s, d.file, suite, cfg)
+		if err != nil {
+			return inputError(err)
+		}
+		results = append(results, rs...)
+	}
+	failed := 0
+	for _, r := range results {
+		if r.failure == "" {
+			fmt.Fprintf(s.out, "PASS  %s / %s\n", r.suite, r.name)
+			continue
+		}
+		failed++
+		fmt.Fprintf(s.out, "FAIL  %s / %s\n%s\n", r.suite, r.name, indent(r.failure))
+	}
+	if junit != "" {
+		if err := writeJUnit(junit, results); err != nil {
+			return err
+		}
+	}
+	if len(results) == 0 {
+		return inputError(fmt.Errorf("no %s suites in %s", testKind, strings.Join(paths, ", ")))
+	}
+	fmt.Fprintf(s.out, "%d passed, %d failed\n", len(results)-failed, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d cases failed", failed, len(results))
+	}
+	return nil
+}
+
+func runSuite(ctx context.Context, s *streams, file string, suite *PolicyTest, cfg *schedulerconfig.KubeSchedulerConfiguration) ([]caseResult, error) {
+	dir := filepath.Dir(file)
+	var policyFiles []string
+	for _, p := range suite.Policies {
+		policyFiles = append(policyFiles, filepath.Join(dir, p))
+	}
+	policies, err := readPolicies(s, policyFiles)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := inlineObjects[*corev1.Node](s, dir, suite.Nodes, "Node")
+	if err != nil {
+		return nil, fmt.Errorf("%s: nodes: %w", file, err)
+	}
+	namespaces, err := inlineObjects[*corev1.Namespace](s, dir, suite.Namespaces, "Namespace")
+	if err != nil {
+		return nil, fmt.Errorf("%s: namespaces: %w", file, err)
+	}
+	onNodes, err := inlineObjects[*corev1.Pod](s, dir, suite.PodsOnNodes, "Pod")
+	if err != nil {
+		return nil, fmt.Errorf("%s: podsOnNodes: %w", file, err)
+	}
+	name := suite.Metadata.Name
+	if name == "" {
+		name = file
+	}
+	var out []caseResult
+	for i := range suite.Cases {
+		tc := &suite.Cases[i]
+		start := time.Now()
+		failure, err := runCase(ctx, s, dir, tc, policies, nodes, namespaces, onNodes, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: cases[%d] (%s): %w", file, i, tc.Name, err)
+		}
+		out = append(out, caseResult{suite: name, name: tc.Name, failure: failure, duration: time.Since(start)})
+	}
+	return out, nil
+}
+
+func runCase(ctx context.Context, s *streams, dir string, tc *TestCase, policies []*schedv1alpha1.SchedulingPolicy,
+	nodes []*corev1.Node, namespaces []*corev1.Namespace, onNodes []*corev1.Pod, cfg *schedulerconfig.KubeSchedulerConfiguration) (string, error) {
+	pods, err := inlineObjects[*corev1.Pod](s, dir, []json.RawMessage{tc.Pod}, "Pod")
+	if err != nil || len(pods) != 1 {
+		return "", fmt.Errorf("pod: want one Pod: %v", err)
+	}
+	pod := pods[0]
+	if pod.Namespace == "" {
+		pod.Namespace = corev1.NamespaceDefault
+	}
+	if len(tc.Namespace) > 0 {
+		ns, err := inlineObjects[*corev1.Namespace](s, dir, []json.RawMessage{tc.Namespace}, "Namespace")
+		if err != nil {
+			return "", fmt.Errorf("namespace: %w", err)
+		}
+		namespaces = append(slices.DeleteFunc(slices.Clone(namespaces), func(n *corev1.Namespace) bool { return n.Name == ns[0].Name }), ns...)
+	}
+	if len(tc.Nodes) > 0 {
+		if nodes, err = inlineObjects[*corev1.Node](s, dir, tc.Nodes, "Node"); err != nil {
+			return "", fmt.Errorf("nodes: %w", err)
+		}
+	}
+	r, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
+	if err != nil {
+		return "", err
+	}
+	return check(tc.Expect, r)
+}
+
+// check compares a report with the expectations and describes every
+// mismatch.
+func check(e Expectation, r *dryrun.Report) (string, error) {
+	var problems []string
+	mismatch := func(what string, want, got any) {
+		problems = append(problems, fmt.Sprintf("%s (-want +got):\n%s", what, cmp.Diff(want, got)))
+	}
+	match := func(what, pattern, got string) error {
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			return fmt.Errorf("expect.%s: %w", what, err)
+		}
+		if !re.MatchString(got) {
+			problems = append(problems, fmt.Sprintf("%s: %q does not match %q", what, got, pattern))
+		}
+		return nil
+	}
+	held := "Queued"
+	if r.PreEnqueue != nil {
+		held = "Held"
+	}
+	if e.PreEnqueue != "" && e.PreEnqueue != held {
+		mismatch("preEnqueue", e.PreEnqueue, held)
+	}
+	if e.HoldMessage != "" {
+		msg := ""
+		if r.PreEnqueue != nil {
+			msg = r.PreEnqueue.Message
+		}
+		if err := match("holdMessage", e.HoldMessage, msg); err != nil {
+			return "", err
+		}
+	}
+	if e.Feasible != nil {
+		want := slices.Sorted(slices.Values(*e.Feasible))
+		got := slices.Sorted(slices.Values(r.Feasible))
+		if !slices.Equal(want, got) {
+			msg := fmt.Sprintf("feasible: want %v, got %v", want, got)
+			for _, name := range want {
+				if n := nodeResult(r, name); n != nil && n.RejectedBy != nil {
+					msg += fmt.Sprintf("\n  %s: rejected by %s: %s", name, n.RejectedBy.Plugin, n.RejectedBy.Message)
+				}
+			}
+			problems = append(problems, msg)
+		}
+	}
+	ranking := make([]string, len(r.Ranking))
+	for i, n := range r.Ranking {
+		ranking[i] = n.Node
+	}
+	if e.Ranking != nil && !slices.Equal(e.Ranking, ranking) {
+		mismatch("ranking", e.Ranking, r.Ranking)
+	}
+	if e.Top != "" {
+		top := ""
+		if len(r.Ranking) > 0 && (len(r.Ranking) == 1 || r.Ranking[0].Score > r.Ranking[1].Score) {
+			top = r.Ranking[0].Node
+		}
+		if top != e.Top {
+			mismatch("top (the unique highest score)", e.Top, r.Ranking)
+		}
+	}
+	for node, pattern := range e.Rejected {
+		got := "feasible"
+		if n := nodeResult(r, node); n == nil {
+			got = "no such node"
+		} else if n.RejectedBy != nil {
+			got = n.RejectedBy.Plugin + ": " + n.RejectedBy.Message
+		}
+		if err := match("rejected["+node+"]", pattern, got); err != nil {
+			return "", err
+		}
+	}
+	if e.CompileError != "" {
+		var errs []string
+		for _, p := range r.Policies {
+			if p.CompileError != "" {
+				errs = append(errs, p.CompileError)
+			}
+		}
+		if err := match("compileError", e.CompileError, strings.Join(errs, "\n")); err != nil {
+			return "", err
+		}
+	}
+	return strings.Join(problems, "\n"), nil
+}
+
+func nodeResult(r *dryrun.Report, name string) *dryrun.NodeResult {
+	for _, n := range r.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// inlineObjects decodes a list whose entries are objects or {file: path}.
+func inlineObjects[T runtime.Object](s *streams, dir string, entries []json.RawMessage, kind string) ([]T, error) {
+	var out []T
+	for i, raw := range entries {
+		var ref struct {
+			File string `json:"file"`
+		}
+		if err := json.Unmarshal(raw, &ref); err == nil && ref.File != "" {
+			objs, err := readObjects[T](s, []string{filepath.Join(dir, ref.File)}, kind)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, objs...)
+			continue
+		}
+		obj, err := decodeOne[T](raw, &document{file: fmt.Sprintf("entry %d", i), root: &yamlv3.Node{}}, kind)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obj)
+	}
+	return out, nil
+}
+
+func indent(s string) string {
+	return "      " + strings.ReplaceAll(s, "\n", "\n      ")
+}
+
+// JUnit XML, as CI systems read it.
+type junitSuites struct {
+	XMLName xml.Name     `xml:"testsuites"`
+	Suites  []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name    string        `xml:"name,attr"`
+	Time    string        `xml:"time,attr"`
+	Failure *junitFailure `xml:"failure,omitempty"`
+}
+
+type junitFailure struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+func writeJUnit(path string, results []caseResult) error {
+	var doc junitSuites
+	index := map[string]int{}
+	for _, r := range results {
+		i, ok := index[r.suite]
+		if !ok {
+			i = len(doc.Suites)
+			index[r.suite] = i
+			doc.Suites = append(doc.Suites, junitSuite{Name: r.suite})
+		}
+		c := junitCase{Name: r.name, Time: fmt.Sprintf("%.3f", r.duration.Seconds())}
+		if r.failure != "" {
+			c.Failure = &junitFailure{Message: "expectation not met", Text: r.failure}
+			doc.Suites[i].Failures++
+		}
+		doc.Suites[i].Tests++
+		doc.Suites[i].Cases = append(doc.Suites[i].Cases, c)
+	}
+	data, err := xml.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append([]byte(xml.Header), data...), 0o644)
+}
