@@ -86,34 +86,29 @@ func TestPolicyHint(t *testing.T) {
 	otherV2 := testPolicy("web", "7", "web", "true", 2)
 
 	cases := map[string]struct {
-		oldObj, newObj runtime.Object
+		// registered is in the registry before the event.
+		registered     *schedv1alpha1.SchedulingPolicy
+		oldObj, newObj any
 		want           fwk.QueueingHint
-		wantRegistry   string // the registered version of the policy, "" for none
+		wantRegistry   string // the registered version of gpu, "" for none
 	}{
 		"added: adds rules only":                  {newObj: v1, want: fwk.QueueSkip, wantRegistry: "5"},
-		"status update":                           {oldObj: v1, newObj: v1status, want: fwk.QueueSkip, wantRegistry: "6"},
-		"spec update of a policy for the pod":     {oldObj: v1, newObj: v2, want: fwk.Queue, wantRegistry: "7"},
+		"status update":                           {registered: v1, oldObj: v1, newObj: v1status, want: fwk.QueueSkip, wantRegistry: "6"},
+		"spec update of a policy for the pod":     {registered: v1, oldObj: v1, newObj: v2, want: fwk.Queue, wantRegistry: "7"},
 		"spec update of another team's policy":    {oldObj: other, newObj: otherV2, want: fwk.QueueSkip},
-		"deletion of a policy for the pod":        {oldObj: v1, want: fwk.Queue},
+		"deletion of a policy for the pod":        {registered: v1, oldObj: v1, want: fwk.Queue},
+		"deletion seen as a tombstone":            {registered: v1, oldObj: cache.DeletedFinalStateUnknown{Key: "gpu", Obj: v1}, want: fwk.Queue},
 		"deletion of another team's policy":       {oldObj: other, want: fwk.QueueSkip},
-		"unstructured, as the dynamic informer":   {oldObj: unstructuredOf(t, v1), newObj: unstructuredOf(t, v2), want: fwk.Queue, wantRegistry: "7"},
-		"deletion with a tombstone":               {oldObj: nil, newObj: nil, want: fwk.QueueSkip},
+		"unstructured, as the dynamic informer":   {registered: v1, oldObj: unstructuredOf(t, v1), newObj: unstructuredOf(t, v2), want: fwk.Queue, wantRegistry: "7"},
 		"a selector change that now selects pods": {oldObj: testPolicy("gpu", "5", "web", "false", 1), newObj: testPolicy("gpu", "7", "ml", "false", 2), want: fwk.Queue, wantRegistry: "7"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := newTestRuntime(t, ml)
-			var oldObj, newObj any
-			if tc.oldObj != nil {
-				oldObj = tc.oldObj
-				if name == "deletion of a policy for the pod" {
-					rt.Registry.Upsert(v1)
-					oldObj = cache.DeletedFinalStateUnknown{Key: "gpu", Obj: v1}
-				}
+			if tc.registered != nil {
+				rt.Registry.Upsert(tc.registered)
 			}
-			if tc.newObj != nil {
-				newObj = tc.newObj
-			}
+			oldObj, newObj := tc.oldObj, tc.newObj
 			got, err := rt.PolicyHint(klog.Background(), p, oldObj, newObj)
 			if err != nil {
 				t.Fatal(err)

@@ -249,7 +249,7 @@ func (r *Report) schedule(ctx context.Context, fw framework.Framework, pod *core
 		return fmt.Errorf("running the score plugins: %w", st.AsError())
 	}
 	for _, s := range scores {
-		n := r.node(s.Name)
+		n := r.Node(s.Name)
 		n.Score = s.TotalScore
 		n.PluginScores = map[string]int64{}
 		for _, ps := range s.Scores {

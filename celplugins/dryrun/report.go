@@ -96,7 +96,8 @@ type ScoreResult struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-func (r *Report) node(name string) *NodeResult {
+// Node returns the result of the named node, or nil.
+func (r *Report) Node(name string) *NodeResult {
 	for _, n := range r.Nodes {
 		if n.Name == name {
 			return n
@@ -200,7 +201,6 @@ func normalize(pr *PolicyResult, p *engine.CompiledPolicy, feasible []string) {
 			}
 		}
 		for j, v := range engine.NormalizeScores(raw, rule.Normalization) {
-			v := v
 			pr.Scores[nodes[j]][i].Normalized = &v
 		}
 	}

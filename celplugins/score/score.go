@@ -4,6 +4,7 @@ package score
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -123,7 +124,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		values, err := p.Score(ctx, s.cycle.Pod, in)
 		if err != nil {
 			if p.FailClosed() && !p.Audit() {
-				return 0, fwk.AsStatus(fmt.Errorf("%s", celplugins.ErrorMessage(err)))
+				return 0, fwk.AsStatus(errors.New(celplugins.ErrorMessage(err)))
 			}
 			klog.FromContext(ctx).V(4).Info("Scoring 0 after an error", "pod", klog.KObj(pod), "node", klog.KObj(node), "err", err)
 			values = make([]float64, len(p.ScoreRules()))

@@ -253,7 +253,7 @@ func check(e Expectation, r *dryrun.Report) (string, error) {
 		if !slices.Equal(want, got) {
 			msg := fmt.Sprintf("feasible: want %v, got %v", want, got)
 			for _, name := range want {
-				if n := nodeResult(r, name); n != nil && n.RejectedBy != nil {
+				if n := r.Node(name); n != nil && n.RejectedBy != nil {
 					msg += fmt.Sprintf("\n  %s: rejected by %s: %s", name, n.RejectedBy.Plugin, n.RejectedBy.Message)
 				}
 			}
@@ -278,7 +278,7 @@ func check(e Expectation, r *dryrun.Report) (string, error) {
 	}
 	for node, pattern := range e.Rejected {
 		got := "feasible"
-		if n := nodeResult(r, node); n == nil {
+		if n := r.Node(node); n == nil {
 			got = "no such node"
 		} else if n.RejectedBy != nil {
 			got = n.RejectedBy.Plugin + ": " + n.RejectedBy.Message
@@ -299,15 +299,6 @@ func check(e Expectation, r *dryrun.Report) (string, error) {
 		}
 	}
 	return strings.Join(problems, "\n"), nil
-}
-
-func nodeResult(r *dryrun.Report, name string) *dryrun.NodeResult {
-	for _, n := range r.Nodes {
-		if n.Name == name {
-			return n
-		}
-	}
-	return nil
 }
 
 // inlineObjects decodes a list whose entries are objects or {file: path}.
