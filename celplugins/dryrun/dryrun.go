@@ -53,6 +53,9 @@ type Input struct {
 	Nodes      []*corev1.Node
 	// Pods are the pods already on the nodes (spec.nodeName set).
 	Pods []*corev1.Pod
+	// Objects are other objects built-in plugins read: the pod's
+	// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
+	Objects []runtime.Object
 	// Config is the scheduler configuration; it must be defaulted (as
 	// loaded by the manager).
 	Config *schedulerconfig.KubeSchedulerConfiguration
@@ -103,7 +106,8 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 			Name: pod.Namespace, Labels: map[string]string{corev1.LabelMetadataName: pod.Namespace},
 		}})
 	}
-	objects := make([]runtime.Object, 0, len(namespaces)+len(in.Nodes)+len(in.Pods))
+	objects := make([]runtime.Object, 0, len(namespaces)+len(in.Nodes)+len(in.Pods)+len(in.Objects))
+	objects = append(objects, in.Objects...)
 	for _, ns := range namespaces {
 		objects = append(objects, ns)
 	}

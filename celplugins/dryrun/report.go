@@ -18,6 +18,9 @@ type Report struct {
 	Pod           string  `json:"pod"`
 	SchedulerName string  `json:"schedulerName"`
 	Plugins       Plugins `json:"plugins"`
+	// Notes say how the input differs from what the scheduler sees (a
+	// bound pod re-evaluated, draft policies).
+	Notes []string `json:"notes,omitempty"`
 	// PreEnqueue is set when a PreEnqueue plugin holds the pod; nothing
 	// else is evaluated then, as in the scheduler.
 	PreEnqueue *Rejection `json:"preEnqueue,omitempty"`

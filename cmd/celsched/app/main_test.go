@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func runCLI(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	var out bytes.Buffer
-	code := run(args, &streams{in: strings.NewReader(""), out: &out, err: &out})
+	code := Run(args, strings.NewReader(""), &out, &out)
 	return code, out.String()
 }
 
@@ -66,7 +66,7 @@ func TestValidate(t *testing.T) {
 
 // TestValidateSamples: every sample is valid, as a directory.
 func TestValidateSamples(t *testing.T) {
-	code, out := runCLI(t, "validate", "-f", filepath.Join("..", "..", "config", "samples"))
+	code, out := runCLI(t, "validate", "-f", filepath.Join("..", "..", "..", "config", "samples"))
 	if code != 0 || out != "7 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
@@ -83,7 +83,7 @@ func TestUsage(t *testing.T) {
 
 func TestEval(t *testing.T) {
 	dir := filepath.Join("testdata", "eval")
-	base := []string{"eval", "-f", filepath.Join("..", "..", "config", "samples"),
+	base := []string{"eval", "-f", filepath.Join("..", "..", "..", "config", "samples"),
 		"--pod", filepath.Join(dir, "pod-trainer.yaml"), "--nodes", filepath.Join(dir, "nodes.yaml")}
 	cases := map[string]struct {
 		args     []string
@@ -118,7 +118,7 @@ func TestEval(t *testing.T) {
 
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
-	code, out := runCLI(t, "test", filepath.Join("..", "..", "config", "samples", "tests"), "--junit", junit)
+	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)
 	if code != 0 || !strings.HasSuffix(out, "15 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
@@ -132,7 +132,7 @@ func TestSampleSuites(t *testing.T) {
 // diff, and the exit code and the JUnit report say so.
 func TestBrokenSampleFails(t *testing.T) {
 	dir := t.TempDir()
-	samples := filepath.Join("..", "..", "config", "samples")
+	samples := filepath.Join("..", "..", "..", "config", "samples")
 	if err := os.CopyFS(dir, os.DirFS(samples)); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -55,8 +55,8 @@ CEL filter and score rule per node, the feasible nodes and the ranking.`,
 }
 
 func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, error) {
-	if o.output != "table" && o.output != "json" && o.output != "yaml" {
-		return nil, usageError(fmt.Sprintf("unknown output format %q: want table, json or yaml", o.output))
+	if err := checkOutput(o.output); err != nil {
+		return nil, err
 	}
 	policies, err := readPolicies(s, o.policies)
 	if err != nil {
@@ -92,6 +92,13 @@ func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, e
 	return dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
 }
 
+func checkOutput(format string) error {
+	if format != "table" && format != "json" && format != "yaml" {
+		return usageError(fmt.Sprintf("unknown output format %q: want table, json or yaml", format))
+	}
+	return nil
+}
+
 func printReport(w io.Writer, r *dryrun.Report, format string) error {
 	switch format {
 	case "json":
@@ -116,6 +123,9 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		strings.Join(r.Plugins.PreEnqueue, ", "), strings.Join(r.Plugins.Filter, ", "), strings.Join(r.Plugins.Score, ", "))
 	for _, n := range r.Plugins.NotEvaluated {
 		fmt.Fprintf(out, "  not evaluated: %s\n", n)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(out, "Note: %s\n", n)
 	}
 
 	fmt.Fprintln(out, "\nPolicies:")

@@ -1,0 +1,58 @@
+// Package app is the celsched CLI: it validates, evaluates, explains and
+// tests SchedulingPolicies with the same engine and scheduling framework as
+// the scheduler. cmd/celsched is its binary; the integration tests run it
+// in-process against a live control plane.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+)
+
+// Version is set by the Makefile with -ldflags.
+var Version = "v0.0.0-dev"
+
+// Run executes the CLI and returns its exit code: 0 on success, 1 when
+// policies are invalid or tests fail, 2 on bad usage or input.
+func Run(args []string, in io.Reader, out, errOut io.Writer) int {
+	s := &streams{in: in, out: out, err: errOut}
+	// kube-scheduler's framework logs through klog; the CLI prints reports.
+	klog.SetLogger(logr.Discard())
+	root := &cobra.Command{
+		Use:           "celsched",
+		Short:         "Validate, evaluate, explain and test celsched SchedulingPolicies before they act",
+		Version:       Version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetIn(s.in)
+	root.SetOut(s.out)
+	root.SetErr(s.err)
+	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s))
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(s.err, "error:", err)
+	var usage *usageErr
+	if errors.As(err, &usage) {
+		return 2
+	}
+	return 1
+}
+
+// usageErr is bad usage or unreadable input: exit code 2.
+type usageErr struct{ err error }
+
+func (e *usageErr) Error() string { return e.err.Error() }
+
+func usageError(msg string) error { return &usageErr{err: errors.New(msg)} }
+
+// inputError marks an error reading or decoding the input files.
+func inputError(err error) error { return &usageErr{err: err} }
