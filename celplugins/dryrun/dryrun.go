@@ -51,7 +51,8 @@ type Input struct {
 	// with only the kubernetes.io/metadata.name label is assumed.
 	Namespaces []*corev1.Namespace
 	Nodes      []*corev1.Node
-	// Pods are the pods already on the nodes (spec.nodeName set).
+	// Pods are the pods already on the nodes (spec.nodeName set). Pods
+	// on no node of Nodes are ignored, as in the scheduler's cache.
 	Pods []*corev1.Pod
 	// Objects are other objects built-in plugins read: the pod's
 	// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
@@ -79,7 +80,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	pod := in.Pod.DeepCopy()
 	defaults.Default(pod)
 	in.Nodes = defaulted(in.Nodes)
-	in.Pods = defaulted(in.Pods)
+	in.Pods = defaulted(onNodes(in.Pods, in.Nodes))
 	in.Namespaces = defaulted(in.Namespaces)
 	prof, err := pickProfile(in.Config, pod)
 	if err != nil {
@@ -160,6 +161,15 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// onNodes returns the pods bound to one of the nodes.
+func onNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {
+	names := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		names[n.Name] = true
+	}
+	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !names[p.Spec.NodeName] })
 }
 
 func defaulted[T runtime.Object](objs []T) []T {

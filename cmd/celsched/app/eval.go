@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -89,7 +90,25 @@ func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, e
 	if err != nil {
 		return nil, inputError(err)
 	}
-	return dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
+	report, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
+	if err != nil {
+		return nil, err
+	}
+	if off := offNodes(onNodes, nodes); len(off) > 0 {
+		report.Notes = append(report.Notes, fmt.Sprintf("ignored pods of --pods-on-nodes that are on none of the nodes: %s", strings.Join(off, ", ")))
+	}
+	return report, nil
+}
+
+// offNodes names the pods that are not bound to one of the nodes.
+func offNodes(pods []*corev1.Pod, nodes []*corev1.Node) []string {
+	var out []string
+	for _, p := range pods {
+		if !slices.ContainsFunc(nodes, func(n *corev1.Node) bool { return n.Name == p.Spec.NodeName }) {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	return out
 }
 
 func checkOutput(format string) error {

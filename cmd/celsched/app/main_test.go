@@ -95,6 +95,7 @@ func TestEval(t *testing.T) {
 		// Without the namespace file, the namespace has only its name
 		// label: no cost-center, so the pod is held.
 		"held":                  {},
+		"pods-off-nodes":        {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--pods-on-nodes", filepath.Join(dir, "pods-off-nodes.yaml")}},
 		"two-pods":              {args: []string{"--pod", filepath.Join(dir, "two-pods.yaml")}, wantCode: 2},
 		"unknown-field":         {args: []string{"--pod", filepath.Join(dir, "pod-unknown-field.yaml")}, wantCode: 2},
 		"missing-file":          {args: []string{"--nodes", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
