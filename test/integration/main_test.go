@@ -28,10 +28,12 @@ import (
 // repoRoot is the repository root, relative to this package's directory.
 var repoRoot = filepath.Join("..", "..")
 
-// k8sClient and clientset talk to the envtest kube-apiserver as its admin.
+// k8sClient and clientset talk to the envtest kube-apiserver as its admin;
+// kubeconfig is a kubeconfig file for the same (for the CLI).
 var (
-	k8sClient client.Client
-	clientset kubernetes.Interface
+	k8sClient  client.Client
+	clientset  kubernetes.Interface
+	kubeconfig string
 )
 
 func TestMain(m *testing.M) {
@@ -49,6 +51,18 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "stopping the envtest control plane: %v\n", err)
 		}
 	}()
+
+	dir, err := os.MkdirTemp("", "celsched-integration-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -99,7 +99,7 @@ type caseResult struct {
 }
 
 func runTests(ctx context.Context, s *streams, paths []string, junit string) error {
-	docs, err := readDocuments(paths, s.in)
+	suites, err := loadSuites(s, paths)
 	if err != nil {
 		return inputError(err)
 	}
@@ -108,19 +108,19 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 		return err
 	}
 	var results []caseResult
-	for _, d := range docs {
-		if apiVersion, kind := d.kind(); kind != testKind || apiVersion != testAPIVersion {
-			continue
+	for _, suite := range suites {
+		for i, tc := range suite.Cases {
+			start := time.Now()
+			r, err := dryrun.Run(ctx, tc.Input(suite, cfg))
+			if err != nil {
+				return inputError(fmt.Errorf("%s: cases[%d] (%s): %w", suite.File, i, tc.Name, err))
+			}
+			failure, err := check(tc.Expect, r)
+			if err != nil {
+				return inputError(fmt.Errorf("%s: cases[%d] (%s): %w", suite.File, i, tc.Name, err))
+			}
+			results = append(results, caseResult{suite: suite.Name, name: tc.Name, failure: failure, duration: time.Since(start)})
 		}
-		suite := &PolicyTest{}
-		if err := yaml.UnmarshalStrict(d.json, suite); err != nil {
-			return inputError(fmt.Errorf("%s:%d: %v", d.file, d.root.Line, err))
-		}
-		rs, err := runSuite(ctx, s, d.file, suite, cfg)
-		if err != nil {
-			return inputError(err)
-		}
-		results = append(results, rs...)
 	}
 	failed := 0
 	for _, r := range results {
@@ -146,72 +146,116 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 	return nil
 }
 
-func runSuite(ctx context.Context, s *streams, file string, suite *PolicyTest, cfg *schedulerconfig.KubeSchedulerConfiguration) ([]caseResult, error) {
-	dir := filepath.Dir(file)
-	var policyFiles []string
-	for _, p := range suite.Policies {
-		policyFiles = append(policyFiles, filepath.Join(dir, p))
-	}
-	policies, err := readPolicies(s, policyFiles)
+// Suite is a PolicyTest suite with its files read and its objects decoded.
+type Suite struct {
+	Name, File string
+	// PolicyFiles are the suite's policy files and directories.
+	PolicyFiles []string
+	Policies    []*schedv1alpha1.SchedulingPolicy
+	Nodes       []*corev1.Node
+	Namespaces  []*corev1.Namespace
+	PodsOnNodes []*corev1.Pod
+	Cases       []*Case
+}
+
+// Case is a test case with its objects decoded: Namespaces and Nodes are
+// the suite's with the case's own applied.
+type Case struct {
+	Name       string
+	Pod        *corev1.Pod
+	Namespaces []*corev1.Namespace
+	Nodes      []*corev1.Node
+	Expect     Expectation
+}
+
+// Input is the dry-run input of the case.
+func (c *Case) Input(s *Suite, cfg *schedulerconfig.KubeSchedulerConfiguration) dryrun.Input {
+	return dryrun.Input{Policies: s.Policies, Pod: c.Pod, Namespaces: c.Namespaces, Nodes: c.Nodes, Pods: s.PodsOnNodes, Config: cfg}
+}
+
+// LoadSuites reads the PolicyTest suites of files and directories (what
+// `celsched test` runs).
+func LoadSuites(paths []string) ([]*Suite, error) {
+	return loadSuites(&streams{}, paths)
+}
+
+func loadSuites(s *streams, paths []string) ([]*Suite, error) {
+	docs, err := readDocuments(paths, s.in)
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := inlineObjects[*corev1.Node](s, dir, suite.Nodes, "Node")
-	if err != nil {
-		return nil, fmt.Errorf("%s: nodes: %w", file, err)
-	}
-	namespaces, err := inlineObjects[*corev1.Namespace](s, dir, suite.Namespaces, "Namespace")
-	if err != nil {
-		return nil, fmt.Errorf("%s: namespaces: %w", file, err)
-	}
-	onNodes, err := inlineObjects[*corev1.Pod](s, dir, suite.PodsOnNodes, "Pod")
-	if err != nil {
-		return nil, fmt.Errorf("%s: podsOnNodes: %w", file, err)
-	}
-	name := suite.Metadata.Name
-	if name == "" {
-		name = file
-	}
-	var out []caseResult
-	for i := range suite.Cases {
-		tc := &suite.Cases[i]
-		start := time.Now()
-		failure, err := runCase(ctx, s, dir, tc, policies, nodes, namespaces, onNodes, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("%s: cases[%d] (%s): %w", file, i, tc.Name, err)
+	var suites []*Suite
+	for _, d := range docs {
+		if apiVersion, kind := d.kind(); kind != testKind || apiVersion != testAPIVersion {
+			continue
 		}
-		out = append(out, caseResult{suite: name, name: tc.Name, failure: failure, duration: time.Since(start)})
+		spec := &PolicyTest{}
+		if err := yaml.UnmarshalStrict(d.json, spec); err != nil {
+			return nil, fmt.Errorf("%s:%d: %v", d.file, d.root.Line, err)
+		}
+		suite, err := loadSuite(s, d.file, spec)
+		if err != nil {
+			return nil, err
+		}
+		suites = append(suites, suite)
 	}
-	return out, nil
+	return suites, nil
 }
 
-func runCase(ctx context.Context, s *streams, dir string, tc *TestCase, policies []*schedv1alpha1.SchedulingPolicy,
-	nodes []*corev1.Node, namespaces []*corev1.Namespace, onNodes []*corev1.Pod, cfg *schedulerconfig.KubeSchedulerConfiguration) (string, error) {
-	pods, err := inlineObjects[*corev1.Pod](s, dir, []json.RawMessage{tc.Pod}, "Pod")
-	if err != nil || len(pods) != 1 {
-		return "", fmt.Errorf("pod: want one Pod: %v", err)
+func loadSuite(s *streams, file string, spec *PolicyTest) (*Suite, error) {
+	dir := filepath.Dir(file)
+	suite := &Suite{Name: spec.Metadata.Name, File: file}
+	if suite.Name == "" {
+		suite.Name = file
 	}
-	pod := pods[0]
-	if pod.Namespace == "" {
-		pod.Namespace = corev1.NamespaceDefault
+	for _, p := range spec.Policies {
+		suite.PolicyFiles = append(suite.PolicyFiles, filepath.Join(dir, p))
 	}
-	if len(tc.Namespace) > 0 {
-		ns, err := inlineObjects[*corev1.Namespace](s, dir, []json.RawMessage{tc.Namespace}, "Namespace")
+	var err error
+	if suite.Policies, err = readPolicies(s, suite.PolicyFiles); err != nil {
+		return nil, err
+	}
+	if suite.Nodes, err = inlineObjects[*corev1.Node](s, dir, spec.Nodes, "Node"); err != nil {
+		return nil, fmt.Errorf("%s: nodes: %w", file, err)
+	}
+	if suite.Namespaces, err = inlineObjects[*corev1.Namespace](s, dir, spec.Namespaces, "Namespace"); err != nil {
+		return nil, fmt.Errorf("%s: namespaces: %w", file, err)
+	}
+	if suite.PodsOnNodes, err = inlineObjects[*corev1.Pod](s, dir, spec.PodsOnNodes, "Pod"); err != nil {
+		return nil, fmt.Errorf("%s: podsOnNodes: %w", file, err)
+	}
+	for i := range spec.Cases {
+		tc, err := loadCase(s, dir, &spec.Cases[i], suite)
 		if err != nil {
-			return "", fmt.Errorf("namespace: %w", err)
+			return nil, fmt.Errorf("%s: cases[%d] (%s): %w", file, i, spec.Cases[i].Name, err)
 		}
-		namespaces = append(slices.DeleteFunc(slices.Clone(namespaces), func(n *corev1.Namespace) bool { return n.Name == ns[0].Name }), ns...)
+		suite.Cases = append(suite.Cases, tc)
 	}
-	if len(tc.Nodes) > 0 {
-		if nodes, err = inlineObjects[*corev1.Node](s, dir, tc.Nodes, "Node"); err != nil {
-			return "", fmt.Errorf("nodes: %w", err)
+	return suite, nil
+}
+
+func loadCase(s *streams, dir string, spec *TestCase, suite *Suite) (*Case, error) {
+	pods, err := inlineObjects[*corev1.Pod](s, dir, []json.RawMessage{spec.Pod}, "Pod")
+	if err != nil || len(pods) != 1 {
+		return nil, fmt.Errorf("pod: want one Pod: %v", err)
+	}
+	tc := &Case{Name: spec.Name, Pod: pods[0], Namespaces: suite.Namespaces, Nodes: suite.Nodes, Expect: spec.Expect}
+	if tc.Pod.Namespace == "" {
+		tc.Pod.Namespace = corev1.NamespaceDefault
+	}
+	if len(spec.Namespace) > 0 {
+		ns, err := inlineObjects[*corev1.Namespace](s, dir, []json.RawMessage{spec.Namespace}, "Namespace")
+		if err != nil {
+			return nil, fmt.Errorf("namespace: %w", err)
+		}
+		tc.Namespaces = append(slices.DeleteFunc(slices.Clone(tc.Namespaces), func(n *corev1.Namespace) bool { return n.Name == ns[0].Name }), ns...)
+	}
+	if len(spec.Nodes) > 0 {
+		if tc.Nodes, err = inlineObjects[*corev1.Node](s, dir, spec.Nodes, "Node"); err != nil {
+			return nil, fmt.Errorf("nodes: %w", err)
 		}
 	}
-	r, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
-	if err != nil {
-		return "", err
-	}
-	return check(tc.Expect, r)
+	return tc, nil
 }
 
 // check compares a report with the expectations and describes every

@@ -1,0 +1,297 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/yaml"
+
+	"github.com/celsched/celsched/celplugins/dryrun"
+	cli "github.com/celsched/celsched/cmd/celsched/app"
+)
+
+// caseLabel marks the nodes of one agreement case; the case's pods require
+// it, so that they see only the nodes of their case.
+const caseLabel = "celsched.io/agreement-case"
+
+// TestDryRunAgreesWithScheduler runs every case of the sample suites
+// (config/samples/tests) through `celsched eval` and through the live
+// scheduler, and asserts the same outcome: held with the same message, or
+// unschedulable for the same reasons, or bound to one of the nodes eval
+// ranks highest; and the same feasible set, checked live node by node
+// with a probe pod pinned to each node. `celsched explain` on the live pod
+// must agree too.
+//
+// Each case gets its own nodes (the suite's, renamed), so that pods of
+// earlier cases, which the scheduler may not have forgotten yet, change
+// nothing.
+func TestDryRunAgreesWithScheduler(t *testing.T) {
+	suites, err := cli.LoadSuites([]string{filepath.Join(repoRoot, "config", "samples", "tests")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, suite := range suites {
+		t.Run(suite.Name, func(t *testing.T) {
+			for _, p := range suite.Policies {
+				applyPolicy(t, p.DeepCopy())
+			}
+			for _, tc := range suite.Cases {
+				if tc.Expect.CompileError != "" {
+					continue // nothing to schedule live
+				}
+				n++
+				t.Run(tc.Name, func(t *testing.T) {
+					agree(t, suite, tc, fmt.Sprintf("agree-%d", n))
+				})
+			}
+		})
+	}
+	if n < 10 {
+		t.Errorf("only %d cases compared", n)
+	}
+}
+
+func agree(t *testing.T, suite *cli.Suite, tc *cli.Case, id string) {
+	ctx := t.Context()
+	dir := t.TempDir()
+
+	// The case's objects, live: nodes renamed into the case, namespaces
+	// with the case's labels, the pods on the nodes.
+	nodes := make([]*corev1.Node, len(tc.Nodes))
+	for i, n := range tc.Nodes {
+		nodes[i] = n.DeepCopy()
+		nodes[i].Name = id + "-" + n.Name
+		if nodes[i].Labels == nil {
+			nodes[i].Labels = map[string]string{}
+		}
+		nodes[i].Labels[caseLabel] = id
+		nodes[i].Labels[corev1.LabelHostname] = nodes[i].Name
+		createNode(t, nodes[i])
+	}
+	var namespaces []*corev1.Namespace
+	for _, name := range caseNamespaces(suite, tc) {
+		namespaces = append(namespaces, ensureNamespace(t, tc, name))
+	}
+	var onNodes []*corev1.Pod
+	for _, p := range suite.PodsOnNodes {
+		p = p.DeepCopy()
+		p.Name = id + "-" + p.Name
+		p.Spec.NodeName = id + "-" + p.Spec.NodeName
+		if err := k8sClient.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, p) })
+		onNodes = append(onNodes, p)
+	}
+	pod := tc.Pod.DeepCopy()
+	pod.Name = id + "-" + pod.Name
+	requireNodes(pod, metav1.LabelSelectorRequirement{Key: caseLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{id}})
+
+	// celsched eval on the same objects, as files.
+	args := []string{"eval", "-o", "json", "--pod", writeObjects(t, dir, "pod", pod), "--nodes", writeObjects(t, dir, "nodes", nodes...),
+		"--namespace", writeObjects(t, dir, "namespaces", namespaces...), "--pods-on-nodes", writeObjects(t, dir, "pods", onNodes...)}
+	for _, f := range suite.PolicyFiles {
+		args = append(args, "-f", f)
+	}
+	eval := cliReport(t, args...)
+
+	// The live scheduler.
+	if err := k8sClient.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, pod) })
+	var bound string
+	switch {
+	case eval.PreEnqueue != nil:
+		if got := waitPending(t, pod, "SchedulingGated"); got != eval.PreEnqueue.Message {
+			t.Errorf("live hold message %q, eval says %q", got, eval.PreEnqueue.Message)
+		}
+	case len(eval.Feasible) == 0:
+		var reasons []string
+		for _, n := range eval.Nodes {
+			if n.RejectedBy != nil && !slices.Contains(reasons, n.RejectedBy.Message) {
+				reasons = append(reasons, n.RejectedBy.Message)
+			}
+		}
+		waitPending(t, pod, corev1.PodReasonUnschedulable, reasons...)
+	default:
+		bound = waitForNode(t, pod)
+		if top := topNodes(eval); !slices.Contains(top, bound) {
+			t.Errorf("live scheduler bound the pod to %s, eval ranks highest %v (ranking %v)", bound, top, eval.Ranking)
+		}
+	}
+
+	// celsched explain on the live pod: the same verdict. Its report has
+	// the nodes of the other cases too, which the pod's node affinity
+	// rejects.
+	explain := cliReport(t, "explain", "--kubeconfig", kubeconfig, "-n", pod.Namespace, "pod/"+pod.Name, "-o", "json")
+	if (explain.PreEnqueue == nil) != (eval.PreEnqueue == nil) || !slices.Equal(explain.Feasible, eval.Feasible) {
+		t.Errorf("explain disagrees with eval: held %v / %v, feasible %v / %v", explain.PreEnqueue, eval.PreEnqueue, explain.Feasible, eval.Feasible)
+	}
+	if eval.PreEnqueue != nil {
+		return // held: no node is evaluated
+	}
+
+	// The feasible set, node by node: a copy of the pod pinned to each
+	// node binds exactly where eval says the pod is feasible. A probe only
+	// uses its own node, so the probes do not change each other's outcome.
+	for _, n := range nodes {
+		if n.Name == bound {
+			continue
+		}
+		probe := tc.Pod.DeepCopy()
+		probe.Name = id + "-probe-" + strings.TrimPrefix(n.Name, id+"-")
+		requireNodes(probe, metav1.LabelSelectorRequirement{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpIn, Values: []string{n.Name}})
+		if err := k8sClient.Create(ctx, probe); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, probe) })
+		if slices.Contains(eval.Feasible, n.Name) {
+			expectNode(t, probe, n.Name)
+			continue
+		}
+		waitPending(t, probe, corev1.PodReasonUnschedulable, eval.Node(n.Name).RejectedBy.Message)
+	}
+}
+
+// caseNamespaces are the namespaces of the case's pods.
+func caseNamespaces(suite *cli.Suite, tc *cli.Case) []string {
+	names := []string{tc.Pod.Namespace}
+	for _, p := range suite.PodsOnNodes {
+		if !slices.Contains(names, p.Namespace) {
+			names = append(names, p.Namespace)
+		}
+	}
+	return names
+}
+
+// ensureNamespace creates the namespace, or updates its labels, to those
+// the case gives it (none but its name label when the case has none), and
+// returns it as stored. Namespaces are left behind: envtest has no
+// namespace controller to finish deleting them.
+func ensureNamespace(t *testing.T, tc *cli.Case, name string) *corev1.Namespace {
+	t.Helper()
+	labels := map[string]string{corev1.LabelMetadataName: name}
+	if i := slices.IndexFunc(tc.Namespaces, func(ns *corev1.Namespace) bool { return ns.Name == name }); i >= 0 {
+		for k, v := range tc.Namespaces[i].Labels {
+			labels[k] = v
+		}
+	}
+	ns := &corev1.Namespace{}
+	err := k8sClient.Get(t.Context(), client.ObjectKey{Name: name}, ns)
+	switch {
+	case apierrors.IsNotFound(err):
+		ns = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+		err = k8sClient.Create(t.Context(), ns)
+	case err == nil:
+		ns.Labels = labels
+		err = k8sClient.Update(t.Context(), ns)
+	}
+	if err != nil {
+		t.Fatalf("namespace %s: %v", name, err)
+	}
+	return ns
+}
+
+// createNode creates a node as its file gives it, ready, with capacity
+// equal to allocatable where the file gives only allocatable.
+func createNode(t *testing.T, node *corev1.Node) {
+	t.Helper()
+	status := node.Status
+	if err := k8sClient.Create(t.Context(), node); err != nil {
+		t.Fatalf("creating node %s: %v", node.Name, err)
+	}
+	t.Cleanup(func() { deleteObject(t, node) })
+	if status.Capacity == nil {
+		status.Capacity = status.Allocatable
+	}
+	status.Conditions = append(status.Conditions, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()})
+	node.Status = status
+	if err := k8sClient.Status().Update(t.Context(), node); err != nil {
+		t.Fatalf("setting the status of node %s: %v", node.Name, err)
+	}
+}
+
+// requireNodes adds a required node affinity requirement to every term of
+// the pod (a term of its own when it has none).
+func requireNodes(pod *corev1.Pod, req metav1.LabelSelectorRequirement) {
+	r := corev1.NodeSelectorRequirement{Key: req.Key, Operator: corev1.NodeSelectorOperator(req.Operator), Values: req.Values}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, r)
+	}
+}
+
+// topNodes are the nodes with the highest score of the report: the
+// scheduler picks one of them at random.
+func topNodes(r *dryrun.Report) []string {
+	var out []string
+	for _, n := range r.Ranking {
+		if n.Score == r.Ranking[0].Score {
+			out = append(out, n.Node)
+		}
+	}
+	return out
+}
+
+// writeObjects writes objects as a YAML file of documents and returns its
+// path.
+func writeObjects[T client.Object](t *testing.T, dir, name string, objs ...T) string {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, o := range objs {
+		gvk, err := apiutil.GVKForObject(o, k8sClient.Scheme())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := o.DeepCopyObject()
+		o.GetObjectKind().SetGroupVersionKind(gvk)
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.WriteString("---\n")
+		buf.Write(data)
+	}
+	path := filepath.Join(dir, name+".yaml")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// cliReport runs a celsched command with -o json and decodes its report.
+func cliReport(t *testing.T, args ...string) *dryrun.Report {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
+	}
+	r := &dryrun.Report{}
+	if err := json.Unmarshal(out.Bytes(), r); err != nil {
+		t.Fatalf("celsched %s: %v", args[0], err)
+	}
+	return r
+}
