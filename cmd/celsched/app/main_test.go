@@ -2,17 +2,14 @@ package app
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/celsched/celsched/test/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files")
 
 // runCLI runs the CLI in-process and returns its exit code and output.
 func runCLI(t *testing.T, args ...string) (int, string) {
@@ -20,25 +17,6 @@ func runCLI(t *testing.T, args ...string) (int, string) {
 	var out bytes.Buffer
 	code := Run(args, strings.NewReader(""), &out, &out)
 	return code, out.String()
-}
-
-// golden compares got with testdata/<name>.golden (rewritten by -update).
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), got); diff != "" {
-		t.Errorf("output differs from %s (-want +got):\n%s", path, diff)
-	}
 }
 
 func TestValidate(t *testing.T) {
@@ -59,7 +37,7 @@ func TestValidate(t *testing.T) {
 			if code != tc.wantCode {
 				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
 			}
-			golden(t, filepath.Join("validate", name), out)
+			golden.Compare(t, filepath.Join("testdata", "validate", name+".golden"), out)
 		})
 	}
 }
@@ -112,7 +90,7 @@ func TestEval(t *testing.T) {
 			if tc.wantCode != 0 && strings.Count(out, "\n") != 1 {
 				t.Errorf("want one error line, got:\n%s", out)
 			}
-			golden(t, filepath.Join("eval", name), out)
+			golden.Compare(t, filepath.Join("testdata", "eval", name+".golden"), out)
 		})
 	}
 }
