@@ -27,8 +27,12 @@ import (
 type Runtime struct {
 	Registry  *engine.Registry
 	Converter *engine.Converter
+	// AuditLog collects what Audit policies would have done, for their
+	// status.
+	AuditLog AuditLog
 
 	once       sync.Once
+	metrics    sync.Map // policy name -> *policyCounters
 	namespaces *namespaces
 }
 

@@ -28,13 +28,21 @@ type Cycle struct {
 	// scores, in name order (Audit ones included).
 	Filters []*engine.CompiledPolicy
 	Scores  []*engine.CompiledPolicy
+	// Audit are the matching Audit policies, reported on when the pod is
+	// bound (ReportAudit).
+	Audit []*engine.CompiledPolicy
 	// Rejection, when not empty, rejects the pod on every node: an enforced
 	// policy with failurePolicy Fail did not compile, or one of its match
 	// conditions failed.
 	Rejection string
+
+	// audit collects what the Audit filters would reject, per node; nil
+	// when no Audit policy with filters matches.
+	audit *auditDenials
 }
 
-// Clone implements fwk.StateData; a Cycle is immutable.
+// Clone implements fwk.StateData; a Cycle is immutable but for the Audit
+// denials, which clones share (they are the same evaluations).
 func (c *Cycle) Clone() fwk.StateData { return c }
 
 // Prepare matches the current policies against a pod: once per cycle.
@@ -60,6 +68,12 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod) (*Cycle, error)
 				c.Rejection = ErrorMessage(m.Err)
 			}
 			continue
+		}
+		if p.Audit() {
+			c.Audit = append(c.Audit, p)
+			if p.HasFilters() && c.audit == nil {
+				c.audit = &auditDenials{byNode: map[string][]denial{}}
+			}
 		}
 		if p.HasFilters() {
 			c.Filters = append(c.Filters, p)

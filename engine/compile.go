@@ -131,6 +131,20 @@ func (p *CompiledPolicy) HasScores() bool { return len(p.scores) > 0 }
 // that callers build the nodeInfo value only when it is needed.
 func (p *CompiledPolicy) UsesNodeInfo() bool { return p.usesNodeInfo }
 
+// PreEnqueueRuleNames returns the names of the preEnqueue rules, in order.
+func (p *CompiledPolicy) PreEnqueueRuleNames() []string { return ruleNames(p.preEnqueue) }
+
+// FilterRuleNames returns the names of the filters, in order.
+func (p *CompiledPolicy) FilterRuleNames() []string { return ruleNames(p.filters) }
+
+func ruleNames(rules []*boolRule) []string {
+	out := make([]string, len(rules))
+	for i, r := range rules {
+		out[i] = r.name
+	}
+	return out
+}
+
 // ScoreRules returns the names, weights and normalizations of the score
 // rules, in order.
 func (p *CompiledPolicy) ScoreRules() []ScoreRuleInfo {

@@ -300,6 +300,74 @@ type SchedulingPolicyStatus struct {
 	// +optional
 	// +listType=atomic
 	ExpressionWarnings []ExpressionWarning `json:"expressionWarnings,omitempty"`
+
+	// audit summarizes what the policy would have done while its
+	// enforcement is Audit: the evidence for switching it to Enforce. The
+	// scheduler writes it at most once per interval (the manager's
+	// --audit-status-interval); it stays when the policy is switched to
+	// Enforce.
+	// +optional
+	Audit *AuditStatus `json:"audit,omitempty"`
+}
+
+// MaxAuditViolations is how many recent violations status.audit keeps.
+const MaxAuditViolations = 5
+
+// AuditStatus counts the placements of pods an Audit policy matched.
+type AuditStatus struct {
+	// observedGeneration is the metadata.generation the counts are for:
+	// they restart when the spec changes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// evaluated counts the pods the policy matched that the scheduler
+	// bound.
+	// +optional
+	Evaluated int64 `json:"evaluated"`
+
+	// wouldReject counts those of them the policy, enforced, would have
+	// held (a preEnqueue rule is false) or kept off the node they were
+	// bound to (a filter is false there or fails with failurePolicy Fail).
+	// +optional
+	WouldReject int64 `json:"wouldReject"`
+
+	// lastViolations are the most recent would-be rejections, newest first.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	LastViolations []AuditViolation `json:"lastViolations,omitempty"`
+
+	// lastUpdateTime is when the scheduler last wrote the summary.
+	// +optional
+	LastUpdateTime *metav1.Time `json:"lastUpdateTime,omitempty"`
+}
+
+// AuditViolation is one placement an Audit policy would have rejected.
+type AuditViolation struct {
+	// pod is namespace/name of the pod.
+	// +required
+	// +kubebuilder:validation:MaxLength=317
+	Pod string `json:"pod"`
+
+	// node is the node the pod was bound to.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+
+	// rule is the rule that would have rejected it, as
+	// preEnqueue/NAME or filters/NAME.
+	// +required
+	// +kubebuilder:validation:MaxLength=80
+	Rule string `json:"rule"`
+
+	// message is the rule's message.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// time is when the pod was bound.
+	// +required
+	Time metav1.Time `json:"time"`
 }
 
 // SchedulingPolicy holds CEL placement rules that the celsched scheduler
@@ -311,6 +379,8 @@ type SchedulingPolicyStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=schedpol,categories=celsched
 // +kubebuilder:printcolumn:name="Enforcement",type=string,JSONPath=`.spec.enforcement`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Evaluated",type=integer,JSONPath=`.status.audit.evaluated`,priority=1
+// +kubebuilder:printcolumn:name="Would-Reject",type=integer,JSONPath=`.status.audit.wouldReject`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SchedulingPolicy struct {
 	metav1.TypeMeta `json:",inline"`

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -21,12 +22,14 @@ const Name = "CELFilter"
 
 // Filter evaluates the filters of the SchedulingPolicies that match a pod.
 type Filter struct {
-	rt *celplugins.Runtime
+	rt       *celplugins.Runtime
+	recorder events.EventRecorder
 }
 
 var (
 	_ fwk.PreFilterPlugin   = &Filter{}
 	_ fwk.FilterPlugin      = &Filter{}
+	_ fwk.PostBindPlugin    = &Filter{}
 	_ fwk.EnqueueExtensions = &Filter{}
 )
 
@@ -35,7 +38,7 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runti
 	if err := rt.Attach(h); err != nil {
 		return nil, err
 	}
-	return &Filter{rt: rt}, nil
+	return &Filter{rt: rt, recorder: h.EventRecorder()}, nil
 }
 
 // Name implements fwk.Plugin.
@@ -64,7 +67,8 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 func (pl *Filter) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // Filter evaluates the matching policies' filters on one node. An enforced
-// rule that is false rejects the node; an Audit one is only logged.
+// rule that is false rejects the node; an Audit one is recorded for
+// PostBind.
 func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	c := celplugins.ReadCycle(state)
 	if c == nil {
@@ -78,7 +82,8 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	logger := klog.FromContext(ctx)
 	for _, p := range c.Filters {
 		rej, err := p.Filter(ctx, c.Pod, in)
-		var msg string
+		pl.rt.CountFilter(p, rej, err)
+		var msg, rule string
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx)))
@@ -86,14 +91,15 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 			logger.V(4).Info("Ignoring a filter error (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "err", err)
 			continue
 		case err != nil:
-			msg = "node(s) rejected: " + celplugins.ErrorMessage(err)
+			msg, rule = "node(s) rejected: "+celplugins.ErrorMessage(err), celplugins.RuleOf(err)
 		case rej != nil:
-			msg = celplugins.RejectionMessage(rej)
+			msg, rule = celplugins.RejectionMessage(rej), rej.Rule
 		default:
 			continue
 		}
 		if p.Audit() {
-			logger.V(2).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", msg)
+			logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", msg)
+			c.DenyAudit(node.Name, p.Name, rule, msg)
 			continue
 		}
 		// Evicting pods cannot change a rule that does not read nodeInfo,
@@ -105,6 +111,14 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return fwk.NewStatus(code, msg)
 	}
 	return nil
+}
+
+// PostBind reports what the matching Audit policies would have done with
+// the placement.
+func (pl *Filter) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
+	if c := celplugins.ReadCycle(state); c != nil {
+		pl.rt.ReportAudit(ctx, c, pl.recorder, pod, nodeName)
+	}
 }
 
 // EventsToRegister implements fwk.EnqueueExtensions: a pod rejected by a

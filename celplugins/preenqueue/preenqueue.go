@@ -108,6 +108,7 @@ func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Stat
 		var rej *engine.Rejection
 		if err == nil {
 			rej, err = p.PreEnqueue(ctx, in)
+			pl.rt.CountPreEnqueue(p, rej, err)
 		}
 		var msg string
 		switch {

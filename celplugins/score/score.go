@@ -122,6 +122,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	evaluated := make([]bool, len(s.cycle.Scores))
 	for i, p := range s.cycle.Scores {
 		values, err := p.Score(ctx, s.cycle.Pod, in)
+		pl.rt.CountScore(p, err)
 		if err != nil {
 			if p.FailClosed() && !p.Audit() {
 				return 0, fwk.AsStatus(errors.New(celplugins.ErrorMessage(err)))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -315,4 +316,25 @@ func events(t *testing.T, pod *corev1.Pod, reason string) []string {
 		}
 	}
 	return out
+}
+
+// waitEvents waits until the pod has events with the reason and each of
+// the notes (events are written asynchronously), and returns the notes of
+// all its events with the reason.
+func waitEvents(t *testing.T, pod *corev1.Pod, reason string, notes ...string) []string {
+	t.Helper()
+	var got []string
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		got = events(t, pod, reason)
+		for _, n := range notes {
+			if !slices.Contains(got, n) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("events %s of pod %s/%s: want %q, got %q", reason, pod.Namespace, pod.Name, notes, got)
+	}
+	return got
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -41,6 +44,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrl.SetLogger(klog.NewKlogr())
 	env, cfg, err := testenv.Start(filepath.Join(repoRoot, "config", "crd", "bases"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -93,7 +97,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "applying config/rbac: %v\n", err)
 		return 1
 	}
-	mgr, err := app.New(ctx, serviceAccountConfig(cfg), app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	mgr, err := app.New(ctx, serviceAccountConfig(cfg), app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
 		return 1

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
 )
 
 // The scheduling tests run one after another (policies and nodes are
@@ -43,9 +44,7 @@ func TestSampleMLOnGPUNodes(t *testing.T) {
 	if got := waitPending(t, trainer, reasonGated, msg); got != msg {
 		t.Errorf("condition message %q, want %q", got, msg)
 	}
-	if got := events(t, trainer, reasonGated); !slices.Contains(got, msg) {
-		t.Errorf("events %q, want one with %q", got, msg)
-	}
+	waitEvents(t, trainer, reasonGated, msg)
 	// A pod without a GPU is not matched, and schedules anywhere.
 	createPod(t, ns, "no-gpu")
 
@@ -168,6 +167,9 @@ func TestSampleRequireCostCenter(t *testing.T) {
 	start = time.Now()
 	expectNode(t, held, "node-1")
 	t.Logf("policy switched to Audit -> held pod bound: %v", time.Since(start))
+	// and the policy, in Audit, says what it would have done.
+	waitEvents(t, held, celplugins.ReasonAuditWouldReject,
+		"SchedulingPolicy require-cost-center (Audit), enforced, would have held it (rule preEnqueue/namespace-has-cost-center: namespace has no cost-center label)")
 }
 
 func TestSampleMemoryHeadroomAuditChangesNothing(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -57,6 +58,9 @@ type Options struct {
 	// addresses of the metrics and probe servers; "0" disables them.
 	MetricsBindAddress     string
 	HealthProbeBindAddress string
+	// AuditStatusInterval is how often Audit policies' status.audit is
+	// written; 0 means controllers.DefaultAuditStatusInterval.
+	AuditStatusInterval time.Duration
 }
 
 // AddFlags registers the options as command-line flags.
@@ -69,6 +73,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the manager's namespace in a cluster).")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (/metrics, and kube-scheduler's at "+SchedulerMetricsPath+"); 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
 }
 
 // Manager is the celsched manager. Start it with Start.
@@ -122,6 +127,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Registry: registry}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
+	}
+
+	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: &rt.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
 
 	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, rt)

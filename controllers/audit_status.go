@@ -1,0 +1,81 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
+)
+
+// DefaultAuditStatusInterval is how often the audit summaries are written.
+const DefaultAuditStatusInterval = 10 * time.Second
+
+// AuditStatusWriter writes what Audit policies would have done
+// (celplugins.AuditLog) into their status.audit: at most once per Interval
+// per policy, adding to the stored counts with an optimistic lock, so no
+// count is lost or counted twice across writes, retries and leader
+// changes. It runs on the leader, where the scheduler binds pods.
+type AuditStatusWriter struct {
+	Client   client.Client
+	Log      *celplugins.AuditLog
+	Interval time.Duration
+}
+
+// SetupWithManager adds the writer to the manager.
+func (w *AuditStatusWriter) SetupWithManager(mgr ctrl.Manager) error {
+	return mgr.Add(w)
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (w *AuditStatusWriter) NeedLeaderElection() bool { return true }
+
+// Start writes every Interval until ctx is done, then once more.
+func (w *AuditStatusWriter) Start(ctx context.Context) error {
+	interval := w.Interval
+	if interval <= 0 {
+		interval = DefaultAuditStatusInterval
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			w.Flush(ctx)
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			w.Flush(final)
+			cancel()
+			return nil
+		}
+	}
+}
+
+// Flush writes what was collected; what cannot be written now is kept for
+// the next time.
+func (w *AuditStatusWriter) Flush(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx).WithName("audit-status")
+	for name, d := range w.Log.Take() {
+		policy := &schedv1alpha1.SchedulingPolicy{}
+		if err := w.Client.Get(ctx, client.ObjectKey{Name: name}, policy); err != nil {
+			if !apierrors.IsNotFound(err) {
+				log.Error(err, "Reading the policy for its audit summary", "policy", name)
+				w.Log.Return(name, d)
+			}
+			continue
+		}
+		if policy.Generation != d.Generation {
+			continue // evaluations of an older spec: its counts restarted
+		}
+		patch := client.MergeFromWithOptions(policy.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		policy.Status.Audit = d.Apply(policy.Status.Audit, time.Now())
+		if err := w.Client.Status().Patch(ctx, policy, patch); err != nil {
+			log.V(2).Info("Writing the audit summary failed; retrying at the next interval", "policy", name, "err", err)
+			w.Log.Return(name, d)
+		}
+	}
+}
