@@ -165,11 +165,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 
 // onNodes returns the pods bound to one of the nodes.
 func onNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {
-	names := make(map[string]bool, len(nodes))
+	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
-		names[n.Name] = true
+		known[n.Name] = true
 	}
-	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !names[p.Spec.NodeName] })
+	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !known[p.Spec.NodeName] })
 }
 
 func defaulted[T runtime.Object](objs []T) []T {

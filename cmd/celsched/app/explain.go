@@ -192,7 +192,8 @@ func clusterInput(ctx context.Context, c client.Client, key client.ObjectKey, dr
 // PersistentVolumeClaims; nothing for a pod without.
 func volumeObjects(ctx context.Context, c client.Client, pod *corev1.Pod) ([]runtime.Object, error) {
 	var out []runtime.Object
-	for _, v := range pod.Spec.Volumes {
+	for i := range pod.Spec.Volumes {
+		v := &pod.Spec.Volumes[i]
 		if v.PersistentVolumeClaim == nil {
 			continue
 		}
