@@ -219,7 +219,7 @@ func printRules(out io.Writer, r *dryrun.Report) {
 		}
 		for _, n := range r.Nodes {
 			for _, v := range p.Filters[n.Name] {
-				row("  %s\tfilter/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, verdict(v))
+				row("  %s\tfilters/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, verdict(v))
 			}
 			for _, v := range p.Scores[n.Name] {
 				result := fmt.Sprintf("raw %g", v.Raw)
@@ -231,7 +231,7 @@ func printRules(out io.Writer, r *dryrun.Report) {
 				default:
 					result += ", not normalized (infeasible)"
 				}
-				row("  %s\tscore/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, result)
+				row("  %s\tscores/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, result)
 			}
 		}
 	}
