@@ -44,8 +44,9 @@ const (
 	// Fail treats an error as a rejection: the pod is held (preEnqueue) or the
 	// node is infeasible (filters); a failing score rule fails the cycle.
 	Fail FailurePolicyType = "Fail"
-	// Ignore treats an error as a pass: the rule is skipped and a score rule
-	// scores 0.
+	// Ignore treats an error as a pass: the policy's evaluation stops at the
+	// failing rule and passes (its later rules are not evaluated for that
+	// pod, or pod and node), and its score rules score 0 on that node.
 	Ignore FailurePolicyType = "Ignore"
 )
 
@@ -211,7 +212,7 @@ type Rule struct {
 	Expression string `json:"expression"`
 
 	// message is shown when the rule is false. When both message and
-	// messageExpression are omitted, the message is "rule <name> is false".
+	// messageExpression are omitted, the message is "expression is false".
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
@@ -241,8 +242,9 @@ type ScoreRule struct {
 	// +kubebuilder:validation:MaxLength=5120
 	Expression string `json:"expression"`
 
-	// weight is the rule's weight in the weighted mean of the policy's
-	// normalized scores, 1 to 100. Defaults to 1.
+	// weight is the rule's weight in the weighted mean of the normalized
+	// scores of all the score rules of the enforced policies that match the
+	// pod, 1 to 100. Defaults to 1.
 	// +optional
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=1
