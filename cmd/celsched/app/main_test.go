@@ -101,6 +101,7 @@ func TestSampleSuites(t *testing.T) {
 	if code != 0 || !strings.HasSuffix(out, "15 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
+	golden.Compare(t, filepath.Join("testdata", "test", "samples.golden"), out)
 	data, err := os.ReadFile(junit)
 	if err != nil || !strings.Contains(string(data), `<testsuite name="ml-on-gpu-nodes" tests="4" failures="0">`) {
 		t.Errorf("JUnit report (%v):\n%s", err, data)
@@ -129,6 +130,7 @@ func TestBrokenSampleFails(t *testing.T) {
 	if code != 1 {
 		t.Errorf("exit code %d, want 1", code)
 	}
+	golden.Compare(t, filepath.Join("testdata", "test", "broken-sample.golden"), strings.ReplaceAll(out, dir, "DIR"))
 	for _, want := range []string{
 		"FAIL  ml-on-gpu-nodes / a GPU pod of an approved namespace goes to the GPU node only\n",
 		"feasible: want [b-gpu], got []\n",
