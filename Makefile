@@ -45,16 +45,16 @@ run: ## Run the manager on a local control plane with sample nodes, policies and
 	@if [ -n "$(KUBECONFIG)" ]; then \
 		echo "make run: KUBECONFIG is set: running the celsched manager against $(KUBECONFIG)"; \
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager; \
-		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081; \
+		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --webhook-port=0 --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081; \
 	fi; \
 	assets=$$(hack/envtest-assets.sh); \
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched-local ./hack/local; \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" exec $(BIN)/celsched-local
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD and RBAC manifests in config/.
-	$(CONTROLLER_GEN) crd rbac:roleName=celsched-manager paths="./api/..." paths="./controllers/..." \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests in config/.
+	$(CONTROLLER_GEN) crd rbac:roleName=celsched-manager webhook paths="./api/..." paths="./controllers/..." \
+		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.

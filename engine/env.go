@@ -49,8 +49,17 @@ type Environment struct {
 	podValues, nodeValues, namespaceValues *valueConverter
 }
 
-// NewEnvironment builds the environment.
+// NewEnvironment builds the environment for the API server's default
+// compatibility version: new expressions may use the CEL libraries of that
+// version, stored expressions those of this build.
 func NewEnvironment() (*Environment, error) {
+	return NewEnvironmentFor(environment.DefaultCompatibilityVersion())
+}
+
+// NewEnvironmentFor builds the environment for a compatibility version (as
+// kube-apiserver's --emulated-version would choose it); tests use it to
+// exercise upgrade ratcheting.
+func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	schemas := resolver.NewDefinitionsSchemaResolver(openAPIDefinitions, clientgoscheme.Scheme)
 	e := &Environment{roots: map[string]*apiservercel.DeclType{}}
 
@@ -85,7 +94,7 @@ func NewEnvironment() (*Environment, error) {
 	declTypes = append(declTypes, nodeInfo)
 	envOpts = append(envOpts, cel.Variable(NodeInfoVar, nodeInfo.CelType()), ext.Bindings())
 
-	base := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion())
+	base := environment.MustBaseEnvSet(compatibility)
 	envSet, err := base.Extend(environment.VersionedOptions{
 		// Always present, whatever the compatibility version.
 		IntroducedVersion: version.MajorMinor(1, 0),

@@ -71,7 +71,7 @@ func run(workDir, samplesDir string) error {
 	defer stop()
 
 	fmt.Println("Starting a local control plane (kube-apiserver and etcd)...")
-	env, cfg, err := testenv.Start(filepath.Join("config", "crd", "bases"))
+	env, cfg, err := testenv.Start("config")
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,9 @@ func run(workDir, samplesDir string) error {
 
 	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
 	defer cancelMgr()
-	mgr, err := app.New(mgrCtx, cfg, app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"})
+	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"}
+	opts.WebhookHost, opts.WebhookPort, opts.WebhookCertDir = testenv.WebhookServer(env)
+	mgr, err := app.New(mgrCtx, cfg, opts)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrl.SetLogger(klog.NewKlogr())
-	env, cfg, err := testenv.Start(filepath.Join(repoRoot, "config", "crd", "bases"))
+	env, cfg, err := testenv.Start(filepath.Join(repoRoot, "config"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -97,7 +97,9 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "applying config/rbac: %v\n", err)
 		return 1
 	}
-	mgr, err := app.New(ctx, serviceAccountConfig(cfg), app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond})
+	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond}
+	opts.WebhookHost, opts.WebhookPort, opts.WebhookCertDir = testenv.WebhookServer(env)
+	mgr, err := app.New(ctx, serviceAccountConfig(cfg), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
 		return 1

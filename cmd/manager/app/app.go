@@ -29,6 +29,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
@@ -58,6 +59,12 @@ type Options struct {
 	// addresses of the metrics and probe servers; "0" disables them.
 	MetricsBindAddress     string
 	HealthProbeBindAddress string
+	// WebhookPort is the port of the validating webhook server; 0 disables
+	// it. WebhookHost is its listen address (empty: all), WebhookCertDir the
+	// directory with tls.crt and tls.key (reloaded when they change).
+	WebhookPort    int
+	WebhookHost    string
+	WebhookCertDir string
 	// AuditStatusInterval is how often Audit policies' status.audit is
 	// written; 0 means controllers.DefaultAuditStatusInterval.
 	AuditStatusInterval time.Duration
@@ -73,6 +80,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the manager's namespace in a cluster).")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (/metrics, and kube-scheduler's at "+SchedulerMetricsPath+"); 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the SchedulingPolicy validating webhook (HTTPS); 0 disables the webhook server.")
+	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's serving certificate, tls.crt and tls.key (default: $TMPDIR/k8s-webhook-server/serving-certs).")
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
 }
 
@@ -106,6 +115,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			ExtraHandlers: map[string]http.Handler{SchedulerMetricsPath: legacyregistry.Handler()},
 		},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
@@ -129,6 +139,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
 	}
 
+	if o.WebhookPort != 0 {
+		if err := (&controllers.PolicyValidator{Compiler: engine.NewCompiler(env)}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the validating webhook: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+			return nil, err
+		}
+	}
 	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: &rt.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
