@@ -37,6 +37,7 @@ var (
 	k8sClient  client.Client
 	clientset  kubernetes.Interface
 	kubeconfig string
+	testConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -68,6 +69,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 
+	testConfig = cfg
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)

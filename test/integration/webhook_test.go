@@ -1,0 +1,196 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// webhookConfiguration is the name of config/webhook's configuration.
+const webhookConfiguration = "validating-webhook-configuration"
+
+// TestWebhookDeniesInvalidPolicies: creates and updates that do not
+// compile are denied at apply time, with the field path and CEL position,
+// in a server-side dry run too, and nothing is stored; warnings come back to
+// the client; every sample is admitted.
+func TestWebhookDeniesInvalidPolicies(t *testing.T) {
+	cases := map[string]struct {
+		policy    *schedv1alpha1.SchedulingPolicy
+		field     string
+		wantparts []string
+	}{
+		"misspelt field": {
+			policy:    policy("wh-misspelt", schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"}),
+			field:     "spec.filters[0].expression",
+			wantparts: []string{`Invalid value: "node.metadata.lables['a'] == 'b'": compilation failed: ERROR: <input>:1:14: undefined field 'lables'`},
+		},
+		"type error": {
+			policy:    policy("wh-type", schedv1alpha1.Rule{Name: "count", Expression: "size(pod.spec.containers)"}),
+			field:     "spec.filters[0].expression",
+			wantparts: []string{"must evaluate to bool"},
+		},
+		"scope error": {
+			policy: func() *schedv1alpha1.SchedulingPolicy {
+				p := policy("wh-scope")
+				p.Spec.PreEnqueue = []schedv1alpha1.Rule{{Name: "node-in-preenqueue", Expression: "node.metadata.name != ''"}}
+				return p
+			}(),
+			field:     "spec.preEnqueue[0].expression",
+			wantparts: []string{"node at line 1, column 1 is not available in preEnqueue"},
+		},
+		"over cost": {
+			policy: policy("wh-cost", schedv1alpha1.Rule{Name: "unique-images", Expression: "pod.spec.containers.all(c, pod.spec.containers.all(d, " +
+				"pod.spec.containers.all(e, c.image != d.image || d.image != e.image || c == e)))"}),
+			field:     "spec.filters[0].expression",
+			wantparts: []string{"Forbidden: estimated cost", "exceeds the limit of 10000000"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			for _, dryRun := range []bool{false, true} {
+				var opts []client.CreateOption
+				if dryRun {
+					opts = append(opts, client.DryRunAll)
+				}
+				err := k8sClient.Create(t.Context(), tc.policy.DeepCopy(), opts...)
+				assertDenied(t, err, tc.field, tc.wantparts...)
+			}
+			if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: tc.policy.Name}, &schedv1alpha1.SchedulingPolicy{}); !apierrors.IsNotFound(err) {
+				t.Errorf("a denied policy was stored: %v", err)
+			}
+		})
+	}
+
+	t.Run("an update that breaks a policy is denied and changes nothing", func(t *testing.T) {
+		p := applyPolicy(t, policy("wh-update", schedv1alpha1.Rule{Name: "ok", Expression: "true"}))
+		stored := &schedv1alpha1.SchedulingPolicy{}
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(p), stored); err != nil {
+			t.Fatal(err)
+		}
+		broken := stored.DeepCopy()
+		broken.Spec.Filters[0].Expression = "pod.spec.nodeSelectr.size() > 0"
+		assertDenied(t, k8sClient.Update(t.Context(), broken), "spec.filters[0].expression", "undefined field 'nodeSelectr'")
+		after := &schedv1alpha1.SchedulingPolicy{}
+		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(p), after); err != nil {
+			t.Fatal(err)
+		}
+		if after.ResourceVersion != stored.ResourceVersion || after.Spec.Filters[0].Expression != "true" {
+			t.Errorf("the denied update changed the policy: %+v", after.Spec)
+		}
+	})
+
+	t.Run("warnings reach the client", func(t *testing.T) {
+		warnings := &warningRecorder{}
+		cfg := rest.CopyConfig(testConfig)
+		cfg.WarningHandler = warnings
+		c, err := client.New(cfg, client.Options{Scheme: k8sClient.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := policy("wh-expensive", schedv1alpha1.Rule{Name: "env", Expression: "pod.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'DEBUG' || e.value != 'true'))"})
+		if err := c.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, p) })
+		want := "spec.filters[0].expression: estimated cost 9445380 (with lists of up to 1024 items) exceeds the runtime limit of 1000000 per evaluation: it will be cut off on objects with long lists; the loop at line 1, column 24 is the place to start"
+		if got := warnings.all(); len(got) != 1 || got[0] != want {
+			t.Errorf("warnings %q, want [%q]", got, want)
+		}
+	})
+
+	t.Run("every sample is admitted", func(t *testing.T) {
+		for _, name := range []string{"avoid-maintenance", "batch-prefers-spot", "memory-headroom-audit", "ml-on-gpu-nodes", "payments-dedicated-pool", "require-cost-center", "zone-preference"} {
+			if err := k8sClient.Create(t.Context(), loadSample(t, name), client.DryRunAll); err != nil {
+				t.Errorf("sample %s: %v", name, err)
+			}
+		}
+	})
+}
+
+// assertDenied checks a webhook denial: an Invalid error whose cause names
+// the field, with each part in its message.
+func assertDenied(t *testing.T, err error, field string, parts ...string) {
+	t.Helper()
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `admission webhook "vschedulingpolicy.celsched.io" denied the request`) {
+		t.Fatalf("got %v, want the webhook's Invalid error", err)
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		t.Fatalf("%v is not an API status", err)
+	}
+	details := status.Status().Details
+	if details == nil || len(details.Causes) != 1 || details.Causes[0].Field != field {
+		t.Fatalf("causes %+v, want one for %s", details, field)
+	}
+	for _, p := range parts {
+		if !strings.Contains(details.Causes[0].Message, p) {
+			t.Errorf("cause %q lacks %q", details.Causes[0].Message, p)
+		}
+	}
+}
+
+type warningRecorder struct {
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.warnings = append(w.warnings, text)
+}
+
+func (w *warningRecorder) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.warnings...)
+}
+
+// withoutWebhook removes the webhook configuration for the rest of the test,
+// as when a policy was stored before the webhook existed or while it was
+// not installed, and puts it back when the test ends.
+func withoutWebhook(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+	if err := k8sClient.Get(ctx, client.ObjectKey{Name: webhookConfiguration}, cfg); err != nil {
+		t.Fatal(err)
+	}
+	deleteObject(t, cfg)
+	t.Cleanup(func() {
+		restored := cfg.DeepCopy()
+		restored.ResourceVersion, restored.UID = "", ""
+		if err := k8sClient.Create(context.WithoutCancel(ctx), restored); err != nil {
+			t.Errorf("restoring the webhook configuration: %v", err)
+			return
+		}
+		waitWebhook(t, true)
+	})
+	waitWebhook(t, false)
+}
+
+// waitWebhook waits until the API server calls the webhook, or no longer
+// does (its configuration is read asynchronously): a server-side dry run of
+// a policy that does not compile is denied exactly when it is active.
+func waitWebhook(t *testing.T, active bool) {
+	t.Helper()
+	probe := policy("wh-probe", schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"})
+	err := wait.PollUntilContextTimeout(context.WithoutCancel(t.Context()), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		err := k8sClient.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		return (err != nil) == active, nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook did not become active=%v: %v", active, err)
+	}
+}
