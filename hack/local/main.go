@@ -93,11 +93,6 @@ func run(workDir, samplesDir string) error {
 	if err := createCluster(ctx, c); err != nil {
 		return err
 	}
-	policies, err := applySamples(ctx, c, samplesDir)
-	if err != nil {
-		return err
-	}
-
 	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
 	defer cancelMgr()
 	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"}
@@ -109,6 +104,19 @@ func run(workDir, samplesDir string) error {
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
 	fmt.Printf("Started the celsched manager (scheduler %v); its log is %s\n", mgr.SchedulerNames, logFile)
+
+	// Policies are validated by the manager's webhook: apply them once it
+	// serves.
+	webhookStarted := mgr.GetWebhookServer().StartedChecker()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return webhookStarted(nil) == nil, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the manager's webhook server: %w", err)
+	}
+	policies, err := applySamples(ctx, c, samplesDir)
+	if err != nil {
+		return err
+	}
 
 	if err := waitReady(ctx, c, policies); err != nil {
 		return err

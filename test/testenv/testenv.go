@@ -24,7 +24,7 @@ func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(configDir, "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths:            []string{filepath.Join(configDir, "webhook")},
+			Paths: []string{filepath.Join(configDir, "webhook")},
 		},
 	}
 	// envtest runs no node lifecycle controller, so the not-ready taint that
