@@ -19,7 +19,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 
 # Generated files that `make verify` checks are up to date.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml config/webhook/manifests.yaml
 
 # Test flags; e.g. `make test TESTFLAGS='-run TestCRD -v'`.
 TESTFLAGS ?=
