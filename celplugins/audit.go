@@ -113,18 +113,9 @@ func (rt *Runtime) CountFilter(p *engine.CompiledPolicy, rej *engine.Rejection, 
 }
 
 // CountScore counts an evaluation of the policy's score rules on a node
-// (the error of CompiledPolicy.Score).
+// (the error of CompiledPolicy.Score): rules before a failing one scored.
 func (rt *Runtime) CountScore(p *engine.CompiledPolicy, err error) {
-	rules := rt.counters(p).scores
-	failed := failedRule(rules, err)
-	for i := range rules {
-		switch {
-		case failed < 0 || i < failed:
-			rules[i].allow.Inc()
-		case i == failed:
-			rules[i].err.Inc()
-		}
-	}
+	countRules(rt.counters(p).scores, nil, err)
 }
 
 // countRules counts rules evaluated in order up to the first false one or
@@ -208,7 +199,7 @@ func (rt *Runtime) ReportAudit(ctx context.Context, c *Cycle, recorder events.Ev
 		var violations []schedv1alpha1.AuditViolation
 		add := func(rule, message string) {
 			violations = append(violations, schedv1alpha1.AuditViolation{
-				Pod: pod.Namespace + "/" + pod.Name, Node: node, Rule: rule, Message: truncate(message, schedv1alpha1.MaxMessageLength), Time: now,
+				Pod: pod.Namespace + "/" + pod.Name, Node: node, Rule: rule, Message: Truncate(message, schedv1alpha1.MaxMessageLength), Time: now,
 			})
 		}
 		if p.HasPreEnqueue() {
@@ -252,7 +243,7 @@ func reportViolations(recorder events.EventRecorder, p *engine.CompiledPolicy, p
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
 	}
 	note := fmt.Sprintf("SchedulingPolicy %s (Audit), enforced, %s", p.Name, strings.Join(parts, "; "))
-	recorder.Eventf(pod, related, corev1.EventTypeNormal, ReasonAuditWouldReject, "Scheduling", "%s", truncate(note, maxEventNote))
+	recorder.Eventf(pod, related, corev1.EventTypeNormal, ReasonAuditWouldReject, "Scheduling", "%s", Truncate(note, maxEventNote))
 }
 
 // maxEventNote is the longest note the events API accepts.
@@ -271,7 +262,9 @@ func RuleOf(err error) string {
 	return "-"
 }
 
-func truncate(s string, n int) string {
+// Truncate shortens s to at most n bytes, ending with "..." when cut, and
+// never in the middle of a UTF-8 character.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

@@ -101,3 +101,20 @@ func TestAuditLog(t *testing.T) {
 		t.Errorf("a delta of an older generation was merged: %+v", d)
 	}
 }
+
+func TestTruncate(t *testing.T) {
+	cases := map[string]struct {
+		in   string
+		n    int
+		want string
+	}{
+		"short":                  {"abc", 5, "abc"},
+		"cut":                    {"abcdefgh", 6, "abc..."},
+		"not inside a character": {"aééé", 5, "a..."}, // 7 bytes; the first 2 end inside an é
+	}
+	for name, tc := range cases {
+		if got := Truncate(tc.in, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("%s: Truncate(%q, %d) = %q, want %q", name, tc.in, tc.n, got, tc.want)
+		}
+	}
+}

@@ -68,8 +68,13 @@ func (w *AuditStatusWriter) Flush(ctx context.Context) {
 			}
 			continue
 		}
-		if policy.Generation != d.Generation {
+		switch {
+		case policy.Generation > d.Generation:
 			continue // evaluations of an older spec: its counts restarted
+		case policy.Generation < d.Generation:
+			// The scheduler saw a newer spec than this cache yet.
+			w.Log.Return(name, d)
+			continue
 		}
 		patch := client.MergeFromWithOptions(policy.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		policy.Status.Audit = d.Apply(policy.Status.Audit, time.Now())

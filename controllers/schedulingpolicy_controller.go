@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -93,7 +94,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if len(compiled.Errors) > 0 {
 		condition.Status = metav1.ConditionFalse
 		condition.Reason = schedv1alpha1.ReasonCompileError
-		condition.Message = truncate(compileErrors(compiled), maxConditionMessage)
+		condition.Message = celplugins.Truncate(compileErrors(compiled), maxConditionMessage)
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {
@@ -123,12 +124,4 @@ func compileErrors(p *engine.CompiledPolicy) string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const suffix = "... (truncated)"
-	return s[:n-len(suffix)] + suffix
 }
