@@ -95,8 +95,13 @@ func run(workDir, samplesDir string) error {
 	}
 	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
 	defer cancelMgr()
+	// The manager provisions the webhook's certificate in its namespace, as
+	// in a cluster installed from config/default.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
+		return fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
+	}
 	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"}
-	opts.WebhookHost, opts.WebhookPort, opts.WebhookCertDir = testenv.WebhookServer(env)
+	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	mgr, err := app.New(mgrCtx, cfg, opts)
 	if err != nil {
 		return err
@@ -105,13 +110,10 @@ func run(workDir, samplesDir string) error {
 	go func() { mgrDone <- mgr.Start(mgrCtx) }()
 	fmt.Printf("Started the celsched manager (scheduler %v); its log is %s\n", mgr.SchedulerNames, logFile)
 
-	// Policies are validated by the manager's webhook: apply them once it
-	// serves.
-	webhookStarted := mgr.GetWebhookServer().StartedChecker()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return webhookStarted(nil) == nil, nil
-	}); err != nil {
-		return fmt.Errorf("waiting for the manager's webhook server: %w", err)
+	// Policies are validated by the manager's webhook: apply them once the
+	// API server calls it.
+	if err := testenv.WaitWebhook(ctx, c, true, time.Minute); err != nil {
+		return err
 	}
 	policies, err := applySamples(ctx, c, samplesDir)
 	if err != nil {
@@ -202,6 +204,9 @@ var namespaces = map[string]map[string]string{
 	"batch":    {"cost-center": "data"},
 	"sandbox":  {},
 }
+
+// managerNamespace is the namespace of an install (config/default).
+const managerNamespace = "celsched-system"
 
 func createCluster(ctx context.Context, c client.Client) error {
 	for _, n := range nodes {

@@ -100,7 +100,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond}
-	opts.WebhookHost, opts.WebhookPort, opts.WebhookCertDir = testenv.WebhookServer(env)
+	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	mgr, err := app.New(ctx, serviceAccountConfig(cfg), opts)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
@@ -114,6 +114,10 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "the manager stopped with an error: %v\n", err)
 		}
 	}()
+	if err := testenv.WaitWebhook(ctx, k8sClient, true, time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return m.Run()
 }
 

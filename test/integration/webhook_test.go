@@ -6,19 +6,18 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // webhookConfiguration is the name of config/webhook's configuration.
-const webhookConfiguration = "validating-webhook-configuration"
+const webhookConfiguration = testenv.WebhookConfiguration
 
 // TestWebhookDeniesInvalidPolicies: creates and updates that do not
 // compile are denied at apply time, with the field path and CEL position,
@@ -181,16 +180,10 @@ func withoutWebhook(t *testing.T) {
 }
 
 // waitWebhook waits until the API server calls the webhook, or no longer
-// does (its configuration is read asynchronously): a server-side dry run of
-// a policy that does not compile is denied exactly when it is active.
+// does.
 func waitWebhook(t *testing.T, active bool) {
 	t.Helper()
-	probe := policy("wh-probe", schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"})
-	err := wait.PollUntilContextTimeout(context.WithoutCancel(t.Context()), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		err := k8sClient.Create(ctx, probe.DeepCopy(), client.DryRunAll)
-		return (err != nil) == active, nil
-	})
-	if err != nil {
-		t.Fatalf("the webhook did not become active=%v: %v", active, err)
+	if err := testenv.WaitWebhook(context.WithoutCancel(t.Context()), k8sClient, active, waitTimeout); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -4,18 +4,32 @@
 package testenv
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/yaml"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/manager/app"
 )
 
 // Start starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS, installs
 // the CRDs of configDir/crd/bases and the webhook configuration of
-// configDir/webhook, pointed at a local serving address with a generated
-// certificate (see WebhookServer). Stop the returned environment when done.
+// configDir/webhook as kustomize renders it (the names of an install),
+// pointed at a local serving address with a generated certificate (see
+// WebhookServer). Stop the returned environment when done.
 func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run through make (make test, make run), which builds kube-apiserver and etcd into bin/")
@@ -23,10 +37,12 @@ func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(configDir, "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{
-			Paths: []string{filepath.Join(configDir, "webhook")},
-		},
 	}
+	webhooks, err := validatingWebhooks(filepath.Join(configDir, "webhook"))
+	if err != nil {
+		return nil, nil, err
+	}
+	env.WebhookInstallOptions.ValidatingWebhooks = webhooks
 	// envtest runs no node lifecycle controller, so the not-ready taint that
 	// this admission plugin puts on new nodes would never be removed.
 	env.ControlPlane.GetAPIServer().Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
@@ -42,4 +58,77 @@ func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 func WebhookServer(env *envtest.Environment) (host string, port int, certDir string) {
 	o := &env.WebhookInstallOptions
 	return o.LocalServingHost, o.LocalServingPort, o.LocalServingCertDir
+}
+
+// SelfSignedWebhook sets o to serve the webhook where the control plane of
+// Start calls it, with the certificate the manager provisions, as an
+// install does: in a Secret of namespace (which must exist), its CA
+// published in the webhook configuration.
+func SelfSignedWebhook(env *envtest.Environment, o *app.Options, namespace string) {
+	host, port, _ := WebhookServer(env)
+	o.WebhookHost, o.WebhookPort = host, port
+	o.WebhookCerts = app.CertsSelfSigned
+	o.WebhookCert = app.SelfSignedCert{
+		Namespace:            namespace,
+		Secret:               "celsched-webhook-server-cert",
+		WebhookConfiguration: WebhookConfiguration,
+		Hosts:                []string{host},
+	}
+}
+
+// WaitWebhook waits until the API server calls the manager's webhook, or
+// no longer does when active is false (it reads its configuration
+// asynchronously, and the certificate may be new): until a server-side dry
+// run of a policy that does not compile is denied as invalid, or admitted.
+func WaitWebhook(ctx context.Context, c client.Client, active bool, timeout time.Duration) error {
+	probe := &schedv1alpha1.SchedulingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "webhook-probe"},
+		Spec: schedv1alpha1.SchedulingPolicySpec{
+			Filters: []schedv1alpha1.Rule{{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"}},
+		},
+	}
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		last = c.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		if active {
+			return apierrors.IsInvalid(last), nil
+		}
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("the webhook did not become active=%v (last answer: %v): %w", active, last, err)
+	}
+	return nil
+}
+
+// WebhookConfiguration is the name of the ValidatingWebhookConfiguration
+// that config/webhook renders.
+const WebhookConfiguration = "celsched-validating-webhook-configuration"
+
+// validatingWebhooks renders the kustomization dir and returns its
+// ValidatingWebhookConfigurations.
+func validatingWebhooks(dir string) ([]*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, fmt.Errorf("rendering %s: %w", dir, err)
+	}
+	var out []*admissionregistrationv1.ValidatingWebhookConfiguration
+	for _, r := range resources.Resources() {
+		if r.GetKind() != "ValidatingWebhookConfiguration" {
+			continue
+		}
+		data, err := r.AsYAML()
+		if err != nil {
+			return nil, err
+		}
+		c := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if err := yaml.UnmarshalStrict(data, c); err != nil {
+			return nil, fmt.Errorf("reading %s from %s: %w", r.GetName(), dir, err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s renders no ValidatingWebhookConfiguration", dir)
+	}
+	return out, nil
 }

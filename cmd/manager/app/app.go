@@ -5,14 +5,17 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -38,6 +41,7 @@ import (
 	"github.com/celsched/celsched/celplugins/score"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/controllers"
+	"github.com/celsched/celsched/controllers/webhookcert"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -65,9 +69,41 @@ type Options struct {
 	WebhookPort    int
 	WebhookHost    string
 	WebhookCertDir string
+	// WebhookCerts is where the serving certificate comes from:
+	// CertsFromFiles (WebhookCertDir, e.g. cert-manager's Secret mounted
+	// there) or CertsSelfSigned (provisioned and rotated by the manager, see
+	// WebhookCert).
+	WebhookCerts string
+	WebhookCert  SelfSignedCert
 	// AuditStatusInterval is how often Audit policies' status.audit is
 	// written; 0 means controllers.DefaultAuditStatusInterval.
 	AuditStatusInterval time.Duration
+}
+
+// Sources of the webhook's serving certificate (Options.WebhookCerts).
+const (
+	CertsFromFiles  = "files"
+	CertsSelfSigned = "self-signed"
+)
+
+// SelfSignedCert configures the manager's own webhook certificate
+// (controllers/webhookcert).
+type SelfSignedCert struct {
+	// Namespace and Secret name the Secret with the CA and the serving
+	// certificate; Namespace defaults to the manager's own in a cluster.
+	Namespace, Secret string
+	// WebhookConfiguration is the ValidatingWebhookConfiguration that gets
+	// the CA bundle.
+	WebhookConfiguration string
+	// Service is the webhook's Service: its DNS names in Namespace are the
+	// certificate's names, with Hosts (more names or IP addresses).
+	Service string
+	Hosts   []string
+	// Validity and CAValidity are the lifetimes of the serving certificate
+	// and the CA; each is renewed when a third remains. PublishDelay is how
+	// long a new CA is in the caBundle before it signs the served
+	// certificate. 0 means the webhookcert defaults.
+	Validity, CAValidity, PublishDelay time.Duration
 }
 
 // AddFlags registers the options as command-line flags.
@@ -82,6 +118,17 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the SchedulingPolicy validating webhook (HTTPS); 0 disables the webhook server.")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's serving certificate, tls.crt and tls.key (default: $TMPDIR/k8s-webhook-server/serving-certs).")
+	fs.StringVar(&o.WebhookCerts, "webhook-certs", CertsFromFiles, "Where the webhook's serving certificate comes from: \""+CertsFromFiles+"\" (tls.crt and tls.key in --webhook-cert-dir, e.g. cert-manager's Secret) or \""+CertsSelfSigned+"\" (the manager provisions a CA and the certificate in a Secret, rotates them and sets the webhook configuration's caBundle).")
+	fs.StringVar(&o.WebhookCert.Namespace, "webhook-cert-namespace", "", "With --webhook-certs=self-signed: namespace of the certificate Secret and the webhook Service (default: the manager's namespace in a cluster).")
+	fs.StringVar(&o.WebhookCert.Secret, "webhook-cert-secret", "celsched-webhook-server-cert", "With --webhook-certs=self-signed: name of the Secret that holds the CA and the serving certificate (created when missing).")
+	fs.StringVar(&o.WebhookCert.WebhookConfiguration, "webhook-configuration", "celsched-validating-webhook-configuration", "With --webhook-certs=self-signed: the ValidatingWebhookConfiguration whose caBundle the manager sets.")
+	fs.StringVar(&o.WebhookCert.Service, "webhook-service", "celsched-webhook-service", "With --webhook-certs=self-signed: the webhook's Service, whose DNS names the certificate carries.")
+	fs.Func("webhook-cert-hosts", "With --webhook-certs=self-signed: more DNS names or IP addresses for the certificate, comma-separated.", func(v string) error {
+		o.WebhookCert.Hosts = append(o.WebhookCert.Hosts, strings.Split(v, ",")...)
+		return nil
+	})
+	fs.DurationVar(&o.WebhookCert.Validity, "webhook-cert-validity", webhookcert.DefaultValidity, "With --webhook-certs=self-signed: lifetime of a serving certificate; renewed when a third remains.")
+	fs.DurationVar(&o.WebhookCert.CAValidity, "webhook-ca-validity", webhookcert.DefaultCAValidity, "With --webhook-certs=self-signed: lifetime of the CA; renewed when a third remains, the old one trusted until it expires.")
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
 }
 
@@ -108,6 +155,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	webhookServer, rotator, err := newWebhookServer(cfg, o)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Metrics: metricsserver.Options{
@@ -115,7 +166,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			ExtraHandlers: map[string]http.Handler{SchedulerMetricsPath: legacyregistry.Handler()},
 		},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
-		WebhookServer:                 webhook.NewServer(webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}),
+		WebhookServer:                 webhookServer,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
@@ -146,6 +197,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 			return nil, err
 		}
+		if rotator != nil {
+			if err := mgr.Add(rotator); err != nil {
+				return nil, err
+			}
+			if err := mgr.AddReadyzCheck("webhook-certificate", rotator.Ready); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: &rt.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
@@ -173,6 +232,58 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	return &Manager{Manager: mgr, Registry: registry, Scheduler: runner.sched, SchedulerNames: names}, nil
 }
+
+// newWebhookServer returns the webhook server of o and, when the manager
+// provisions its certificate, the rotator it serves from.
+func newWebhookServer(cfg *rest.Config, o Options) (webhook.Server, *webhookcert.Rotator, error) {
+	opts := webhook.Options{Host: o.WebhookHost, Port: o.WebhookPort, CertDir: o.WebhookCertDir}
+	switch {
+	case o.WebhookPort == 0 || o.WebhookCerts == CertsFromFiles || o.WebhookCerts == "":
+		return webhook.NewServer(opts), nil, nil
+	case o.WebhookCerts == CertsSelfSigned:
+	default:
+		return nil, nil, fmt.Errorf("--webhook-certs=%q: want %q or %q", o.WebhookCerts, CertsFromFiles, CertsSelfSigned)
+	}
+	c := o.WebhookCert
+	if c.Namespace == "" {
+		ns, err := os.ReadFile(serviceAccountNamespaceFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--webhook-certs=%s needs --webhook-cert-namespace outside a cluster: %w", CertsSelfSigned, err)
+		}
+		c.Namespace = strings.TrimSpace(string(ns))
+	}
+	var hosts []string
+	if c.Service != "" {
+		// The names the API server may use for a service reference.
+		hosts = append(hosts, c.Service, c.Service+"."+c.Namespace, c.Service+"."+c.Namespace+".svc", c.Service+"."+c.Namespace+".svc.cluster.local")
+	}
+	for _, h := range c.Hosts {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) == 0 {
+		return nil, nil, fmt.Errorf("--webhook-certs=%s needs --webhook-service or --webhook-cert-hosts: the names of the certificate", CertsSelfSigned)
+	}
+	clientset, err := kubernetes.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-webhook-cert"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the certificate rotator's client: %w", err)
+	}
+	r := &webhookcert.Rotator{
+		Client:               clientset,
+		Secret:               types.NamespacedName{Namespace: c.Namespace, Name: c.Secret},
+		WebhookConfiguration: c.WebhookConfiguration,
+		Hosts:                hosts,
+		Validity:             c.Validity,
+		CAValidity:           c.CAValidity,
+		PublishDelay:         c.PublishDelay,
+	}
+	opts.TLSOpts = []func(*tls.Config){func(t *tls.Config) { t.GetCertificate = r.GetCertificate }}
+	return webhook.NewServer(opts), r, nil
+}
+
+// serviceAccountNamespaceFile is where a pod finds its namespace.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // schedulerRunner runs kube-scheduler inside the manager: its informers on
 // every replica (so a new leader starts warm), its scheduling loop on the
