@@ -60,8 +60,8 @@ func (r *RegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // StatusReconciler writes the status of every SchedulingPolicy: the Ready
-// condition (Compiled, or CompileError with the field errors),
-// observedGeneration and expressionWarnings. It runs on the leader only.
+// condition (Compiled, or CompileError with the field errors, then also
+// Stalled), observedGeneration and expressionWarnings. It runs on the leader only.
 type StatusReconciler struct {
 	Client   client.Client
 	Registry *engine.Registry
@@ -95,6 +95,12 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		condition.Status = metav1.ConditionFalse
 		condition.Reason = schedv1alpha1.ReasonCompileError
 		condition.Message = celplugins.Truncate(compileErrors(compiled), maxConditionMessage)
+		// Only a new spec can fix it: Stalled, as kstatus defines it.
+		stalled := condition
+		stalled.Type, stalled.Status = schedv1alpha1.ConditionStalled, metav1.ConditionTrue
+		meta.SetStatusCondition(&status.Conditions, stalled)
+	} else {
+		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionStalled)
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {

@@ -273,10 +273,19 @@ type ExpressionWarning struct {
 	Warning string `json:"warning"`
 }
 
-// Condition types and reasons of SchedulingPolicy status.
+// Condition types and reasons of SchedulingPolicy status. They follow
+// kstatus (sigs.k8s.io/cli-utils/pkg/kstatus), which Flux, Argo CD and
+// `kubectl wait` read: Ready is a normal-true condition; Stalled is
+// abnormal-true and present only while the policy cannot progress without
+// a change to its spec. There is no Reconciling condition: a policy is
+// compiled as soon as the manager sees it, so the only in-progress state is
+// status.observedGeneration lagging metadata.generation.
 const (
 	// ConditionReady is True when the policy compiled and is active.
 	ConditionReady = "Ready"
+	// ConditionStalled is True, with reason CompileError and the same
+	// message as Ready, while an expression does not compile.
+	ConditionStalled = "Stalled"
 	// ReasonCompiled is Ready's reason when every expression compiled.
 	ReasonCompiled = "Compiled"
 	// ReasonCompileError is Ready's reason when an expression did not
@@ -291,7 +300,8 @@ type SchedulingPolicyStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// conditions describe the policy's state. Ready is True when every
-	// expression compiled and the policy is active in the scheduler.
+	// expression compiled and the policy is active in the scheduler;
+	// Stalled is True while an expression does not compile (kstatus).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -381,6 +391,7 @@ type AuditViolation struct {
 // +kubebuilder:resource:scope=Cluster,shortName=schedpol,categories=celsched
 // +kubebuilder:printcolumn:name="Enforcement",type=string,JSONPath=`.spec.enforcement`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Evaluated",type=integer,JSONPath=`.status.audit.evaluated`,priority=1
 // +kubebuilder:printcolumn:name="Would-Reject",type=integer,JSONPath=`.status.audit.wouldReject`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
