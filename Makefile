@@ -17,9 +17,10 @@ LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION) -X $(VERSION_PKG).gitMajo
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
+HELM := $(BIN)/helm
 
 # Generated files that `make verify` checks are up to date.
-GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml config/webhook/manifests.yaml
+GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml config/webhook/manifests.yaml charts/celsched/crds charts/celsched/files
 
 # Test flags; e.g. `make test TESTFLAGS='-run TestCRD -v'`.
 TESTFLAGS ?=
@@ -52,9 +53,11 @@ run: ## Run the manager on a local control plane with sample nodes, policies and
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" exec $(BIN)/celsched-local
 
 .PHONY: manifests
-manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests in config/.
+manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests in config/, and copy the CRD and scheduler configuration into charts/celsched.
 	$(CONTROLLER_GEN) crd rbac:roleName=celsched-manager webhook paths="./api/..." paths="./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac output:webhook:artifacts:config=config/webhook
+	rm -f charts/celsched/crds/*.yaml && cp config/crd/bases/*.yaml charts/celsched/crds/
+	cp config/scheduler/scheduler-config.yaml charts/celsched/files/
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code for the API types.
@@ -84,9 +87,9 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine and the plugins under -race, the sample policy suites (celsched test), and each fuzz target briefly.
+test: $(HELM) ## Run the unit and envtest suites against a real kube-apiserver and etcd, the engine and the plugins under -race, the sample policy suites (celsched test), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test $(TESTFLAGS) ./...
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" $(GO) test $(TESTFLAGS) ./...
 	$(GO) test -race $(TESTFLAGS) ./engine/... ./celplugins/... ./controllers/...
 	$(GO) run ./cmd/celsched test config/samples/tests
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
@@ -122,6 +125,9 @@ $(CONTROLLER_GEN): hack/tools/controller-gen/go.mod
 
 $(BENCHSTAT): hack/tools/benchstat/go.mod
 	cd hack/tools/benchstat && $(GO) build -o $@ golang.org/x/perf/cmd/benchstat
+
+$(HELM): hack/tools/helm/go.mod
+	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	defaultconfig "github.com/celsched/celsched/config/scheduler"
+)
+
+// TestHelmChartMatchesKustomize renders charts/celsched with helm (built
+// into bin/ by the Makefile) and compares it, object by object, with the
+// kustomizations it packages: the default values with config/default,
+// webhook.certs=cert-manager with config/certmanager. Helm's own labels,
+// the ConfigMap's name hash (kustomize) and checksum annotation (helm) are
+// the only differences allowed; the chart leaves the Namespace to
+// `helm install --create-namespace`.
+func TestHelmChartMatchesKustomize(t *testing.T) {
+	for name, tc := range map[string]struct {
+		kustomization string
+		set           []string
+	}{
+		"default":      {kustomization: "default"},
+		"cert-manager": {kustomization: "certmanager", set: []string{"--set", "webhook.certs=cert-manager"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, err := kustomize(tc.kustomization)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantByKey := map[string]*unstructured.Unstructured{}
+			for _, obj := range want {
+				if obj.GetKind() != "Namespace" {
+					wantByKey[objectKey(normalize(obj))] = obj
+				}
+			}
+			got := helmTemplate(t, tc.set...)
+			for _, obj := range got {
+				key := objectKey(normalize(obj))
+				w := wantByKey[key]
+				if w == nil {
+					t.Errorf("the chart renders %s, which config/%s does not have", key, tc.kustomization)
+					continue
+				}
+				delete(wantByKey, key)
+				if diff := cmp.Diff(w.Object, obj.Object); diff != "" {
+					t.Errorf("%s (-config/%s +chart):\n%s", key, tc.kustomization, diff)
+				}
+			}
+			for key := range wantByKey {
+				t.Errorf("the chart does not render %s of config/%s", key, tc.kustomization)
+			}
+		})
+	}
+}
+
+// TestHelmChartValues checks the values for replicas, leader election and
+// the scheduler name: they reach the Deployment and a scheduler
+// configuration that the manager loads.
+func TestHelmChartValues(t *testing.T) {
+	objects := helmTemplate(t, "--set", "replicas=1,leaderElection.enabled=false,schedulerName=batch-celsched")
+	var deployment *appsv1.Deployment
+	var config string
+	for _, obj := range objects {
+		switch obj.GetKind() {
+		case "Deployment":
+			deployment = &appsv1.Deployment{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, deployment); err != nil {
+				t.Fatal(err)
+			}
+		case "ConfigMap":
+			cm := &corev1.ConfigMap{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, cm); err != nil {
+				t.Fatal(err)
+			}
+			config = cm.Data["scheduler-config.yaml"]
+		}
+	}
+	if deployment == nil || *deployment.Spec.Replicas != 1 {
+		t.Fatalf("Deployment %+v, want 1 replica", deployment)
+	}
+	args := strings.Join(deployment.Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(args, "--leader-elect=false") {
+		t.Errorf("manager args %q lack --leader-elect=false", args)
+	}
+	path := filepath.Join(t.TempDir(), "scheduler-config.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := defaultconfig.Load(path)
+	if err != nil {
+		t.Fatalf("the chart's scheduler configuration does not load: %v\n%s", err, config)
+	}
+	if len(cfg.Profiles) != 1 || cfg.Profiles[0].SchedulerName != "batch-celsched" {
+		t.Errorf("profiles %+v, want one named batch-celsched", cfg.Profiles)
+	}
+}
+
+// helmTemplate renders the chart into namespace celsched-system, CRDs
+// included.
+func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	helm := os.Getenv("HELM")
+	if helm == "" {
+		t.Fatal("HELM is not set: run through make test, which builds bin/helm")
+	}
+	args = append([]string{"template", "celsched", filepath.Join(repoRoot, "charts", "celsched"), "--namespace", managerNamespace, "--include-crds"}, args...)
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(t.Context(), helm, args...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	var objects []*unstructured.Unstructured
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var raw json.RawMessage
+		err := decoder.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return objects
+		}
+		if err != nil {
+			t.Fatalf("reading helm's output: %v", err)
+		}
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		if err := obj.UnmarshalJSON(raw); err != nil {
+			t.Fatalf("reading helm's output: %v", err)
+		}
+		objects = append(objects, obj)
+	}
+}
+
+var configMapHash = regexp.MustCompile(`^(celsched-scheduler-config)-[a-z0-9]{10}$`)
+
+// normalize removes, in place, what only helm or only kustomize adds.
+func normalize(obj *unstructured.Unstructured) *unstructured.Unstructured {
+	labels := obj.GetLabels()
+	delete(labels, "helm.sh/chart")
+	delete(labels, "app.kubernetes.io/managed-by")
+	if len(labels) == 0 {
+		unstructured.RemoveNestedField(obj.Object, "metadata", "labels")
+	} else {
+		obj.SetLabels(labels)
+	}
+	obj.SetName(configMapHash.ReplaceAllString(obj.GetName(), "$1"))
+	if obj.GetKind() == "Deployment" {
+		unstructured.RemoveNestedField(obj.Object, "spec", "template", "metadata", "annotations")
+		volumes, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", "template", "spec", "volumes")
+		for _, v := range volumes.([]any) {
+			if cm, ok := v.(map[string]any)["configMap"].(map[string]any); ok {
+				cm["name"] = configMapHash.ReplaceAllString(cm["name"].(string), "$1")
+			}
+		}
+	}
+	return obj
+}
+
+func objectKey(obj *unstructured.Unstructured) string {
+	return obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+}
