@@ -291,8 +291,8 @@ func (r *Rotator) publish(ctx context.Context, config *admissionregistrationv1.V
 		return time.Time{}, nil
 	}
 	stale := false
-	for _, w := range config.Webhooks {
-		stale = stale || !bytes.Equal(w.ClientConfig.CABundle, bundle)
+	for i := range config.Webhooks {
+		stale = stale || !bytes.Equal(config.Webhooks[i].ClientConfig.CABundle, bundle)
 	}
 	if stale {
 		config = config.DeepCopy()
