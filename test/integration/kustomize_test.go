@@ -49,15 +49,7 @@ func kustomize(dir string) ([]*unstructured.Unstructured, error) {
 // Deployment mounts the generated scheduler ConfigMap, and runs as the
 // service account that config/rbac binds.
 func TestDefaultInstall(t *testing.T) {
-	objects, err := kustomize("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]*unstructured.Unstructured{}
-	for _, obj := range objects {
-		kinds[obj.GetKind()+"/"+obj.GetName()] = obj
-		dryRunApply(t, obj)
-	}
+	kinds := dryRunInstall(t, "default")
 	for _, want := range []string{
 		"Namespace/celsched-system", "CustomResourceDefinition/schedulingpolicies.scheduling.celsched.io",
 		"ServiceAccount/celsched", "ClusterRole/celsched-manager", "ClusterRoleBinding/celsched-manager",
@@ -114,18 +106,7 @@ func TestDefaultInstall(t *testing.T) {
 // or webhook configurations. Everything but cert-manager's own objects
 // (whose CRDs envtest does not have) is applied with a server-side dry run.
 func TestCertManagerInstall(t *testing.T) {
-	objects, err := kustomize("certmanager")
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]*unstructured.Unstructured{}
-	for _, obj := range objects {
-		kinds[obj.GetKind()+"/"+obj.GetName()] = obj
-		if obj.GroupVersionKind().Group == "cert-manager.io" {
-			continue
-		}
-		dryRunApply(t, obj)
-	}
+	kinds := dryRunInstall(t, "certmanager")
 	for _, gone := range []string{"Role/celsched-webhook-cert", "RoleBinding/celsched-webhook-cert", "ClusterRole/celsched-webhook-cert", "ClusterRoleBinding/celsched-webhook-cert"} {
 		if kinds[gone] != nil {
 			t.Errorf("config/certmanager installs %s", gone)
@@ -174,19 +155,33 @@ func TestCertManagerInstall(t *testing.T) {
 	}
 }
 
-// dryRunApply applies obj with a server-side dry run. The webhook
-// configuration is applied under another name: the suite's own, which
-// envtest points at a URL, has the install's name.
-func dryRunApply(t *testing.T, obj *unstructured.Unstructured) {
+// dryRunInstall renders config/dir and applies every object with a
+// server-side dry run, except cert-manager's (envtest has not its CRDs). The
+// webhook configuration is applied under another name: the suite's own,
+// which envtest points at a URL, has the install's name. It returns the
+// objects by kind and name.
+func dryRunInstall(t *testing.T, dir string) map[string]*unstructured.Unstructured {
 	t.Helper()
-	if obj.GetKind() == "ValidatingWebhookConfiguration" {
-		obj = obj.DeepCopy()
-		obj.SetName(obj.GetName() + "-dry-run")
-	}
-	err := k8sClient.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("celsched-test"), client.ForceOwnership)
+	objects, err := kustomize(dir)
 	if err != nil {
-		t.Errorf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		t.Fatal(err)
 	}
+	kinds := map[string]*unstructured.Unstructured{}
+	for _, obj := range objects {
+		kinds[obj.GetKind()+"/"+obj.GetName()] = obj
+		if obj.GroupVersionKind().Group == "cert-manager.io" {
+			continue
+		}
+		if obj.GetKind() == "ValidatingWebhookConfiguration" {
+			obj = obj.DeepCopy()
+			obj.SetName(obj.GetName() + "-dry-run")
+		}
+		err := k8sClient.Apply(t.Context(), client.ApplyConfigurationFromUnstructured(obj), client.DryRunAll, client.FieldOwner("celsched-test"), client.ForceOwnership)
+		if err != nil {
+			t.Errorf("applying %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return kinds
 }
 
 // checkWebhookWiring checks that the webhook configuration calls the

@@ -54,10 +54,10 @@ func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 }
 
 // WebhookServer is where the manager must serve the webhook for the
-// control plane of Start: host, port and the directory of its certificate.
-func WebhookServer(env *envtest.Environment) (host string, port int, certDir string) {
+// control plane of Start: the host and port its configuration calls.
+func WebhookServer(env *envtest.Environment) (host string, port int) {
 	o := &env.WebhookInstallOptions
-	return o.LocalServingHost, o.LocalServingPort, o.LocalServingCertDir
+	return o.LocalServingHost, o.LocalServingPort
 }
 
 // SelfSignedWebhook sets o to serve the webhook where the control plane of
@@ -65,7 +65,7 @@ func WebhookServer(env *envtest.Environment) (host string, port int, certDir str
 // install does: in a Secret of namespace (which must exist), its CA
 // published in the webhook configuration.
 func SelfSignedWebhook(env *envtest.Environment, o *app.Options, namespace string) {
-	host, port, _ := WebhookServer(env)
+	host, port := WebhookServer(env)
 	o.WebhookHost, o.WebhookPort = host, port
 	o.WebhookCerts = app.CertsSelfSigned
 	o.WebhookCert = app.SelfSignedCert{
