@@ -30,7 +30,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -91,9 +90,8 @@ type Rotator struct {
 
 	serving atomic.Pointer[tls.Certificate]
 
-	mu sync.Mutex
-	// published is the signing CA seen in every webhook's caBundle, and
-	// since when.
+	// published is the bundle seen in every webhook's caBundle, and since
+	// when; only Start's loop reads and writes them.
 	published   []byte
 	publishedAt time.Time
 }
@@ -283,8 +281,6 @@ func (r *Rotator) sync(ctx context.Context, secret *corev1.Secret, config *admis
 // publish puts bundle into every webhook of config and returns since when
 // this replica has seen it there (zero: not yet).
 func (r *Rotator) publish(ctx context.Context, config *admissionregistrationv1.ValidatingWebhookConfiguration, bundle []byte, now time.Time) (time.Time, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if config == nil {
 		klog.FromContext(ctx).Info("The webhook configuration does not exist: the CA is not published")
 		r.published = nil

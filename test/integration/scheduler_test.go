@@ -205,6 +205,11 @@ func TestPolicyUpdateRequeuesAndTakesEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	updated := time.Now()
+	// A pod created right after the update may be scheduled before the
+	// scheduler's watch delivers the policy (separate watches are not
+	// ordered): the new version applies once Ready reports its generation,
+	// as the status controller compiles into the scheduler's registry.
+	waitPolicyReady(t, p.Name, metav1.ConditionTrue)
 	next := createPod(t, ns, "next")
 	expectNode(t, blueOnly, "blue")
 	t.Logf("policy update -> rejected pod bound: %v", time.Since(updated))
