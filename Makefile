@@ -12,7 +12,7 @@ K8S_MINOR := $(word 2,$(subst ., ,$(K8S_VERSION)))
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
 VERSION_PKG := k8s.io/component-base/version
 LDFLAGS := -X $(VERSION_PKG).gitVersion=$(K8S_VERSION) -X $(VERSION_PKG).gitMajor=1 \
-	-X $(VERSION_PKG).gitMinor=$(K8S_MINOR) -X github.com/celsched/celsched/cmd/celsched/app.Version=$(VERSION)
+	-X $(VERSION_PKG).gitMinor=$(K8S_MINOR) -X github.com/celsched/celsched/cmd/celsched/app.Version=$(VERSION) -X main.celschedVersion=$(VERSION)
 
 CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint

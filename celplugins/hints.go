@@ -51,9 +51,10 @@ func (rt *Runtime) PodLabelEvents() fwk.ClusterEventWithHint {
 }
 
 // PolicyHint decides whether a SchedulingPolicy event may make a pod that
-// a policy rejected schedulable. Before deciding, it brings the registry up
-// to date with the event: the pod is retried at once, possibly before the
-// controller has compiled the new version, and must be evaluated against it.
+// a policy rejected schedulable: an update of the spec or a deletion of a
+// policy whose old or new selectors select the pod. It only reads: the
+// PolicyFeed has applied the event to the registry before kube-scheduler
+// calls the hint, so the retried pod sees it.
 func (rt *Runtime) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldPolicy, err := policyOf(oldObj)
 	if err != nil {
@@ -63,25 +64,28 @@ func (rt *Runtime) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newOb
 	if err != nil {
 		return fwk.Queue, err
 	}
-	switch {
-	case newPolicy != nil:
-		rt.Registry.Upsert(newPolicy)
-	case oldPolicy != nil:
-		rt.Registry.Delete(oldPolicy.Name, oldPolicy.UID)
-	}
-
 	if oldPolicy == nil {
 		return fwk.QueueSkip, nil // added: only adds rules
 	}
 	if newPolicy != nil && newPolicy.Generation == oldPolicy.Generation {
 		return fwk.QueueSkip, nil // status or metadata only
 	}
-	ns, _ := rt.namespaces.get(pod.Namespace)
-	if engine.SelectsPod(&oldPolicy.Spec, pod, ns) || (newPolicy != nil && engine.SelectsPod(&newPolicy.Spec, pod, ns)) {
+	ns, err := rt.namespaces.get(pod.Namespace)
+	if err != nil {
+		return fwk.Queue, nil // cannot tell: retry
+	}
+	if selects(&oldPolicy.Spec, pod, ns) || (newPolicy != nil && selects(&newPolicy.Spec, pod, ns)) {
 		logger.V(5).Info("SchedulingPolicy changed, requeueing the pod", "pod", klog.KObj(pod), "policy", oldPolicy.Name)
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// selects says whether a policy's selectors may select the pod; selectors
+// that do not parse may select any pod.
+func selects(spec *schedv1alpha1.SchedulingPolicySpec, pod *corev1.Pod, ns *corev1.Namespace) bool {
+	sel, errs := engine.NewSelectors(spec)
+	return len(errs) > 0 || sel.Select(pod, ns)
 }
 
 // NamespaceHint requeues a pod when the labels of its namespace change; it
@@ -134,7 +138,7 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if c.Rejection != "" {
+	if c.Rejection != nil {
 		return fwk.QueueSkip, nil
 	}
 	if usesNodeInfo(c) {
@@ -153,7 +157,7 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 // usesNodeInfo says whether an enforced filter of the cycle reads nodeInfo.
 func usesNodeInfo(c *Cycle) bool {
 	for _, p := range c.Filters {
-		if !p.Audit() && p.UsesNodeInfo() {
+		if p.Enforcement != schedv1alpha1.Audit && p.UsesNodeInfo() {
 			return true
 		}
 	}
@@ -168,11 +172,7 @@ func (rt *Runtime) mayPass(ctx context.Context, c *Cycle, node *corev1.Node) boo
 		return true
 	}
 	for _, p := range c.Filters {
-		if p.Audit() {
-			continue
-		}
-		rej, err := p.Filter(ctx, c.Pod, in)
-		if (err != nil && p.FailClosed()) || rej != nil {
+		if d := p.Filter(ctx, c.Pod, in); d.Acts() {
 			return false
 		}
 	}

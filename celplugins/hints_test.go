@@ -17,8 +17,9 @@ import (
 	"github.com/celsched/celsched/engine"
 )
 
-// newTestRuntime returns a runtime whose namespace lister holds namespaces.
-func newTestRuntime(t *testing.T, namespaceList ...*corev1.Namespace) *Runtime {
+// newTestRuntime returns a runtime over a registry, whose namespace lister
+// holds namespaces.
+func newTestRuntime(t *testing.T, namespaceList ...*corev1.Namespace) (*Runtime, *engine.Registry) {
 	t.Helper()
 	env, err := engine.NewEnvironment()
 	if err != nil {
@@ -30,9 +31,10 @@ func newTestRuntime(t *testing.T, namespaceList ...*corev1.Namespace) *Runtime {
 			t.Fatal(err)
 		}
 	}
-	rt := NewRuntime(engine.NewRegistry(engine.NewCompiler(env)), engine.NewConverter(env, 0))
+	registry := engine.NewRegistry(engine.NewCompiler(env))
+	rt := NewRuntime(registry, engine.NewConverter(env, 0))
 	rt.namespaces = &namespaces{lister: corelisters.NewNamespaceLister(indexer), seen: map[string]*corev1.Namespace{}}
-	return rt
+	return rt, registry
 }
 
 func namespace(name, rv string, labels map[string]string) *corev1.Namespace {
@@ -76,6 +78,9 @@ func unstructuredOf(t *testing.T, obj runtime.Object) *unstructured.Unstructured
 	return &unstructured.Unstructured{Object: m}
 }
 
+// TestPolicyHint: the hint requeues a pod on a spec change or deletion of
+// a policy whose old or new selectors select it, and only reads: the
+// registry is what the feed made it.
 func TestPolicyHint(t *testing.T) {
 	ml := namespace("ml", "10", map[string]string{"team": "ml"})
 	p := pod("ml", "trainer", nil)
@@ -86,59 +91,35 @@ func TestPolicyHint(t *testing.T) {
 	otherV2 := testPolicy("web", "7", "web", "true", 2)
 
 	cases := map[string]struct {
-		// registered is in the registry before the event.
-		registered     *schedv1alpha1.SchedulingPolicy
 		oldObj, newObj any
 		want           fwk.QueueingHint
-		wantRegistry   string // the registered version of gpu, "" for none
 	}{
-		"added: adds rules only":                  {newObj: v1, want: fwk.QueueSkip, wantRegistry: "5"},
-		"status update":                           {registered: v1, oldObj: v1, newObj: v1status, want: fwk.QueueSkip, wantRegistry: "6"},
-		"spec update of a policy for the pod":     {registered: v1, oldObj: v1, newObj: v2, want: fwk.Queue, wantRegistry: "7"},
+		"added: adds rules only":                  {newObj: v1, want: fwk.QueueSkip},
+		"status update":                           {oldObj: v1, newObj: v1status, want: fwk.QueueSkip},
+		"spec update of a policy for the pod":     {oldObj: v1, newObj: v2, want: fwk.Queue},
 		"spec update of another team's policy":    {oldObj: other, newObj: otherV2, want: fwk.QueueSkip},
-		"deletion of a policy for the pod":        {registered: v1, oldObj: v1, want: fwk.Queue},
-		"deletion seen as a tombstone":            {registered: v1, oldObj: cache.DeletedFinalStateUnknown{Key: "gpu", Obj: v1}, want: fwk.Queue},
+		"deletion of a policy for the pod":        {oldObj: v1, want: fwk.Queue},
+		"deletion seen as a tombstone":            {oldObj: cache.DeletedFinalStateUnknown{Key: "gpu", Obj: v1}, want: fwk.Queue},
 		"deletion of another team's policy":       {oldObj: other, want: fwk.QueueSkip},
-		"unstructured, as the dynamic informer":   {registered: v1, oldObj: unstructuredOf(t, v1), newObj: unstructuredOf(t, v2), want: fwk.Queue, wantRegistry: "7"},
-		"a selector change that now selects pods": {oldObj: testPolicy("gpu", "5", "web", "false", 1), newObj: testPolicy("gpu", "7", "ml", "false", 2), want: fwk.Queue, wantRegistry: "7"},
+		"unstructured, as the dynamic informer":   {oldObj: unstructuredOf(t, v1), newObj: unstructuredOf(t, v2), want: fwk.Queue},
+		"a selector change that now selects pods": {oldObj: testPolicy("gpu", "5", "web", "false", 1), newObj: testPolicy("gpu", "7", "ml", "false", 2), want: fwk.Queue},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rt := newTestRuntime(t, ml)
-			if tc.registered != nil {
-				rt.Registry.Upsert(tc.registered)
-			}
-			oldObj, newObj := tc.oldObj, tc.newObj
-			got, err := rt.PolicyHint(klog.Background(), p, oldObj, newObj)
+			rt, registry := newTestRuntime(t, ml)
+			registry.Upsert(v1)
+			before := registry.Snapshot()
+			got, err := rt.PolicyHint(klog.Background(), p, tc.oldObj, tc.newObj)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got != tc.want {
 				t.Errorf("hint %v, want %v", got, tc.want)
 			}
-			if tc.wantRegistry == "" {
-				if cp := rt.Registry.Snapshot().Get("gpu"); cp != nil {
-					t.Errorf("registry holds gpu at %s, want none", cp.ResourceVersion)
-				}
-				return
-			}
-			if cp := rt.Registry.Snapshot().Get("gpu"); cp == nil || cp.ResourceVersion != tc.wantRegistry {
-				t.Errorf("registry holds %+v, want gpu at resourceVersion %s", cp, tc.wantRegistry)
+			if registry.Snapshot() != before {
+				t.Error("the hint changed the registry")
 			}
 		})
-	}
-}
-
-func TestPolicyHintUpdatesRegistryBeforeTheRetry(t *testing.T) {
-	rt := newTestRuntime(t, namespace("ml", "10", map[string]string{"team": "ml"}))
-	rt.Registry.Upsert(testPolicy("gpu", "5", "ml", "false", 1))
-	if _, err := rt.PolicyHint(klog.Background(), pod("ml", "p", nil), testPolicy("gpu", "5", "ml", "false", 1), testPolicy("gpu", "7", "ml", "true", 2)); err != nil {
-		t.Fatal(err)
-	}
-	// A late event of the old version (the controller's cache) changes nothing.
-	rt.Registry.Upsert(testPolicy("gpu", "5", "ml", "false", 1))
-	if got := rt.Registry.Snapshot().Get("gpu").ResourceVersion; got != "7" {
-		t.Errorf("registry at resourceVersion %s, want 7", got)
 	}
 }
 
@@ -159,7 +140,7 @@ func TestNamespaceHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rt := newTestRuntime(t, old) // the lister has not seen the update yet
+			rt, _ := newTestRuntime(t, old) // the lister has not seen the update yet
 			got, err := rt.NamespaceHint(klog.Background(), tc.pod, unstructuredOf(t, tc.oldObj), unstructuredOf(t, tc.newObj))
 			if err != nil {
 				t.Fatal(err)
@@ -171,7 +152,7 @@ func TestNamespaceHint(t *testing.T) {
 	}
 
 	// The retry reads the labels the hint saw, although the lister lags.
-	rt := newTestRuntime(t, old)
+	rt, _ := newTestRuntime(t, old)
 	if _, err := rt.NamespaceHint(klog.Background(), pod("ml", "p", nil), old, approved); err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +206,8 @@ func TestNodeHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rt := newTestRuntime(t, namespace("web", "1", nil))
-			rt.Registry.Upsert(testPolicy("colors", "1", "", tc.filter, 1))
+			rt, registry := newTestRuntime(t, namespace("web", "1", nil))
+			registry.Upsert(testPolicy("colors", "1", "", tc.filter, 1))
 			var oldObj any
 			if tc.oldObj != nil {
 				oldObj = tc.oldObj
@@ -264,8 +245,8 @@ func TestPodHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			rt := newTestRuntime(t, namespace("web", "1", nil))
-			rt.Registry.Upsert(testPolicy("rules", "1", "", tc.filter, 1))
+			rt, registry := newTestRuntime(t, namespace("web", "1", nil))
+			registry.Upsert(testPolicy("rules", "1", "", tc.filter, 1))
 			got, err := rt.PodHint(klog.Background(), p, tc.oldObj, tc.newObj)
 			if err != nil {
 				t.Fatal(err)
@@ -274,26 +255,5 @@ func TestPodHint(t *testing.T) {
 				t.Errorf("hint %v, want %v", got, tc.want)
 			}
 		})
-	}
-}
-
-func TestMessages(t *testing.T) {
-	rej := &engine.Rejection{Policy: "p", Rule: "r", Message: "first line\nsecond line"}
-	if got, want := RejectionMessage(rej), "node(s) rejected by SchedulingPolicy p, rule r: first line"; got != want {
-		t.Errorf("RejectionMessage = %q, want %q", got, want)
-	}
-	if got, want := HoldMessage(rej), "held by SchedulingPolicy p, rule r: first line"; got != want {
-		t.Errorf("HoldMessage = %q, want %q", got, want)
-	}
-	env, err := engine.NewEnvironment()
-	if err != nil {
-		t.Fatal(err)
-	}
-	broken := testPolicy("broken", "1", "", "node.metadata.lables == {}", 1)
-	broken.Spec.Filters = append(broken.Spec.Filters, schedv1alpha1.Rule{Name: "g", Expression: "1"})
-	compiled := engine.NewCompiler(env).Compile(broken, engine.CompileOptions{})
-	want := "SchedulingPolicy broken does not compile (failurePolicy Fail): spec.filters[0].expression: compilation failed: ERROR: <input>:1:14: undefined field 'lables' (and 1 more, see the policy's Ready condition)"
-	if got := ErrorMessage(compiled.Err()); got != want {
-		t.Errorf("ErrorMessage =\n%q, want\n%q", got, want)
 	}
 }

@@ -1,8 +1,10 @@
 // Package celplugins holds what the CEL plugins of kube-scheduler share: the
-// Runtime (the engine's registry and converter, filled by the controller),
-// the per-cycle state, the rejection messages and the queueing hints. The
-// plugins themselves are thin adapters in celplugins/preenqueue,
-// celplugins/filter and celplugins/score; the logic is in engine.
+// Runtime (the policies, the converter that caches node and namespace
+// values, metrics and the Audit log), the PolicyFeed that fills the
+// registry from the scheduler's own SchedulingPolicy informer, the cycle
+// state shared by the plugins, and the queueing hints. The plugins
+// themselves are thin adapters in celplugins/preenqueue, celplugins/filter
+// and celplugins/score; the semantics are the engine's Decisions.
 package celplugins
 
 import (
@@ -19,27 +21,40 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/engine/metrics"
 )
 
-// Runtime is what the plugins share with each other and with the
-// controller: the registry of compiled policies and the converter that
-// caches node and namespace values. One Runtime serves every profile.
+// Policies is where the plugins read the policies in force: one immutable
+// snapshot per use. *engine.Registry is one; a dry run passes a fixed
+// snapshot.
+type Policies interface {
+	Snapshot() *engine.Snapshot
+}
+
+// Runtime is what the plugins share: the policies, the converter that
+// caches node and namespace values, the metrics and the Audit log. One
+// Runtime serves every profile. It only reads the policies; PolicyFeed
+// writes them.
 type Runtime struct {
-	Registry  *engine.Registry
+	Policies  Policies
 	Converter *engine.Converter
 	// AuditLog collects what Audit policies would have done, for their
 	// status.
-	AuditLog AuditLog
+	AuditLog *audit.Log
 
+	counters   metrics.Counters
 	once       sync.Once
-	metrics    sync.Map // policy name -> *policyCounters
 	namespaces *namespaces
 }
 
-// NewRuntime returns a runtime over a registry and a converter.
-func NewRuntime(registry *engine.Registry, converter *engine.Converter) *Runtime {
-	return &Runtime{Registry: registry, Converter: converter}
+// NewRuntime returns a runtime over policies and a converter.
+func NewRuntime(policies Policies, converter *engine.Converter) *Runtime {
+	return &Runtime{Policies: policies, Converter: converter, AuditLog: &audit.Log{}}
 }
+
+// Count counts a decision's rule evaluations in celsched_policy_evaluations_total.
+func (rt *Runtime) Count(d *engine.Decision) { rt.counters.Count(d) }
 
 // Factory adapts a plugin constructor that needs the Runtime to
 // kube-scheduler's PluginFactory, for app.WithPlugin or an out-of-tree

@@ -2,9 +2,6 @@ package celplugins
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -14,14 +11,16 @@ import (
 )
 
 // StateKey is the CycleState key under which the policies matching the pod
-// and the converted pod are kept for the cycle. The filter plugin's
-// PreFilter writes it; the score plugin's PreScore reads it, or writes it
-// when no filter plugin runs.
+// and the converted pod are kept for the cycle, so that matching runs once
+// per cycle. The filter plugin's PreFilter writes it; the score plugin's
+// PreScore reads it, or prepares its own Cycle when no filter plugin runs.
+// Each plugin keeps its own state under its own key (the score plugin's raw
+// values, for instance).
 const StateKey fwk.StateKey = "celsched.io/cycle"
 
 // Cycle is what one scheduling cycle of a pod needs from the policies:
 // computed once in PreFilter, read by Filter on every node, and by PreScore.
-// It is immutable.
+// It is immutable but for the Audit denials.
 type Cycle struct {
 	Pod *engine.PodInput
 	// Filters and Scores are the matching policies with filters and with
@@ -31,13 +30,13 @@ type Cycle struct {
 	// Audit are the matching Audit policies, reported on when the pod is
 	// bound (ReportAudit).
 	Audit []*engine.CompiledPolicy
-	// Rejection, when not empty, rejects the pod on every node: an enforced
-	// policy with failurePolicy Fail did not compile, or one of its match
-	// conditions failed.
-	Rejection string
+	// Rejection, when set, rejects the pod on every node: the match
+	// decision (Error) of an enforced policy that does not compile or whose
+	// match condition failed, with failurePolicy Fail.
+	Rejection *engine.Decision
 
-	// audit collects what the Audit filters would reject, per node; nil
-	// when no Audit policy with filters matches.
+	// audit collects what the Audit policies would have rejected: at match
+	// time, and per node; nil when no Audit policy matches.
 	audit *auditDenials
 }
 
@@ -53,27 +52,28 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod) (*Cycle, error)
 	}
 	logger := klog.FromContext(ctx)
 	c := &Cycle{Pod: in}
-	for _, m := range rt.Registry.Snapshot().Match(ctx, in) {
-		p := m.Policy
-		if m.Err != nil {
-			if !p.FailClosed() {
-				logger.V(4).Info("Ignoring a policy that failed to match (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", p.Name, "err", m.Err)
-				continue
+	ignored := func(m engine.MatchResult) {
+		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
+	}
+	for _, m := range rt.Policies.Snapshot().Match(ctx, in, ignored) {
+		d := m.Decision
+		p := d.Policy
+		if !d.Enforced() {
+			if c.audit == nil {
+				c.audit = &auditDenials{byNode: map[string][]engine.Decision{}}
 			}
-			if p.Audit() {
-				logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "err", m.Err)
-				continue
-			}
-			if c.Rejection == "" {
-				c.Rejection = ErrorMessage(m.Err)
+			c.Audit = append(c.Audit, p)
+		}
+		switch {
+		case d.Acts():
+			if c.Rejection == nil {
+				c.Rejection = &d
 			}
 			continue
-		}
-		if p.Audit() {
-			c.Audit = append(c.Audit, p)
-			if p.HasFilters() && c.audit == nil {
-				c.audit = &auditDenials{byNode: map[string][]denial{}}
-			}
+		case d.WouldAct():
+			logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
+			c.audit.match = append(c.audit.match, d)
+			continue
 		}
 		if p.HasFilters() {
 			c.Filters = append(c.Filters, p)
@@ -93,44 +93,6 @@ func ReadCycle(state fwk.CycleState) *Cycle {
 	}
 	c, _ := data.(*Cycle)
 	return c
-}
-
-// RejectionMessage is the status message of a rule that is false. It does
-// not name the node, so that kube-scheduler folds identical rejections into
-// one line: "0/3 nodes are available: 3 node(s) rejected by SchedulingPolicy
-// ml-on-gpu-nodes, rule gpu-node: node has no GPU."
-func RejectionMessage(r *engine.Rejection) string {
-	return fmt.Sprintf("node(s) rejected by SchedulingPolicy %s, rule %s: %s", r.Policy, r.Rule, oneLine(r.Message))
-}
-
-// HoldMessage is the message of a pod held by a preEnqueue rule.
-func HoldMessage(r *engine.Rejection) string {
-	return fmt.Sprintf("held by SchedulingPolicy %s, rule %s: %s", r.Policy, r.Rule, oneLine(r.Message))
-}
-
-// ErrorMessage is the message of a compile or evaluation error that
-// rejects (failurePolicy Fail), on one line: the first compile error with
-// its field path and CEL position, or the evaluation error.
-func ErrorMessage(err error) string {
-	var ce *engine.CompileError
-	if errors.As(err, &ce) && len(ce.Errors) > 0 {
-		first := ce.Errors[0]
-		msg := fmt.Sprintf("SchedulingPolicy %s does not compile (failurePolicy Fail): %s: %s", ce.Policy, first.Field, oneLine(first.Detail))
-		if n := len(ce.Errors) - 1; n > 0 {
-			msg += fmt.Sprintf(" (and %d more, see the policy's Ready condition)", n)
-		}
-		return msg
-	}
-	return oneLine(err.Error()) + " (failurePolicy Fail)"
-}
-
-// oneLine keeps the first line of a message: CEL errors add the expression
-// and a caret on further lines, which do not fit a pod condition.
-func oneLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return strings.TrimSpace(s[:i])
-	}
-	return s
 }
 
 // NodeInfo is the engine's view of a scheduler NodeInfo: allocatable and

@@ -9,20 +9,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine/audit"
 )
 
 // DefaultAuditStatusInterval is how often the audit summaries are written.
 const DefaultAuditStatusInterval = 10 * time.Second
 
 // AuditStatusWriter writes what Audit policies would have done
-// (celplugins.AuditLog) into their status.audit: at most once per Interval
+// (audit.Log) into their status.audit: at most once per Interval
 // per policy, adding to the stored counts with an optimistic lock, so no
 // count is lost or counted twice across writes, retries and leader
 // changes. It runs on the leader, where the scheduler binds pods.
 type AuditStatusWriter struct {
 	Client   client.Client
-	Log      *celplugins.AuditLog
+	Log      *audit.Log
 	Interval time.Duration
 }
 

@@ -1,5 +1,8 @@
-// Package controllers holds the SchedulingPolicy reconciler, which compiles
-// policies into the engine's registry and writes their status.
+// Package controllers holds what writes SchedulingPolicy objects: the status
+// reconciler (Ready and Stalled, warnings, from the policies the scheduler
+// compiled), the Audit status writer, and the validating webhook with its
+// own compiler. Controllers never feed the scheduler: its registry has one
+// writer, the scheduler's own informer (celplugins.PolicyFeed).
 //
 // The RBAC markers below are the permissions of the celsched manager on its
 // own API; config/rbac/role.yaml is generated from them by `make manifests`.

@@ -4,67 +4,41 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
 )
 
 // maxConditionMessage is the length limit of metav1.Condition's message.
 const maxConditionMessage = 32768
 
-// RegistryReconciler compiles every SchedulingPolicy into the engine's
-// registry and removes deleted ones. It runs on every replica, leader or
-// not, so that a replica that takes over schedules with warm policies.
-type RegistryReconciler struct {
-	Client   client.Client
-	Registry *engine.Registry
-}
-
-// Reconcile implements reconcile.Reconciler.
-func (r *RegistryReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx)
-	policy := &schedv1alpha1.SchedulingPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
-		if apierrors.IsNotFound(err) {
-			if r.Registry.Delete(req.Name, "") {
-				log.Info("SchedulingPolicy removed from the registry")
-			}
-			return ctrl.Result{}, nil
-		}
-		return ctrl.Result{}, err
-	}
-	if compiled := r.Registry.Upsert(policy); compiled != nil && compiled.ResourceVersion == policy.ResourceVersion {
-		log.V(1).Info("SchedulingPolicy compiled", "generation", policy.Generation, "errors", len(compiled.Errors), "warnings", len(compiled.Warnings))
-	}
-	return ctrl.Result{}, nil
-}
-
-// SetupWithManager registers the reconciler, which does not need the
-// leader lease.
-func (r *RegistryReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
-		For(&schedv1alpha1.SchedulingPolicy{}).
-		Named("schedulingpolicy-registry").
-		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false)}).
-		Complete(r)
-}
+// registryLag is how soon the status of a policy is looked at again when the
+// scheduler has not compiled its current generation yet (it also is told
+// through Compiled when it has).
+const registryLag = time.Second
 
 // StatusReconciler writes the status of every SchedulingPolicy: the Ready
 // condition (Compiled, or CompileError with the field errors, then also
-// Stalled), observedGeneration and expressionWarnings. It runs on the leader only.
+// Stalled), observedGeneration and expressionWarnings. It reports what the
+// scheduler holds: it reads the registry that the scheduler's own informer
+// fills (celplugins.PolicyFeed), and never writes it. It runs on the leader
+// only.
 type StatusReconciler struct {
 	Client   client.Client
-	Registry *engine.Registry
+	Policies interface{ Snapshot() *engine.Snapshot }
+	// Compiled, when set, is a source of the names of policies the
+	// scheduler compiled, so that their status is written at once.
+	Compiled <-chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -73,13 +47,12 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// The same compiled policy the scheduler uses; compiled here if the
-	// registry controller has not seen this version yet.
-	compiled := r.Registry.Upsert(policy)
-	if compiled == nil || compiled.UID != policy.UID || compiled.ResourceVersion != policy.ResourceVersion {
-		// Deleted, or the registry holds a newer version that the cache
-		// will deliver next.
-		return ctrl.Result{}, nil
+	// The compiled policy the scheduler uses.
+	compiled := r.Policies.Snapshot().Get(policy.Name)
+	if compiled == nil || compiled.UID != policy.UID || compiled.Generation != policy.Generation {
+		// The scheduler's informer has not delivered this version yet (or
+		// this cache is behind it, and will deliver the newer one).
+		return ctrl.Result{RequeueAfter: registryLag}, nil
 	}
 	status := *policy.Status.DeepCopy()
 	status.ObservedGeneration = policy.Generation
@@ -94,7 +67,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if len(compiled.Errors) > 0 {
 		condition.Status = metav1.ConditionFalse
 		condition.Reason = schedv1alpha1.ReasonCompileError
-		condition.Message = celplugins.Truncate(compileErrors(compiled), maxConditionMessage)
+		condition.Message = engine.Truncate(compileErrors(compiled), maxConditionMessage)
 		// Only a new spec can fix it: Stalled, as kstatus defines it.
 		stalled := condition
 		stalled.Type, stalled.Status = schedv1alpha1.ConditionStalled, metav1.ConditionTrue
@@ -117,10 +90,13 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 
 // SetupWithManager registers the reconciler, which runs on the leader.
 func (r *StatusReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&schedv1alpha1.SchedulingPolicy{}).
-		Named("schedulingpolicy-status").
-		Complete(r)
+		Named("schedulingpolicy-status")
+	if r.Compiled != nil {
+		b = b.WatchesRawSource(source.Channel(r.Compiled, &handler.TypedEnqueueRequestForObject[*schedv1alpha1.SchedulingPolicy]{}))
+	}
+	return b.Complete(r)
 }
 
 // compileErrors lists the field errors, one per line.

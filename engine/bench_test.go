@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // The benchmarks of `make bench`. Their names are stable so that results can
@@ -74,7 +75,7 @@ func benchPolicy(b *testing.B, p *schedv1alpha1.SchedulingPolicy) *CompiledPolic
 }
 
 func BenchmarkFilterLabelRule(b *testing.B) {
-	p := benchPolicy(b, MakePolicy("zone").Filter("zone", zoneFilter).Obj())
+	p := benchPolicy(b, builder.MakePolicy("zone").Filter("zone", zoneFilter).Obj())
 	benchFilter(b, p)
 }
 
@@ -96,8 +97,8 @@ func benchFilter(b *testing.B, p *CompiledPolicy) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		if rej, err := p.Filter(ctx, pod, node); rej != nil || err != nil {
-			b.Fatal(rej, err)
+		if d := p.Filter(ctx, pod, node); d.Verdict != Pass {
+			b.Fatal(d.String())
 		}
 	}
 }
@@ -115,7 +116,7 @@ func BenchmarkFilterNativeGo(b *testing.B) {
 }
 
 func BenchmarkScoreRule(b *testing.B) {
-	p := benchPolicy(b, MakePolicy("free").
+	p := benchPolicy(b, builder.MakePolicy("free").
 		Score("free-memory", "nodeInfo.allocatable['memory'] - nodeInfo.requested['memory']", 1, schedv1alpha1.MinMax).Obj())
 	conv := NewConverter(testEnv(b), 0)
 	pod, err := conv.Pod(makePod("ns", "p", nil), makeNamespace("ns", nil))
@@ -123,7 +124,7 @@ func BenchmarkScoreRule(b *testing.B) {
 		b.Fatal(err)
 	}
 	info := &NodeInfo{
-		Allocatable: ResourceInts(realisticNode("n1").Status.Allocatable),
+		Allocatable: map[string]int64{"cpu": 16000, "memory": 64 << 30, "pods": 110},
 		Requested:   map[string]int64{"cpu": 3500, "memory": 8 << 30},
 	}
 	node, err := conv.Node(realisticNode("n1"), func() *NodeInfo { return info })
@@ -133,9 +134,10 @@ func BenchmarkScoreRule(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
+	raw := make([]float64, 1)
 	for b.Loop() {
-		if _, err := p.Score(ctx, pod, node); err != nil {
-			b.Fatal(err)
+		if d := p.Score(ctx, pod, node, raw); d.Verdict != Pass {
+			b.Fatal(d.String())
 		}
 	}
 }
@@ -144,7 +146,7 @@ func BenchmarkMatch1000Policies(b *testing.B) {
 	compiler := NewCompiler(testEnv(b))
 	var policies []*CompiledPolicy
 	for i := range 1000 {
-		p := MakePolicy(fmt.Sprintf("policy-%04d", i)).
+		p := builder.MakePolicy(fmt.Sprintf("policy-%04d", i)).
 			NamespaceLabels(map[string]string{"team": fmt.Sprintf("team-%d", i%50)}).
 			PodLabels(map[string]string{"app": fmt.Sprintf("app-%d", i%20)}).
 			Filter("f", "true").Obj()
@@ -162,18 +164,18 @@ func BenchmarkMatch1000Policies(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	if got := len(snapshot.Match(ctx, pod)); got != 10 {
+	if got := len(snapshot.Match(ctx, pod, nil)); got != 10 {
 		b.Fatalf("want 10 matching policies, got %d", got)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
-		snapshot.Match(ctx, pod)
+		snapshot.Match(ctx, pod, nil)
 	}
 }
 
 func BenchmarkCompilePolicy(b *testing.B) {
-	policy := MakePolicy("ten").
+	policy := builder.MakePolicy("ten").
 		Condition("has-app", "has(pod.metadata.labels) && 'app' in pod.metadata.labels").
 		Variable("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('')").
 		Variable("pool", "node.metadata.labels[?'celsched.io/pool'].orValue('')").
@@ -238,7 +240,7 @@ func BenchmarkNodeActivation(b *testing.B) {
 // program the Kubernetes environment builds as-is (runtime cost tracking on),
 // the baseline for the bounded programs' speed-up.
 func BenchmarkFilterLabelRuleTracked(b *testing.B) {
-	p := benchPolicy(b, MakePolicy("zone").Filter("zone", zoneFilter).Obj())
+	p := benchPolicy(b, builder.MakePolicy("zone").Filter("zone", zoneFilter).Obj())
 	pe, err := testEnv(b).newPolicyEnv()
 	if err != nil {
 		b.Fatal(err)

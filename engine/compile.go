@@ -5,8 +5,6 @@ import (
 
 	"github.com/google/cel-go/cel"
 	celast "github.com/google/cel-go/common/ast"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -50,9 +48,9 @@ type CompiledPolicy struct {
 	ResourceVersion string
 	Enforcement     schedv1alpha1.EnforcementAction
 	FailurePolicy   schedv1alpha1.FailurePolicyType
-	// SchedulerNames is the set of profiles that evaluate the policy; empty
-	// means all.
-	SchedulerNames sets.Set[string]
+	// Selectors select the pods the policy may apply to, before its match
+	// conditions.
+	Selectors
 
 	// Errors are the compile errors, with field paths and CEL positions.
 	Errors field.ErrorList
@@ -60,15 +58,13 @@ type CompiledPolicy struct {
 	// at runtime.
 	Warnings []schedv1alpha1.ExpressionWarning
 
-	namespaceSelector labels.Selector // nil matches everything
-	podSelector       labels.Selector // nil matches everything
-	conditions        []*boolRule
-	variables         []*variable
-	variableIndex     map[string]int
-	preEnqueue        []*boolRule
-	filters           []*boolRule
-	scores            []*scoreRule
-	usesNodeInfo      bool
+	conditions    []*boolRule
+	variables     []*variable
+	variableIndex map[string]int
+	preEnqueue    []*boolRule
+	filters       []*boolRule
+	scores        []*scoreRule
+	usesNodeInfo  bool
 }
 
 // expr is one compiled expression.
@@ -173,9 +169,9 @@ func (c *Compiler) Compile(policy *schedv1alpha1.SchedulingPolicy, opts CompileO
 		ResourceVersion: policy.ResourceVersion,
 		Enforcement:     spec.Enforcement,
 		FailurePolicy:   spec.FailurePolicy,
-		SchedulerNames:  sets.New(spec.SchedulerNames...),
 		variableIndex:   map[string]int{},
 	}
+	out.Selectors, out.Errors = NewSelectors(spec)
 	// Objects that skipped the apiserver's defaulting (files in dry-run).
 	if out.Enforcement == "" {
 		out.Enforcement = schedv1alpha1.Enforce
@@ -273,12 +269,6 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 	specPath := field.NewPath("spec")
 	out := pc.out
 
-	if m := spec.Match; m != nil {
-		matchPath := specPath.Child("match")
-		out.namespaceSelector = pc.selector(matchPath.Child("namespaceSelector"), m.NamespaceSelector)
-		out.podSelector = pc.selector(matchPath.Child("podSelector"), m.PodSelector)
-	}
-
 	for i, v := range spec.Variables {
 		path := specPath.Child("variables").Index(i).Child("expression")
 		c := pc.check(path, v.Expression, outputAny, nodeScope, "")
@@ -345,21 +335,6 @@ func (pc *policyCompiler) rules(listPath *field.Path, rules []schedv1alpha1.Rule
 		out = append(out, &boolRule{name: r.Name, expr: *e, message: r.Message, messageExpression: msg})
 	}
 	return out
-}
-
-func (pc *policyCompiler) selector(path *field.Path, s *metav1.LabelSelector) labels.Selector {
-	if s == nil {
-		return nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(s)
-	if err != nil {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, s, err.Error()))
-		return nil
-	}
-	if sel.Empty() {
-		return nil
-	}
-	return sel
 }
 
 // expression compiles one expression into a program, or records its errors

@@ -6,8 +6,6 @@ import (
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	apiservercel "k8s.io/apiserver/pkg/cel"
@@ -52,9 +50,8 @@ type PodInput struct {
 	Pod       *corev1.Pod
 	Namespace *corev1.Namespace
 
-	pod, namespace      ref.Val
-	podLabels, nsLabels labels.Set
-	schedulerName       string
+	pod, namespace ref.Val
+	schedulerName  string
 }
 
 // NodeInput is a node (and, lazily, the scheduler's view of it) for the
@@ -80,11 +77,9 @@ func (c *Converter) Pod(pod *corev1.Pod, ns *corev1.Namespace) (*PodInput, error
 		Pod:           pod,
 		Namespace:     ns,
 		pod:           podVal,
-		podLabels:     labels.Set(pod.Labels),
 		schedulerName: pod.Spec.SchedulerName,
 	}
 	if ns != nil {
-		in.nsLabels = labels.Set(ns.Labels)
 		in.namespace, err = c.cached(c.namespaces, ns.Name, ns.UID, ns.ResourceVersion, ns, c.env.namespaceValues)
 		if err != nil {
 			return nil, fmt.Errorf("converting namespace %s: %w", ns.Name, err)
@@ -304,22 +299,6 @@ type PodRef struct {
 	Namespace string
 	Name      string
 	Labels    map[string]string
-}
-
-// ResourceInts converts a resource list to nodeInfo's integer units.
-func ResourceInts(list corev1.ResourceList) map[string]int64 {
-	out := make(map[string]int64, len(list))
-	for name, q := range list {
-		out[string(name)] = quantityInt(name, q)
-	}
-	return out
-}
-
-func quantityInt(name corev1.ResourceName, q resource.Quantity) int64 {
-	if name == corev1.ResourceCPU {
-		return q.MilliValue()
-	}
-	return q.Value()
 }
 
 // value builds the CEL value of nodeInfo, as maps of converted values so

@@ -9,8 +9,10 @@
 // field is a compile error.
 //
 // Compiling and evaluating are separate steps: Compile returns a
-// CompiledPolicy that carries its own compile errors, and every evaluation
-// returns a typed *EvalError naming the policy and the rule; the caller applies
-// the policy's failurePolicy (see CompiledPolicy.OnError). Nothing here imports
-// the scheduler framework.
+// CompiledPolicy that carries its own compile errors. Evaluating decides
+// once: Match, PreEnqueue, Filter and Score return a Decision (pass, reject,
+// hold or error) with the policy's failurePolicy already applied and its
+// enforcement recorded, and callers only map decisions to their outputs.
+// Errors are typed (*CompileError, *EvalError naming the policy, the rule
+// and the field). Nothing here imports the scheduler framework.
 package engine

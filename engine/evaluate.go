@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
-	"slices"
+	"strings"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -15,21 +15,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
 
-// Rejection is a rule that is false for a pod (preEnqueue) or for a pod and
-// a node (filter).
-type Rejection struct {
-	Policy  string
-	Rule    string
-	Message string
-}
-
 // EvalError is an evaluation that failed: a runtime error, an exceeded cost
-// limit, a cancelled context or a result of the wrong type. The caller
-// applies the policy's failurePolicy (CompiledPolicy.FailClosed).
+// limit, a cancelled context or a result of the wrong type. The policy's
+// failurePolicy decides what it does (see Decision).
 type EvalError struct {
 	Policy string
 	// Rule is the rule (or match condition) being evaluated, when any.
@@ -53,141 +47,245 @@ func (e *EvalError) Unwrap() error { return e.Err }
 // went over PolicyEvaluationCostBudget.
 var ErrCostBudgetExceeded = errors.New("policy evaluation exceeded its cost budget")
 
-// FailClosed says whether an error (compile or evaluation) of this policy
-// rejects (failurePolicy Fail) or passes (Ignore).
-func (p *CompiledPolicy) FailClosed() bool {
-	return p.FailurePolicy != schedv1alpha1.Ignore
+// Selectors are the cheap part of matching a policy to a pod, without CEL:
+// the scheduler names and the label selectors. A nil selector matches
+// every pod.
+type Selectors struct {
+	// SchedulerNames are the profiles that evaluate the policy; empty means
+	// all.
+	SchedulerNames    sets.Set[string]
+	NamespaceSelector labels.Selector
+	PodSelector       labels.Selector
 }
 
-// Audit says whether the policy only reports (enforcement Audit).
-func (p *CompiledPolicy) Audit() bool {
-	return p.Enforcement == schedv1alpha1.Audit
+// NewSelectors returns the selectors of a policy spec, and the errors of
+// selectors that do not parse, with their field paths.
+func NewSelectors(spec *schedv1alpha1.SchedulingPolicySpec) (Selectors, field.ErrorList) {
+	s := Selectors{SchedulerNames: sets.New(spec.SchedulerNames...)}
+	var errs field.ErrorList
+	if m := spec.Match; m != nil {
+		path := field.NewPath("spec", "match")
+		s.NamespaceSelector, errs = selector(path.Child("namespaceSelector"), m.NamespaceSelector, errs)
+		s.PodSelector, errs = selector(path.Child("podSelector"), m.PodSelector, errs)
+	}
+	return s, errs
 }
 
-// MatchesSelectors checks the scheduler name and the label selectors, the
-// cheap part of matching, without evaluating CEL.
-func (p *CompiledPolicy) MatchesSelectors(in *PodInput) bool {
-	if p.SchedulerNames.Len() > 0 && !p.SchedulerNames.Has(in.schedulerName) {
-		return false
-	}
-	if p.podSelector != nil && !p.podSelector.Matches(in.podLabels) {
-		return false
-	}
-	if p.namespaceSelector != nil && (in.Namespace == nil || !p.namespaceSelector.Matches(in.nsLabels)) {
-		return false
-	}
-	return true
-}
-
-// SelectsPod is MatchesSelectors for a policy that is not compiled, e.g.
-// an old version seen in an update event: it checks the scheduler names and
-// the label selectors of spec against a pod and its namespace (nil when
-// unknown). A selector that does not parse selects every pod, so that
-// callers deciding whether a policy is relevant err on the safe side.
-func SelectsPod(spec *schedv1alpha1.SchedulingPolicySpec, pod *corev1.Pod, ns *corev1.Namespace) bool {
-	if len(spec.SchedulerNames) > 0 && !slices.Contains(spec.SchedulerNames, pod.Spec.SchedulerName) {
-		return false
-	}
-	if spec.Match == nil {
-		return true
-	}
-	if !selects(spec.Match.PodSelector, pod.Labels) {
-		return false
-	}
-	if spec.Match.NamespaceSelector != nil && ns != nil && !selects(spec.Match.NamespaceSelector, ns.Labels) {
-		return false
-	}
-	return true
-}
-
-func selects(s *metav1.LabelSelector, set map[string]string) bool {
+func selector(path *field.Path, s *metav1.LabelSelector, errs field.ErrorList) (labels.Selector, field.ErrorList) {
 	if s == nil {
-		return true
+		return nil, errs
 	}
 	sel, err := metav1.LabelSelectorAsSelector(s)
-	return err != nil || sel.Matches(labels.Set(set))
-}
-
-// Matches says whether the policy applies to the pod: the selectors, then
-// the match conditions. A policy that did not compile returns its compile
-// error when its selectors match.
-func (p *CompiledPolicy) Matches(ctx context.Context, in *PodInput) (bool, error) {
-	if !p.MatchesSelectors(in) {
-		return false, nil
+	if err != nil {
+		return nil, append(errs, field.Invalid(path, s, err.Error()))
 	}
-	return p.matchConditions(ctx, in)
+	if sel.Empty() {
+		return nil, errs
+	}
+	return sel, errs
 }
 
-// matchConditions is Matches after the selectors matched.
-func (p *CompiledPolicy) matchConditions(ctx context.Context, in *PodInput) (bool, error) {
+// Select says whether the selectors select a pod in a namespace (nil when
+// not known: a namespaceSelector then does not select it).
+func (s *Selectors) Select(pod *corev1.Pod, ns *corev1.Namespace) bool {
+	return s.miss(pod, ns) == selected
+}
+
+// missKind is which selector did not select a pod.
+type missKind int
+
+const (
+	selected missKind = iota
+	missSchedulerName
+	missPodSelector
+	missNamespaceUnknown
+	missNamespaceSelector
+	missCondition
+	failedCondition
+	notCompiled
+)
+
+func (s *Selectors) miss(pod *corev1.Pod, ns *corev1.Namespace) missKind {
+	switch {
+	case s.SchedulerNames.Len() > 0 && !s.SchedulerNames.Has(pod.Spec.SchedulerName):
+		return missSchedulerName
+	case s.PodSelector != nil && !s.PodSelector.Matches(labels.Set(pod.Labels)):
+		return missPodSelector
+	case s.NamespaceSelector != nil && ns == nil:
+		return missNamespaceUnknown
+	case s.NamespaceSelector != nil && !s.NamespaceSelector.Matches(labels.Set(ns.Labels)):
+		return missNamespaceSelector
+	}
+	return selected
+}
+
+// MatchResult is whether a policy applies to a pod, and the decision of
+// matching: Error when the policy does not compile or a match condition
+// failed under failurePolicy Fail (the policy then applies, and rejects the
+// pod on every node); Pass otherwise, with the errors skipped under Ignore.
+type MatchResult struct {
+	Matches  bool
+	Decision Decision
+
+	why  missKind
+	pod  string // the pod's scheduler name, for Reason
+	rule string // the match condition that was false or failed
+}
+
+// Reason says why the policy applies or not, in words: "selectors match",
+// "match condition requests-gpu is false", ... (built on demand: matching
+// runs for every policy and pod).
+func (m *MatchResult) Reason() string {
+	p := m.Decision.Policy
+	switch m.why {
+	case missSchedulerName:
+		return fmt.Sprintf("schedulerNames [%s] do not include %q", strings.Join(sets.List(p.SchedulerNames), ", "), m.pod)
+	case missPodSelector:
+		return fmt.Sprintf("podSelector %s does not match the pod's labels", p.PodSelector)
+	case missNamespaceUnknown:
+		return "namespaceSelector: the pod's namespace is not known"
+	case missNamespaceSelector:
+		return fmt.Sprintf("namespaceSelector %s does not match the namespace's labels", p.NamespaceSelector)
+	case missCondition:
+		return fmt.Sprintf("match condition %s is false", m.rule)
+	case failedCondition:
+		return fmt.Sprintf("match condition %s failed", m.rule)
+	case notCompiled:
+		return "selectors match, but the policy does not compile"
+	}
+	if len(p.conditions) > 0 {
+		return "selectors and match conditions match"
+	}
+	return "selectors match"
+}
+
+// Match decides whether the policy applies to a pod: its selectors, then
+// its compile errors, then its match conditions. This is the one matcher:
+// the scheduler, the queueing hints and the dry-run all call it.
+//
+// As in ValidatingAdmissionPolicy, a match condition that fails under
+// failurePolicy Ignore makes the policy not apply (it is skipped, and the
+// error is in Decision.Ignored); under Fail the policy applies with an
+// Error decision. A policy that does not compile applies with an Error
+// decision under Fail, and is skipped under Ignore.
+func (p *CompiledPolicy) Match(ctx context.Context, in *PodInput) MatchResult {
+	res := MatchResult{Decision: Decision{Policy: p, Point: PointMatch}, pod: in.schedulerName}
+	if res.why = p.Selectors.miss(in.Pod, in.Namespace); res.why != selected {
+		return res
+	}
 	if err := p.Err(); err != nil {
-		return true, err
+		res.why = notCompiled
+		res.Matches = res.Decision.fail("", err)
+		return res
 	}
 	if len(p.conditions) == 0 {
-		return true, nil
+		res.Matches = true
+		return res
 	}
 	ev := p.newEvaluation(ctx, in, nil)
 	for _, c := range p.conditions {
 		ok, err := ev.evalBool(&c.expr)
 		if err != nil {
-			return true, p.evalError(c.name, &c.expr, err)
+			res.why, res.rule = failedCondition, c.name
+			res.Matches = res.Decision.fail(c.name, p.evalError(c.name, &c.expr, err))
+			return res
 		}
 		if !ok {
-			return false, nil
+			res.why, res.rule = missCondition, c.name
+			return res
 		}
 	}
-	return true, nil
+	res.Matches = true
+	return res
 }
 
-// PreEnqueue evaluates the preEnqueue rules for a matching pod and returns
-// the first rule that is false, if any.
-func (p *CompiledPolicy) PreEnqueue(ctx context.Context, in *PodInput) (*Rejection, error) {
+// PreEnqueue decides the preEnqueue rules for a pod the policy applies to:
+// Hold at the first false rule, Error at the first error under Fail. Under
+// Ignore a failing rule is skipped and the rules after it still apply.
+func (p *CompiledPolicy) PreEnqueue(ctx context.Context, in *PodInput) Decision {
+	d := Decision{Policy: p, Point: PointPreEnqueue}
 	if err := p.Err(); err != nil {
-		return nil, err
+		d.fail("", err)
+		return d
 	}
-	return p.firstFalse(p.newEvaluation(ctx, in, nil), p.preEnqueue)
+	p.firstFalse(&d, p.newEvaluation(ctx, in, nil), p.preEnqueue, Hold)
+	return d
 }
 
-// Filter evaluates the filters for a matching pod on a node and returns the
-// first rule that is false, if any.
-func (p *CompiledPolicy) Filter(ctx context.Context, in *PodInput, node *NodeInput) (*Rejection, error) {
-	if err := p.Err(); err != nil {
-		return nil, err
+// MatchAndPreEnqueue is what the preEnqueue point decides for a pod with
+// this policy: whether the policy applies (Match) and, if it does, its
+// preEnqueue rules. A match Error (a compile or match condition error under
+// Fail) holds the pod, as a rule's error would.
+func (p *CompiledPolicy) MatchAndPreEnqueue(ctx context.Context, in *PodInput) (bool, Decision) {
+	m := p.Match(ctx, in)
+	if !m.Matches {
+		return false, m.Decision
 	}
-	return p.firstFalse(p.newEvaluation(ctx, in, node), p.filters)
+	if m.Decision.Verdict != Pass {
+		m.Decision.Point = PointPreEnqueue
+		return true, m.Decision
+	}
+	return true, p.PreEnqueue(ctx, in)
 }
 
-// Score evaluates the score rules for a matching pod on a node and returns
-// their raw values, in the order of ScoreRules.
-func (p *CompiledPolicy) Score(ctx context.Context, in *PodInput, node *NodeInput) ([]float64, error) {
+// Filter decides the filters for a pod the policy applies to on a node:
+// Reject at the first false filter, Error at the first error under Fail.
+// Under Ignore a failing filter is skipped and the filters after it still
+// apply.
+func (p *CompiledPolicy) Filter(ctx context.Context, in *PodInput, node *NodeInput) Decision {
+	d := Decision{Policy: p, Point: PointFilter}
 	if err := p.Err(); err != nil {
-		return nil, err
+		d.fail("", err)
+		return d
+	}
+	p.firstFalse(&d, p.newEvaluation(ctx, in, node), p.filters, Reject)
+	return d
+}
+
+// Score evaluates the score rules for a pod the policy applies to on a
+// node, writing their raw values into raw (len(ScoreRules()) long, in that
+// order). A rule that fails under Ignore is skipped: its value is NaN, and
+// NormalizeScores leaves the node out of that rule's normalization (it
+// scores 0 for it). Under Fail the first error decides Error.
+func (p *CompiledPolicy) Score(ctx context.Context, in *PodInput, node *NodeInput, raw []float64) Decision {
+	d := Decision{Policy: p, Point: PointScore}
+	if err := p.Err(); err != nil {
+		d.fail("", err)
+		return d
 	}
 	ev := p.newEvaluation(ctx, in, node)
-	out := make([]float64, len(p.scores))
 	for i, s := range p.scores {
 		v, err := ev.eval(&s.expr)
 		if err == nil {
-			out[i], err = number(v)
+			raw[i], err = number(v)
 		}
 		if err != nil {
-			return nil, p.evalError(s.name, &s.expr, err)
+			raw[i] = math.NaN()
+			if d.fail(s.name, p.evalError(s.name, &s.expr, err)) {
+				return d
+			}
 		}
 	}
-	return out, nil
+	return d
 }
 
-func (p *CompiledPolicy) firstFalse(ev *evaluation, rules []*boolRule) (*Rejection, error) {
+// firstFalse evaluates rules in order until one is false (the decision
+// becomes falseVerdict) or fails under Fail (Error); errors under Ignore
+// are recorded and skipped.
+func (p *CompiledPolicy) firstFalse(d *Decision, ev *evaluation, rules []*boolRule, falseVerdict Verdict) {
 	for _, r := range rules {
 		ok, err := ev.evalBool(&r.expr)
 		if err != nil {
-			return nil, p.evalError(r.name, &r.expr, err)
+			if d.fail(r.name, p.evalError(r.name, &r.expr, err)) {
+				return
+			}
+			continue
 		}
 		if !ok {
-			return &Rejection{Policy: p.Name, Rule: r.name, Message: ev.message(r)}, nil
+			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.message(r)
+			return
 		}
 	}
-	return nil, nil
 }
 
 func (p *CompiledPolicy) evalError(rule string, e *expr, err error) error {

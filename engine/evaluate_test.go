@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 func compileOK(t *testing.T, p *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
@@ -38,77 +39,80 @@ func nodeInput(t *testing.T, conv *Converter, name string, nodeLabels map[string
 	return in
 }
 
+// rejection is the part of a Reject decision TestFilter compares.
+type rejection struct{ Rule, Message string }
+
 func TestFilter(t *testing.T) {
 	zoneFilter := "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in ['a', 'b']"
 	tests := map[string]struct {
 		policy     *schedv1alpha1.SchedulingPolicy
 		nodeLabels map[string]string
 		info       *NodeInfo
-		want       *Rejection
+		want       *rejection
 		wantErr    string
 	}{
 		"label passes": {
-			policy:     MakePolicy("p").Filter("zone", zoneFilter).Obj(),
+			policy:     builder.MakePolicy("p").Filter("zone", zoneFilter).Obj(),
 			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "a"},
 		},
 		"label fails with default message": {
-			policy:     MakePolicy("p").Filter("zone", zoneFilter).Obj(),
+			policy:     builder.MakePolicy("p").Filter("zone", zoneFilter).Obj(),
 			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "c"},
-			want:       &Rejection{Policy: "p", Rule: "zone", Message: "expression is false"},
+			want:       &rejection{Rule: "zone", Message: "expression is false"},
 		},
 		"static message": {
-			policy:     MakePolicy("p").FilterMsg("zone", zoneFilter, "node is not in zone a or b", "").Obj(),
+			policy:     builder.MakePolicy("p").FilterMsg("zone", zoneFilter, "node is not in zone a or b", "").Obj(),
 			nodeLabels: map[string]string{},
-			want:       &Rejection{Policy: "p", Rule: "zone", Message: "node is not in zone a or b"},
+			want:       &rejection{Rule: "zone", Message: "node is not in zone a or b"},
 		},
 		"messageExpression wins over message": {
-			policy: MakePolicy("p").FilterMsg("zone", zoneFilter, "static",
+			policy: builder.MakePolicy("p").FilterMsg("zone", zoneFilter, "static",
 				"'zone ' + node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('none') + ' is not allowed'").Obj(),
 			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "c"},
-			want:       &Rejection{Policy: "p", Rule: "zone", Message: "zone c is not allowed"},
+			want:       &rejection{Rule: "zone", Message: "zone c is not allowed"},
 		},
 		"messageExpression failing falls back to message": {
-			policy:     MakePolicy("p").FilterMsg("zone", zoneFilter, "static", "node.metadata.labels['missing']").Obj(),
+			policy:     builder.MakePolicy("p").FilterMsg("zone", zoneFilter, "static", "node.metadata.labels['missing']").Obj(),
 			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "c"},
-			want:       &Rejection{Policy: "p", Rule: "zone", Message: "static"},
+			want:       &rejection{Rule: "zone", Message: "static"},
 		},
 		"first false rule of several": {
-			policy:     MakePolicy("p").Filter("one", "true").Filter("two", "false").Filter("three", "false").Obj(),
+			policy:     builder.MakePolicy("p").Filter("one", "true").Filter("two", "false").Filter("three", "false").Obj(),
 			nodeLabels: map[string]string{},
-			want:       &Rejection{Policy: "p", Rule: "two", Message: "expression is false"},
+			want:       &rejection{Rule: "two", Message: "expression is false"},
 		},
 		"variables": {
-			policy: MakePolicy("p").Variable("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('')").
+			policy: builder.MakePolicy("p").Variable("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('')").
 				Variable("allowed", "variables.zone in ['a']").Filter("zone", "variables.allowed").Obj(),
 			nodeLabels: map[string]string{"topology.kubernetes.io/zone": "b"},
-			want:       &Rejection{Policy: "p", Rule: "zone", Message: "expression is false"},
+			want:       &rejection{Rule: "zone", Message: "expression is false"},
 		},
 		"nodeInfo": {
-			policy:     MakePolicy("p").Filter("room", "nodeInfo.podCount < 2 && nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu'] >= 500").Obj(),
+			policy:     builder.MakePolicy("p").Filter("room", "nodeInfo.podCount < 2 && nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu'] >= 500").Obj(),
 			nodeLabels: map[string]string{},
 			info: &NodeInfo{
 				Allocatable: map[string]int64{"cpu": 8000}, Requested: map[string]int64{"cpu": 7600},
 				Pods: []PodRef{{Namespace: "a", Name: "x"}},
 			},
-			want: &Rejection{Policy: "p", Rule: "room", Message: "expression is false"},
+			want: &rejection{Rule: "room", Message: "expression is false"},
 		},
 		"nodeInfo pods": {
-			policy:     MakePolicy("p").Filter("no-same-app", "!nodeInfo.pods.exists(p, p.labels[?'app'].orValue('') == 'web')").Obj(),
+			policy:     builder.MakePolicy("p").Filter("no-same-app", "!nodeInfo.pods.exists(p, p.labels[?'app'].orValue('') == 'web')").Obj(),
 			nodeLabels: map[string]string{},
 			info:       &NodeInfo{Pods: []PodRef{{Namespace: "a", Name: "x", Labels: map[string]string{"app": "web"}}}},
-			want:       &Rejection{Policy: "p", Rule: "no-same-app", Message: "expression is false"},
+			want:       &rejection{Rule: "no-same-app", Message: "expression is false"},
 		},
 		"pod and namespace": {
-			policy:     MakePolicy("p").Filter("ns", "namespaceObject.metadata.labels['team'] == 'ml' && pod.metadata.name == 'p'").Obj(),
+			policy:     builder.MakePolicy("p").Filter("ns", "namespaceObject.metadata.labels['team'] == 'ml' && pod.metadata.name == 'p'").Obj(),
 			nodeLabels: map[string]string{},
 		},
 		"runtime error names policy, rule and field": {
-			policy:     MakePolicy("p").Filter("missing-label", "node.metadata.labels['gpu'] == 'true'").Obj(),
+			policy:     builder.MakePolicy("p").Filter("missing-label", "node.metadata.labels['gpu'] == 'true'").Obj(),
 			nodeLabels: map[string]string{},
 			wantErr:    "SchedulingPolicy p, rule missing-label: spec.filters[0].expression: no such key: gpu",
 		},
 		"runtime error in a variable names the variable": {
-			policy: MakePolicy("p").Variable("gpu", "node.metadata.labels['gpu']").
+			policy: builder.MakePolicy("p").Variable("gpu", "node.metadata.labels['gpu']").
 				Filter("gpu", "variables.gpu == 'true'").Obj(),
 			nodeLabels: map[string]string{},
 			wantErr:    "SchedulingPolicy p, rule gpu: spec.variables[0].expression: no such key: gpu",
@@ -120,8 +124,12 @@ func TestFilter(t *testing.T) {
 			p := compileOK(t, tc.policy)
 			pod := podInput(t, conv, nil, map[string]string{"team": "ml"})
 			node := nodeInput(t, conv, "n1", tc.nodeLabels, tc.info)
-			got, err := p.Filter(context.Background(), pod, node)
+			d := p.Filter(context.Background(), pod, node)
+			err := d.Err
 			if tc.wantErr != "" {
+				if d.Verdict != Error {
+					t.Fatalf("verdict %v, want Error", d.Verdict)
+				}
 				var evalErr *EvalError
 				if !errors.As(err, &evalErr) {
 					t.Fatalf("want an *EvalError, got %v", err)
@@ -134,6 +142,10 @@ func TestFilter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var got *rejection
+			if d.Verdict == Reject {
+				got = &rejection{Rule: d.Rule, Message: d.Message}
+			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("rejection (-want +got):\n%s", diff)
 			}
@@ -144,7 +156,7 @@ func TestFilter(t *testing.T) {
 func TestVariablesEvaluatedOnce(t *testing.T) {
 	// The variable costs a lot; if it were evaluated per reference, the
 	// evaluation cost would be three times as large.
-	p := compileOK(t, MakePolicy("p").Variable("n", "nodeInfo.pods.filter(p, p.name.startsWith('x')).size()").
+	p := compileOK(t, builder.MakePolicy("p").Variable("n", "nodeInfo.pods.filter(p, p.name.startsWith('x')).size()").
 		Filter("a", "variables.n >= 0").Filter("b", "variables.n >= 0").Filter("c", "variables.n >= 0").Obj())
 	conv := NewConverter(testEnv(t), 0)
 	calls := 0
@@ -153,8 +165,9 @@ func TestVariablesEvaluatedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
-	if rej, err := p.firstFalse(ev, p.filters); rej != nil || err != nil {
-		t.Fatalf("got %v, %v", rej, err)
+	d := Decision{Policy: p, Point: PointFilter}
+	if p.firstFalse(&d, ev, p.filters, Reject); d.Verdict != Pass {
+		t.Fatalf("got %s", d.String())
 	}
 	if calls != 1 {
 		t.Errorf("nodeInfo built %d times, want 1", calls)
@@ -170,16 +183,16 @@ func TestVariablesEvaluatedOnce(t *testing.T) {
 }
 
 func TestScore(t *testing.T) {
-	p := compileOK(t, MakePolicy("p").
+	p := compileOK(t, builder.MakePolicy("p").
 		Score("free-cpu", "nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu']", 2, schedv1alpha1.MinMax).
 		Score("spot", "node.metadata.labels[?'spot'].orValue('') == 'true' ? 100.0 : 0.0", 1, schedv1alpha1.None).
 		Score("uint", "1u", 1, schedv1alpha1.None).Obj())
 	conv := NewConverter(testEnv(t), 0)
 	node := nodeInput(t, conv, "n", map[string]string{"spot": "true"},
 		&NodeInfo{Allocatable: map[string]int64{"cpu": 4000}, Requested: map[string]int64{"cpu": 1500}})
-	got, err := p.Score(context.Background(), podInput(t, conv, nil, nil), node)
-	if err != nil {
-		t.Fatal(err)
+	got := make([]float64, 3)
+	if d := p.Score(context.Background(), podInput(t, conv, nil, nil), node, got); d.Verdict != Pass {
+		t.Fatal(d.String())
 	}
 	if diff := cmp.Diff([]float64{2500, 100, 1}, got); diff != "" {
 		t.Errorf("raw scores (-want +got):\n%s", diff)
@@ -195,9 +208,9 @@ func TestScore(t *testing.T) {
 }
 
 func TestScoreNotFinite(t *testing.T) {
-	p := compileOK(t, MakePolicy("p").Score("nan", "0.0 / 0.0", 1, schedv1alpha1.MinMax).Obj())
+	p := compileOK(t, builder.MakePolicy("p").Score("nan", "0.0 / 0.0", 1, schedv1alpha1.MinMax).Obj())
 	conv := NewConverter(testEnv(t), 0)
-	_, err := p.Score(context.Background(), podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil))
+	err := p.Score(context.Background(), podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil), make([]float64, 1)).Err
 	if err == nil || !strings.Contains(err.Error(), "want a finite number") {
 		t.Fatalf("want a finite-number error, got %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // FuzzCompile compiles arbitrary expression text in every position of a
@@ -27,7 +28,7 @@ func FuzzCompile(f *testing.F) {
 	}
 	compiler := NewCompiler(testEnv(f))
 	f.Fuzz(func(t *testing.T, expression string) {
-		p := MakePolicy("fuzz").
+		p := builder.MakePolicy("fuzz").
 			Condition("c", expression).
 			Variable("v", expression).
 			PreEnqueue("pe", expression, "").
@@ -82,8 +83,8 @@ func FuzzEvaluate(f *testing.F) {
 			t.Fatal(err)
 		}
 		ctx := context.Background()
-		for _, m := range snapshot.Match(ctx, podIn) {
-			p := m.Policy
+		for _, m := range snapshot.Match(ctx, podIn, nil) {
+			p := m.Decision.Policy
 			check := func(err error) {
 				if err == nil {
 					return
@@ -94,12 +95,9 @@ func FuzzEvaluate(f *testing.F) {
 					t.Fatalf("policy %s: untyped error %T: %v", p.Name, err, err)
 				}
 			}
-			_, err := p.PreEnqueue(ctx, podIn)
-			check(err)
-			_, err = p.Filter(ctx, podIn, nodeIn)
-			check(err)
-			_, err = p.Score(ctx, podIn, nodeIn)
-			check(err)
+			check(p.PreEnqueue(ctx, podIn).Err)
+			check(p.Filter(ctx, podIn, nodeIn).Err)
+			check(p.Score(ctx, podIn, nodeIn, make([]float64, len(p.ScoreRules()))).Err)
 		}
 	})
 }

@@ -11,42 +11,71 @@ import (
 const MaxScore = 100
 
 // NormalizeScores maps one score rule's raw values across the candidate
-// nodes to 0..MaxScore:
+// nodes to 0..MaxScore. It is the one place that normalizes: the score
+// plugin and the dry-run both call it.
 //   - MinMax: the lowest value maps to 0 and the highest to MaxScore,
 //     linearly; when all values are equal, every node gets MaxScore.
 //   - MinMaxReverse: the lowest maps to MaxScore and the highest to 0; when
 //     all are equal, every node gets MaxScore.
 //   - None: the raw value, rounded and clamped to 0..MaxScore.
 //
-// Raw values are finite (the engine rejects NaN and infinities).
+// A NaN raw value is a node where the rule failed and was ignored
+// (failurePolicy Ignore): it takes no part in the normalization and scores
+// 0. Infinite values and ranges wider than float64 (1.7e308 and -1.7e308)
+// still give scores in 0..MaxScore.
 func NormalizeScores(raw []float64, normalization schedv1alpha1.ScoreNormalization) []int64 {
 	out := make([]int64, len(raw))
-	if len(raw) == 0 {
-		return out
-	}
 	if normalization == schedv1alpha1.None {
 		for i, v := range raw {
-			out[i] = clampScore(math.Round(v))
+			if !math.IsNaN(v) {
+				out[i] = clampScore(math.Round(v))
+			}
 		}
 		return out
 	}
-	lo, hi := raw[0], raw[0]
-	for _, v := range raw[1:] {
-		lo = math.Min(lo, v)
-		hi = math.Max(hi, v)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range raw {
+		if !math.IsNaN(v) {
+			lo, hi = math.Min(lo, v), math.Max(hi, v)
+		}
 	}
 	for i, v := range raw {
+		if math.IsNaN(v) {
+			continue
+		}
 		if hi == lo {
 			out[i] = MaxScore
 			continue
 		}
-		frac := (v - lo) / (hi - lo)
+		frac := fraction(v, lo, hi)
 		if normalization == schedv1alpha1.MinMaxReverse {
 			frac = 1 - frac
 		}
 		out[i] = clampScore(math.Round(frac * MaxScore))
 	}
 	return out
+}
+
+// fraction is where v lies between lo and hi (lo < hi), in 0..1. Halving
+// all three keeps hi-lo finite for any finite values; infinite ones sit at
+// the ends.
+func fraction(v, lo, hi float64) float64 {
+	switch {
+	case math.IsInf(lo, -1) || math.IsInf(hi, 1):
+		switch {
+		case v == hi:
+			return 1
+		case v == lo:
+			return 0
+		default:
+			return 0.5
+		}
+	}
+	f := (v/2 - lo/2) / (hi/2 - lo/2)
+	if math.IsNaN(f) {
+		return 0
+	}
+	return math.Max(0, math.Min(1, f))
 }
 
 // CombineScores returns each node's weighted mean of the normalized rule
@@ -78,7 +107,7 @@ func CombineScores(normalized [][]int64, weights []int32) []int64 {
 
 func clampScore(v float64) int64 {
 	switch {
-	case v < 0:
+	case math.IsNaN(v), v < 0:
 		return 0
 	case v > MaxScore:
 		return MaxScore

@@ -7,38 +7,28 @@ import (
 	"sync"
 	"sync/atomic"
 
-	ktypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/resourceversion"
-
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
 
-// maxTombstones bounds how many deleted policy UIDs a Registry remembers.
-const maxTombstones = 4096
-
 // Registry holds the compiled form of every SchedulingPolicy as an immutable
 // Snapshot behind an atomic pointer: readers take one snapshot per
-// scheduling cycle and never lock; writers recompile only the policy that
-// changed and publish a new snapshot.
+// scheduling cycle and never lock; the writer recompiles only the policy
+// that changed and publishes a new snapshot.
 //
-// Several event streams may feed one registry (the controller's cache and
-// the scheduler's own informer): Upsert never replaces a version with an
-// older one of the same object, and a deleted object is not brought back by
-// a late event about it.
+// A registry has one writer: the event handler on the scheduler's own
+// SchedulingPolicy informer (celplugins.PolicyInformer), which sees every
+// object's events in order. So a registry needs no tombstones or version
+// comparisons: the last event about a name is the truth.
 type Registry struct {
 	compiler *Compiler
 
-	mu      sync.Mutex // serializes writers
+	mu      sync.Mutex // serializes writers, should there ever be several
 	current atomic.Pointer[Snapshot]
-	// deleted holds the UIDs of deleted policies, oldest first in
-	// deletedOrder; guarded by mu.
-	deleted      map[ktypes.UID]struct{}
-	deletedOrder []ktypes.UID
 }
 
 // NewRegistry returns an empty registry.
 func NewRegistry(compiler *Compiler) *Registry {
-	r := &Registry{compiler: compiler, deleted: map[ktypes.UID]struct{}{}}
+	r := &Registry{compiler: compiler}
 	r.current.Store(&Snapshot{byName: map[string]*CompiledPolicy{}})
 	return r
 }
@@ -50,74 +40,33 @@ func (r *Registry) Snapshot() *Snapshot {
 }
 
 // Upsert compiles a policy as stored in the API server and publishes it,
-// replacing any previous version, and returns the compiled policy (with its
-// compile errors, if any). A version already in the registry, or older than
-// the one there (same UID, lower resourceVersion), is not compiled again:
-// Upsert returns what the registry holds. A policy deleted before (by UID)
-// is ignored and Upsert returns nil.
+// replacing any previous version of the name, and returns the compiled
+// policy (with its compile errors, if any). The spec of an object only
+// changes with its generation, so a version of the same object (UID) and
+// generation as the one held (a status or metadata update, a resync) is not
+// compiled again: Upsert returns what the registry holds.
 func (r *Registry) Upsert(policy *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
-	if old := r.Snapshot().Get(policy.Name); old != nil && !newer(policy, old) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.current.Load()
+	if old := cur.Get(policy.Name); old != nil && old.UID == policy.UID && old.Generation == policy.Generation && policy.Generation != 0 {
 		return old
 	}
 	compiled := r.compiler.Compile(policy, CompileOptions{Stored: true})
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, gone := r.deleted[policy.UID]; gone && policy.UID != "" {
-		return nil
-	}
-	cur := r.current.Load()
-	if old := cur.Get(policy.Name); old != nil && !newer(policy, old) {
-		return old // a concurrent writer published this version or a newer one
-	}
 	r.current.Store(cur.with(compiled))
 	return compiled
 }
 
-// newer says whether policy is a different object than old or a later
-// version of it.
-func newer(policy *schedv1alpha1.SchedulingPolicy, old *CompiledPolicy) bool {
-	if old.UID != policy.UID || policy.ResourceVersion == "" {
-		return true
-	}
-	cmp, err := resourceversion.CompareResourceVersion(policy.ResourceVersion, old.ResourceVersion)
-	if err != nil {
-		return policy.ResourceVersion != old.ResourceVersion
-	}
-	return cmp > 0
-}
-
-// Delete removes a policy and remembers its UID, so that a late event about
-// the deleted object does not bring it back. With a UID, only that object
-// is removed (not a policy re-created under the same name); without one,
-// whatever the name holds. It says whether a policy was removed.
-func (r *Registry) Delete(name string, uid ktypes.UID) bool {
+// Delete removes a policy by name, and says whether there was one.
+func (r *Registry) Delete(name string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if uid != "" {
-		r.tombstone(uid)
-	}
 	cur := r.current.Load()
-	old := cur.Get(name)
-	if old == nil || (uid != "" && old.UID != uid) {
+	if cur.Get(name) == nil {
 		return false
 	}
-	r.tombstone(old.UID)
 	r.current.Store(cur.without(name))
 	return true
-}
-
-// tombstone remembers a deleted UID; r.mu is held.
-func (r *Registry) tombstone(uid ktypes.UID) {
-	if _, ok := r.deleted[uid]; ok || uid == "" {
-		return
-	}
-	if len(r.deletedOrder) == maxTombstones {
-		delete(r.deleted, r.deletedOrder[0])
-		r.deletedOrder = r.deletedOrder[1:]
-	}
-	r.deleted[uid] = struct{}{}
-	r.deletedOrder = append(r.deletedOrder, uid)
 }
 
 // Snapshot is an immutable set of compiled policies.
@@ -175,26 +124,21 @@ func (s *Snapshot) without(name string) *Snapshot {
 
 func byPolicyName(p *CompiledPolicy, name string) int { return strings.Compare(p.Name, name) }
 
-// Match is a policy that applies to a pod. Err, when set, is the policy's
-// compile error or the error of one of its match conditions: the policy is
-// treated as matching, and the caller applies its failurePolicy.
-type Match struct {
-	Policy *CompiledPolicy
-	Err    error
-}
-
-// Match returns the policies that apply to the pod, in name order: those
-// whose scheduler names and selectors match and whose match conditions are
-// true.
-func (s *Snapshot) Match(ctx context.Context, in *PodInput) []Match {
-	var out []Match
+// Match matches every policy against a pod, in name order, and returns
+// those that apply (CompiledPolicy.Match): the ones whose selectors and
+// match conditions select the pod, and the ones that apply with an Error
+// decision (a compile or match condition error under failurePolicy Fail).
+// Policies skipped under Ignore are left out; their errors are lost unless
+// the caller asks with ignored.
+func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchResult)) []MatchResult {
+	var out []MatchResult
 	for _, p := range s.policies {
-		if !p.MatchesSelectors(in) {
-			continue
-		}
-		ok, err := p.matchConditions(ctx, in)
-		if ok || err != nil {
-			out = append(out, Match{Policy: p, Err: err})
+		m := p.Match(ctx, in)
+		switch {
+		case m.Matches:
+			out = append(out, m)
+		case len(m.Decision.Ignored) > 0 && ignored != nil:
+			ignored(m)
 		}
 	}
 	return out

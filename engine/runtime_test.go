@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // manyPods is a node with n pods, for expressions that loop over them.
@@ -28,11 +29,11 @@ func manyPods(n int) *NodeInfo {
 // by the per-expression limit with a clear error, quickly, and the error
 // names policy, rule and field.
 func TestRuntimeCostLimit(t *testing.T) {
-	p := compileOK(t, MakePolicy("loops").
+	p := compileOK(t, builder.MakePolicy("loops").
 		Filter("quadratic", "nodeInfo.pods.all(a, nodeInfo.pods.all(b, a.name != b.name || a == b))").Obj())
 	conv := NewConverter(testEnv(t), 0)
 	node := nodeInput(t, conv, "big", nil, manyPods(5000))
-	_, err := p.Filter(context.Background(), podInput(t, conv, nil, nil), node)
+	err := p.Filter(context.Background(), podInput(t, conv, nil, nil), node).Err
 	var evalErr *EvalError
 	if !errors.As(err, &evalErr) {
 		t.Fatalf("want *EvalError, got %v", err)
@@ -50,7 +51,7 @@ func TestRuntimeCostLimit(t *testing.T) {
 // the budget of 1e7 with real loops takes tens of seconds with cel-go's cost
 // tracker, so the evaluation starts just under it.)
 func TestPolicyCostBudget(t *testing.T) {
-	p := compileOK(t, MakePolicy("budget").
+	p := compileOK(t, builder.MakePolicy("budget").
 		Filter("loop", "nodeInfo.pods.all(p, p.name != '')").
 		Filter("label", zoneFilter).Obj())
 	conv := NewConverter(testEnv(t), 0)
@@ -73,7 +74,9 @@ func TestPolicyCostBudget(t *testing.T) {
 
 	ev = p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
 	ev.spent = PolicyEvaluationCostBudget - 1
-	_, err := p.firstFalse(ev, p.filters)
+	d := Decision{Policy: p, Point: PointFilter}
+	p.firstFalse(&d, ev, p.filters, Reject)
+	err := d.Err
 	if !errors.Is(err, ErrCostBudgetExceeded) {
 		t.Fatalf("want ErrCostBudgetExceeded, got %v", err)
 	}
@@ -91,11 +94,11 @@ func TestCancellation(t *testing.T) {
 		"tracked": "nodeInfo.pods.all(a, nodeInfo.pods.all(b, a.name != b.name || a == b))",
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := compileOK(t, MakePolicy("p").Filter("f", expression).Obj())
+			p := compileOK(t, builder.MakePolicy("p").Filter("f", expression).Obj())
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cause := errors.New("scheduling cycle aborted")
 			cancel(cause)
-			_, err := p.Filter(ctx, podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, manyPods(10)))
+			err := p.Filter(ctx, podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, manyPods(10))).Err
 			if !errors.Is(err, cause) {
 				t.Fatalf("want the context's cause, got %v", err)
 			}
@@ -189,24 +192,24 @@ func TestScopeErrors(t *testing.T) {
 		want   string // the only error, "" for none
 	}{
 		"pod-only variable in preEnqueue": {
-			policy: MakePolicy("p").Variable("app", "pod.metadata.?labels[?'app'].orValue('')").
+			policy: builder.MakePolicy("p").Variable("app", "pod.metadata.?labels[?'app'].orValue('')").
 				PreEnqueue("app", "variables.app != ''", "").Obj(),
 		},
 		"node variable through another variable": {
-			policy: MakePolicy("p").Variable("zone", "node.metadata.labels[?'z'].orValue('')").
+			policy: builder.MakePolicy("p").Variable("zone", "node.metadata.labels[?'z'].orValue('')").
 				Variable("isA", "variables.zone == 'a'").PreEnqueue("a", "variables.isA", "").Obj(),
 			want: "spec.preEnqueue[0].expression",
 		},
 		"node in a condition": {
-			policy: MakePolicy("p").Condition("c", "node.metadata.name == 'x'").Filter("f", "true").Obj(),
+			policy: builder.MakePolicy("p").Condition("c", "node.metadata.name == 'x'").Filter("f", "true").Obj(),
 			want:   "spec.match.conditions[0].expression",
 		},
 		"node in a preEnqueue messageExpression": {
-			policy: MakePolicy("p").Obj(),
+			policy: builder.MakePolicy("p").Obj(),
 			want:   "spec.preEnqueue[0].messageExpression",
 		},
 		"everything in filters": {
-			policy: MakePolicy("p").Filter("f", "pod.metadata.name != node.metadata.name && nodeInfo.podCount >= 0 && namespaceObject.metadata.name != ''").Obj(),
+			policy: builder.MakePolicy("p").Filter("f", "pod.metadata.name != node.metadata.name && nodeInfo.podCount >= 0 && namespaceObject.metadata.name != ''").Obj(),
 		},
 	}
 	tests["node in a preEnqueue messageExpression"].policy.Spec.PreEnqueue = []schedv1alpha1.Rule{{
@@ -235,8 +238,8 @@ func TestScopeErrors(t *testing.T) {
 // policy compiles against the stored-expressions environment.
 func TestStoredExpressionsRatchet(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
-	previous := MakePolicy("p").Filter("f", "true").Obj()
-	updated := MakePolicy("p").Filter("f", "true").Filter("g", "false").Obj()
+	previous := builder.MakePolicy("p").Filter("f", "true").Obj()
+	updated := builder.MakePolicy("p").Filter("f", "true").Filter("g", "false").Obj()
 	stored := storedExpressions(CompileOptions{Previous: previous})
 	if !stored("true") || stored("false") {
 		t.Errorf("stored(true)=%v stored(false)=%v, want true and false", stored("true"), stored("false"))
@@ -246,11 +249,15 @@ func TestStoredExpressionsRatchet(t *testing.T) {
 	}
 }
 
+// TestRegistry: the registry applies events in the order given (its one
+// writer is the scheduler's informer); an old snapshot never changes; a
+// version of the same object and generation is not compiled again; a policy
+// deleted and re-created under its name is the new object.
 func TestRegistry(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
 	r := NewRegistry(compiler)
-	a := MakePolicy("a").Filter("f", "true").Obj()
-	b := MakePolicy("b").Filter("f", "broken(").Obj()
+	a := builder.MakePolicy("a").Filter("f", "true").Obj()
+	b := builder.MakePolicy("b").Filter("f", "broken(").Obj()
 	before := r.Snapshot()
 	ca := r.Upsert(a)
 	cb := r.Upsert(b)
@@ -264,40 +271,33 @@ func TestRegistry(t *testing.T) {
 	if got := []string{snap.Policies()[0].Name, snap.Policies()[1].Name}; !cmp.Equal(got, []string{"a", "b"}) {
 		t.Errorf("policies %v", got)
 	}
-	// The same version is not compiled again; a new one is, alone.
-	if r.Upsert(a) != ca {
-		t.Error("unchanged policy was recompiled")
+	// A status update (new resourceVersion, same generation) is not
+	// compiled again; a new generation is, alone.
+	statusOnly := builder.MakePolicy("a").Filter("f", "true").Generation(1, "2").Obj()
+	if r.Upsert(statusOnly) != ca {
+		t.Error("a status update recompiled the policy")
 	}
-	a2 := a.DeepCopy()
-	a2.ResourceVersion = "2"
+	a2 := builder.MakePolicy("a").Filter("f", "false").Generation(2, "3").Obj()
 	ca2 := r.Upsert(a2)
-	if ca2 == ca || r.Snapshot().Get("b") != cb {
+	if ca2 == ca || ca2.Generation != 2 || r.Snapshot().Get("b") != cb {
 		t.Error("updating a did not replace only a")
 	}
-	// An older version of the same object does not replace a newer one.
-	if r.Upsert(a) != ca2 {
-		t.Error("an older resourceVersion replaced a newer one")
-	}
-	if r.Delete("a", "other-uid") {
-		t.Error("Delete removed a policy with another UID")
-	}
-	if !r.Delete("a", "") || r.Delete("a", "") {
+	if !r.Delete("a") || r.Delete("a") {
 		t.Error("Delete did not report presence")
 	}
 	if r.Snapshot().Get("a") != nil || snap.Get("a") != ca {
 		t.Error("delete changed the wrong snapshot")
 	}
-	// A late event about the deleted object does not bring it back; a new
-	// object of the same name is added.
-	a3 := a2.DeepCopy()
-	a3.ResourceVersion = "3"
-	if r.Upsert(a3) != nil || r.Snapshot().Get("a") != nil {
-		t.Error("a deleted policy came back")
-	}
-	recreated := a3.DeepCopy()
-	recreated.UID = "uid-a-2"
-	if r.Upsert(recreated) == nil || r.Snapshot().Get("a").UID != "uid-a-2" {
+	// Re-created with the same name and generation 1: a new object.
+	recreated := builder.MakePolicy("a").UID("uid-a-2").Filter("g", "false").Obj()
+	if got := r.Upsert(recreated); got.UID != "uid-a-2" || r.Snapshot().Get("a") != got || got.FilterRuleNames()[0] != "g" {
 		t.Error("a re-created policy was not added")
+	}
+	// Re-created without a delete in between (the informer folded them):
+	// the new UID replaces the old object, even at the same generation.
+	again := builder.MakePolicy("a").UID("uid-a-3").Filter("h", "false").Obj()
+	if got := r.Upsert(again); got.UID != "uid-a-3" || got.FilterRuleNames()[0] != "h" {
+		t.Error("a re-created policy at the same generation was not replaced")
 	}
 }
 
@@ -317,17 +317,16 @@ func TestRegistryConcurrent(t *testing.T) {
 				case <-done:
 					return
 				default:
-					r.Snapshot().Match(context.Background(), pod)
+					r.Snapshot().Match(context.Background(), pod, nil)
 				}
 			}
 		}()
 	}
 	for i := range 20 {
-		p := MakePolicy(fmt.Sprintf("p%d", i%5)).Filter("f", "true").Obj()
-		p.ResourceVersion = fmt.Sprint(i)
+		p := builder.MakePolicy(fmt.Sprintf("p%d", i%5)).Filter("f", "true").Generation(int64(i+1), fmt.Sprint(i+1)).Obj()
 		r.Upsert(p)
 		if i%3 == 0 {
-			r.Delete(fmt.Sprintf("p%d", (i+1)%5), "")
+			r.Delete(fmt.Sprintf("p%d", (i+1)%5))
 		}
 	}
 	close(done)
@@ -338,14 +337,14 @@ func TestMatch(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
 	conv := NewConverter(testEnv(t), 0)
 	policies := []*schedv1alpha1.SchedulingPolicy{
-		MakePolicy("all").Filter("f", "true").Obj(),
-		MakePolicy("ml-namespaces").NamespaceLabels(map[string]string{"team": "ml"}).Filter("f", "true").Obj(),
-		MakePolicy("web-pods").PodLabels(map[string]string{"app": "web"}).Filter("f", "true").Obj(),
-		MakePolicy("other-scheduler").SchedulerNames("other").Filter("f", "true").Obj(),
-		MakePolicy("condition-true").Condition("c", "pod.metadata.name == 'p'").Filter("f", "true").Obj(),
-		MakePolicy("condition-false").Condition("c", "pod.metadata.name == 'q'").Filter("f", "true").Obj(),
-		MakePolicy("condition-error").Condition("c", "pod.metadata.labels['missing'] == 'x'").Filter("f", "true").Obj(),
-		MakePolicy("broken").Filter("f", "nope").Obj(),
+		builder.MakePolicy("all").Filter("f", "true").Obj(),
+		builder.MakePolicy("ml-namespaces").NamespaceLabels(map[string]string{"team": "ml"}).Filter("f", "true").Obj(),
+		builder.MakePolicy("web-pods").PodLabels(map[string]string{"app": "web"}).Filter("f", "true").Obj(),
+		builder.MakePolicy("other-scheduler").SchedulerNames("other").Filter("f", "true").Obj(),
+		builder.MakePolicy("condition-true").Condition("c", "pod.metadata.name == 'p'").Filter("f", "true").Obj(),
+		builder.MakePolicy("condition-false").Condition("c", "pod.metadata.name == 'q'").Filter("f", "true").Obj(),
+		builder.MakePolicy("condition-error").Condition("c", "pod.metadata.labels['missing'] == 'x'").Filter("f", "true").Obj(),
+		builder.MakePolicy("broken").Filter("f", "nope").Obj(),
 	}
 	var compiled []*CompiledPolicy
 	for _, p := range policies {
@@ -354,8 +353,8 @@ func TestMatch(t *testing.T) {
 	snap := NewSnapshot(compiled...)
 	pod := podInput(t, conv, map[string]string{"app": "db"}, map[string]string{"team": "ml"})
 	var got []string
-	for _, m := range snap.Match(context.Background(), pod) {
-		got = append(got, fmt.Sprintf("%s(err=%v)", m.Policy.Name, m.Err != nil))
+	for _, m := range snap.Match(context.Background(), pod, nil) {
+		got = append(got, fmt.Sprintf("%s(err=%v)", m.Decision.Policy.Name, m.Decision.Err != nil))
 	}
 	want := []string{"all(err=false)", "broken(err=true)", "condition-error(err=true)", "condition-true(err=false)", "ml-namespaces(err=false)"}
 	if diff := cmp.Diff(want, got); diff != "" {

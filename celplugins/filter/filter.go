@@ -52,9 +52,9 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.AsStatus(err)
 	}
 	state.Write(celplugins.StateKey, c)
-	if c.Rejection != "" {
+	if c.Rejection != nil {
 		// No node can help, and neither can preemption.
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, c.Rejection)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, c.Rejection.String())
 	}
 	if len(c.Filters) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -81,34 +81,29 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	}
 	logger := klog.FromContext(ctx)
 	for _, p := range c.Filters {
-		rej, err := p.Filter(ctx, c.Pod, in)
-		pl.rt.CountFilter(p, rej, err)
-		var msg, rule string
+		d := p.Filter(ctx, c.Pod, in)
+		pl.rt.Count(&d)
+		if len(d.Ignored) > 0 {
+			if v := logger.V(4); v.Enabled() {
+				v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "errs", d.Ignored)
+			}
+		}
 		switch {
-		case err != nil && ctx.Err() != nil:
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx)))
-		case err != nil && !p.FailClosed():
-			logger.V(4).Info("Ignoring a filter error (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "err", err)
-			continue
-		case err != nil:
-			msg, rule = "node(s) rejected: "+celplugins.ErrorMessage(err), celplugins.RuleOf(err)
-		case rej != nil:
-			msg, rule = celplugins.RejectionMessage(rej), rej.Rule
-		default:
-			continue
+		case d.Acts():
+			if ctx.Err() != nil {
+				return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx)))
+			}
+			// Evicting pods cannot change a rule that does not read
+			// nodeInfo, so preemption is not tried for it.
+			code := fwk.UnschedulableAndUnresolvable
+			if p.UsesNodeInfo() {
+				code = fwk.Unschedulable
+			}
+			return fwk.NewStatus(code, d.String())
+		case d.WouldAct():
+			logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", d.String())
+			c.DenyAudit(node.Name, d)
 		}
-		if p.Audit() {
-			logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", msg)
-			c.DenyAudit(node.Name, p.Name, rule, msg)
-			continue
-		}
-		// Evicting pods cannot change a rule that does not read nodeInfo,
-		// so preemption is not tried for it.
-		code := fwk.UnschedulableAndUnresolvable
-		if p.UsesNodeInfo() {
-			code = fwk.Unschedulable
-		}
-		return fwk.NewStatus(code, msg)
 	}
 	return nil
 }

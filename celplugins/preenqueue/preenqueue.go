@@ -90,7 +90,7 @@ func (pl *PreEnqueue) Name() string { return Name }
 // enforced rule that is false (or an error with failurePolicy Fail) holds
 // the pod; an Audit one is only logged.
 func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Status {
-	snapshot := pl.rt.Registry.Snapshot()
+	snapshot := pl.rt.Policies.Snapshot()
 	if !anyPreEnqueue(snapshot) {
 		return nil
 	}
@@ -99,35 +99,26 @@ func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Stat
 		return fwk.AsStatus(err)
 	}
 	logger := klog.FromContext(ctx)
-	for _, m := range snapshot.Match(ctx, in) {
-		p := m.Policy
+	for _, p := range snapshot.Policies() {
 		if !p.HasPreEnqueue() {
 			continue // a broken policy without rules to hold is PreFilter's
 		}
-		err := m.Err
-		var rej *engine.Rejection
-		if err == nil {
-			rej, err = p.PreEnqueue(ctx, in)
-			pl.rt.CountPreEnqueue(p, rej, err)
+		matched, d := p.MatchAndPreEnqueue(ctx, in)
+		if !matched {
+			continue
 		}
-		var msg string
+		pl.rt.Count(&d)
+		if len(d.Ignored) > 0 {
+			logger.V(4).Info("Ignoring preEnqueue errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", p.Name, "errs", d.Ignored)
+		}
 		switch {
-		case err != nil && !p.FailClosed():
-			logger.V(4).Info("Ignoring a preEnqueue error (failurePolicy Ignore)", "pod", klog.KObj(pod), "err", err)
-			continue
-		case err != nil:
-			msg = "held: " + celplugins.ErrorMessage(err)
-		case rej != nil:
-			msg = celplugins.HoldMessage(rej)
-		default:
-			continue
+		case d.Acts():
+			msg := d.String()
+			pl.enqueueReport(pod, msg)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+		case d.WouldAct():
+			logger.V(2).Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
 		}
-		if p.Audit() {
-			logger.V(2).Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", msg)
-			continue
-		}
-		pl.enqueueReport(pod, msg)
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,15 +54,13 @@ type scoreState struct {
 	cycle *celplugins.Cycle
 	rules []rule
 	index map[string]int // node name -> row
-	// raw[node][rule]; ok[node][policy] is false where the policy's
-	// evaluation failed and was ignored: its rules score 0 there.
+	// raw[node][rule], NaN where the rule failed and was ignored (it takes
+	// no part in the rule's normalization, and scores 0 there).
 	raw [][]float64
-	ok  [][]bool
 }
 
 // rule is one score rule of a matching policy.
 type rule struct {
-	policy        int // index into cycle.Scores
 	name          string
 	weight        int32
 	normalization schedv1alpha1.ScoreNormalization
@@ -86,24 +85,24 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 		return fwk.NewStatus(fwk.Skip)
 	}
 	s := &scoreState{cycle: c, index: make(map[string]int, len(nodes))}
-	for i, p := range c.Scores {
+	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
-			s.rules = append(s.rules, rule{policy: i, name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Audit()})
+			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Enforcement == schedv1alpha1.Audit})
 		}
 	}
 	for i, n := range nodes {
 		s.index[n.Node().Name] = i
 	}
 	s.raw = make([][]float64, len(nodes))
-	s.ok = make([][]bool, len(nodes))
 	state.Write(stateKey, s)
 	return nil
 }
 
 // Score evaluates the score rules on one node and keeps their raw values;
 // the node's score is computed in NormalizeScore, which sees all nodes.
-// An evaluation error scores the policy's rules 0 on the node with
-// failurePolicy Ignore, and fails the cycle with Fail.
+// A rule that fails under failurePolicy Ignore (or in an Audit policy)
+// scores 0 on the node and takes no part in that rule's normalization;
+// under Fail an enforced policy's error fails the cycle.
 func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(state)
 	if err != nil {
@@ -118,22 +117,28 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	raw := make([]float64, 0, len(s.rules))
-	evaluated := make([]bool, len(s.cycle.Scores))
-	for i, p := range s.cycle.Scores {
-		values, err := p.Score(ctx, s.cycle.Pod, in)
-		pl.rt.CountScore(p, err)
-		if err != nil {
-			if p.FailClosed() && !p.Audit() {
-				return 0, fwk.AsStatus(errors.New(celplugins.ErrorMessage(err)))
-			}
-			klog.FromContext(ctx).V(4).Info("Scoring 0 after an error", "pod", klog.KObj(pod), "node", klog.KObj(node), "err", err)
-			values = make([]float64, len(p.ScoreRules()))
+	raw := make([]float64, len(s.rules))
+	offset := 0
+	for _, p := range s.cycle.Scores {
+		values := raw[offset : offset+len(p.ScoreRules())]
+		offset += len(values)
+		d := p.Score(ctx, s.cycle.Pod, in, values)
+		pl.rt.Count(&d)
+		if d.Acts() {
+			return 0, fwk.AsStatus(errors.New(d.String()))
 		}
-		evaluated[i] = err == nil
-		raw = append(raw, values...)
+		if d.Verdict == engine.Error || len(d.Ignored) > 0 {
+			// An Audit policy's error, or errors under Ignore: the rules
+			// without a value take no part.
+			klog.FromContext(ctx).V(4).Info("Score rules failed and score 0 on the node", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "decision", d.String(), "ignored", d.Ignored)
+			if d.Verdict == engine.Error {
+				for i := range values {
+					values[i] = math.NaN()
+				}
+			}
+		}
 	}
-	s.raw[row], s.ok[row] = raw, evaluated
+	s.raw[row] = raw
 	return 0, nil
 }
 
@@ -187,24 +192,11 @@ func (s *scoreState) combine(rows []int, audit bool) []int64 {
 		if rl.audit != audit {
 			continue
 		}
-		// Nodes where the policy failed (and was ignored) take no part
-		// in the normalization and score 0.
-		var raw []float64
-		for _, row := range rows {
-			if s.ok[row][rl.policy] {
-				raw = append(raw, s.raw[row][r])
-			}
-		}
-		norm := engine.NormalizeScores(raw, rl.normalization)
-		full := make([]int64, len(rows))
-		j := 0
+		raw := make([]float64, len(rows))
 		for i, row := range rows {
-			if s.ok[row][rl.policy] {
-				full[i] = norm[j]
-				j++
-			}
+			raw[i] = s.raw[row][r]
 		}
-		normalized = append(normalized, full)
+		normalized = append(normalized, engine.NormalizeScores(raw, rl.normalization))
 		weights = append(weights, rl.weight)
 	}
 	return engine.CombineScores(normalized, weights)

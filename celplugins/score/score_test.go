@@ -1,6 +1,7 @@
 package score
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -12,17 +13,17 @@ import (
 
 func TestCombine(t *testing.T) {
 	// Policy 0 has two rules (spot: None, weight 3; pods: MinMaxReverse,
-	// weight 1); policy 1 (Audit) one rule. Policy 0 failed on node 2
-	// (failurePolicy Ignore).
+	// weight 1); policy 1 (Audit) one rule. Both rules of policy 0 failed on
+	// node 2 (failurePolicy Ignore): NaN.
+	nan := math.NaN()
 	s := &scoreState{
 		cycle: &celplugins.Cycle{Scores: make([]*engine.CompiledPolicy, 2)},
 		rules: []rule{
-			{policy: 0, weight: 3, normalization: schedv1alpha1.None},
-			{policy: 0, weight: 1, normalization: schedv1alpha1.MinMaxReverse},
-			{policy: 1, weight: 1, normalization: schedv1alpha1.MinMax, audit: true},
+			{weight: 3, normalization: schedv1alpha1.None},
+			{weight: 1, normalization: schedv1alpha1.MinMaxReverse},
+			{weight: 1, normalization: schedv1alpha1.MinMax, audit: true},
 		},
-		raw: [][]float64{{100, 4, 1}, {0, 2, 9}, {0, 0, 5}},
-		ok:  [][]bool{{true, true}, {true, true}, {false, true}},
+		raw: [][]float64{{100, 4, 1}, {0, 2, 9}, {nan, nan, 5}},
 	}
 	rows := []int{0, 1, 2}
 	// Node 0: (100*3 + 0*1)/4 = 75; node 1: (0*3 + 100*1)/4 = 25;

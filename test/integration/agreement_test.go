@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
-	"github.com/celsched/celsched/celplugins/dryrun"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
 )
 
 // caseLabel marks the nodes of one agreement case; the case's pods require

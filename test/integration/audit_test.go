@@ -14,7 +14,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/engine/metrics"
 )
 
 // TestAuditReporting: an Audit policy changes no placement, and reports
@@ -44,10 +45,10 @@ func TestAuditReporting(t *testing.T) {
 
 	want := []string{"SchedulingPolicy audit-gold-only (Audit), enforced, would have held it (rule preEnqueue/approved: namespace not approved); " +
 		"would have kept it off node audit-plain (rule filters/gold-only: node(s) rejected by SchedulingPolicy audit-gold-only, rule gold-only: not a gold node)"}
-	if got := waitEvents(t, violating, celplugins.ReasonAuditWouldReject, want...); len(got) != len(want) {
+	if got := waitEvents(t, violating, audit.ReasonWouldReject, want...); len(got) != len(want) {
 		t.Errorf("AuditWouldReject events %q, want %q", got, want)
 	}
-	if got := events(t, compliant, celplugins.ReasonAuditWouldReject); len(got) != 0 {
+	if got := events(t, compliant, audit.ReasonWouldReject); len(got) != 0 {
 		t.Errorf("events on the compliant pod: %q", got)
 	}
 
@@ -68,10 +69,10 @@ func TestAuditReporting(t *testing.T) {
 		rule, result string
 		want         float64
 	}{
-		{"filters/gold-only", celplugins.ResultDeny, 1},
-		{"filters/gold-only", celplugins.ResultAllow, 1},
-		{"preEnqueue/approved", celplugins.ResultDeny, 1},
-		{"preEnqueue/approved", celplugins.ResultAllow, 1},
+		{"filters/gold-only", metrics.ResultDeny, 1},
+		{"filters/gold-only", metrics.ResultAllow, 1},
+		{"preEnqueue/approved", metrics.ResultDeny, 1},
+		{"preEnqueue/approved", metrics.ResultAllow, 1},
 	} {
 		if got := counter(t, "celsched_policy_evaluations_total", map[string]string{"policy": p.Name, "rule": c.rule, "result": c.result}); got != c.want {
 			t.Errorf("celsched_policy_evaluations_total{rule=%q,result=%q} = %v, want %v", c.rule, c.result, got, c.want)

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine/audit"
 )
 
 // The scheduling tests run one after another (policies and nodes are
@@ -168,7 +168,7 @@ func TestSampleRequireCostCenter(t *testing.T) {
 	expectNode(t, held, "node-1")
 	t.Logf("policy switched to Audit -> held pod bound: %v", time.Since(start))
 	// and the policy, in Audit, says what it would have done.
-	waitEvents(t, held, celplugins.ReasonAuditWouldReject,
+	waitEvents(t, held, audit.ReasonWouldReject,
 		"SchedulingPolicy require-cost-center (Audit), enforced, would have held it (rule preEnqueue/namespace-has-cost-center: namespace has no cost-center label)")
 }
 

@@ -1,6 +1,9 @@
 // Package app builds the celsched manager: a controller-runtime manager
-// that compiles SchedulingPolicy objects into the engine's registry and
-// runs kube-scheduler, with the CEL plugins, as one of its runnables.
+// that runs kube-scheduler, with the CEL plugins, as one of its runnables,
+// and writes the SchedulingPolicies' status. The scheduler's own
+// SchedulingPolicy informer compiles the policies into the engine's
+// registry (celplugins.PolicyFeed); the scheduling loop starts only once
+// every stored policy is compiled.
 package app
 
 import (
@@ -14,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -22,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -30,6 +35,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -135,8 +141,6 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 // Manager is the celsched manager. Start it with Start.
 type Manager struct {
 	ctrl.Manager
-	Registry  *engine.Registry
-	Scheduler *scheduler.Scheduler
 	// SchedulerNames are the profiles the scheduler serves.
 	SchedulerNames []string
 }
@@ -182,11 +186,20 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	registry := engine.NewRegistry(engine.NewCompiler(env))
 	rt := celplugins.NewRuntime(registry, engine.NewConverter(env, engine.DefaultMaxCachedNodes))
-
-	if err := (&controllers.RegistryReconciler{Client: mgr.GetClient(), Registry: registry}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the registry controller: %w", err)
+	// The status controller is told of each policy the scheduler compiled;
+	// a name it misses (a full channel) it finds by requeueing.
+	compiled := make(chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy], 1024)
+	feed := &celplugins.PolicyFeed{
+		Registry: registry,
+		Logger:   klog.FromContext(ctx).WithName("policy-feed"),
+		Compiled: func(name string) {
+			select {
+			case compiled <- event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]{Object: &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+			default:
+			}
+		},
 	}
-	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Registry: registry}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
 	}
 
@@ -206,11 +219,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			}
 		}
 	}
-	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: &rt.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: rt.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
 
-	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, rt)
+	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, rt, feed)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +236,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
+	// Ready once the scheduler's informers synced and every stored policy
+	// is compiled: what the scheduling loop waits for.
 	if err := mgr.AddReadyzCheck("scheduler-informers", runner.readyz); err != nil {
 		return nil, err
 	}
@@ -230,7 +245,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	for i, p := range schedCfg.Profiles {
 		names[i] = p.SchedulerName
 	}
-	return &Manager{Manager: mgr, Registry: registry, Scheduler: runner.sched, SchedulerNames: names}, nil
+	return &Manager{Manager: mgr, SchedulerNames: names}, nil
 }
 
 // newWebhookServer returns the webhook server of o and, when the manager
@@ -286,19 +301,22 @@ func newWebhookServer(cfg *rest.Config, o Options) (webhook.Server, *webhookcert
 const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // schedulerRunner runs kube-scheduler inside the manager: its informers on
-// every replica (so a new leader starts warm), its scheduling loop on the
-// leader only.
+// every replica (so a new leader starts warm, with every policy compiled),
+// its scheduling loop on the leader only.
 type schedulerRunner struct {
 	sched       *scheduler.Scheduler
 	factory     informers.SharedInformerFactory
 	dynFactory  dynamicinformer.DynamicSharedInformerFactory
 	broadcaster events.EventBroadcaster
+	// policiesSynced, when set, says whether the feed's own registration
+	// (see newSchedulerRunner) has compiled the initial list.
+	policiesSynced func() bool
 
 	syncOnce sync.Once
 	synced   chan struct{}
 }
 
-func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedulerconfig.KubeSchedulerConfiguration, rt *celplugins.Runtime) (*schedulerRunner, error) {
+func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedulerconfig.KubeSchedulerConfiguration, rt *celplugins.Runtime, feed *celplugins.PolicyFeed) (*schedulerRunner, error) {
 	// The connection settings of the scheduler configuration, as
 	// kube-scheduler applies them.
 	cfg = rest.CopyConfig(cfg)
@@ -325,7 +343,10 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		filter.Name:     celplugins.Factory(rt, filter.New),
 		score.Name:      celplugins.Factory(rt, score.New),
 	}
-	r.sched, err = scheduler.New(ctx, client, r.factory, r.dynFactory, profile.NewRecorderFactory(r.broadcaster),
+	// The scheduler adds its event handler (the queueing hints) to the
+	// SchedulingPolicy informer of this factory: the feed runs in it, before
+	// the hints, and the scheduler's WaitForHandlersSync waits for it.
+	r.sched, err = scheduler.New(ctx, client, r.factory, feed.WrapInformers(r.dynFactory), profile.NewRecorderFactory(r.broadcaster),
 		scheduler.WithComponentConfigVersion(schedCfg.APIVersion),
 		scheduler.WithKubeConfig(cfg),
 		scheduler.WithProfiles(schedCfg.Profiles...),
@@ -339,6 +360,15 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 	if err != nil {
 		return nil, fmt.Errorf("creating the scheduler: %w", err)
 	}
+	if !feed.Attached() {
+		// No profile runs the CEL plugins, so the scheduler watches no
+		// policy; the feed still fills the registry for the status.
+		reg, err := r.dynFactory.ForResource(celplugins.PolicyGVR).Informer().AddEventHandler(feed.Handler())
+		if err != nil {
+			return nil, fmt.Errorf("watching SchedulingPolicies: %w", err)
+		}
+		r.policiesSynced = reg.HasSynced
+	}
 	return r, nil
 }
 
@@ -350,8 +380,13 @@ func (r *schedulerRunner) informers() ctrlRunnable {
 		r.dynFactory.Start(ctx.Done())
 		r.factory.WaitForCacheSync(ctx.Done())
 		r.dynFactory.WaitForCacheSync(ctx.Done())
+		// The handlers include the policy feed's: every policy stored at
+		// start-up is compiled when they have synced.
 		if err := r.sched.WaitForHandlersSync(ctx); err != nil {
 			return fmt.Errorf("waiting for the scheduler's event handlers: %w", err)
+		}
+		if r.policiesSynced != nil && !cache.WaitForCacheSync(ctx.Done(), r.policiesSynced) {
+			return nil
 		}
 		r.syncOnce.Do(func() { close(r.synced) })
 		<-ctx.Done()
@@ -379,13 +414,14 @@ func (r *schedulerRunner) Start(ctx context.Context) error {
 // NeedLeaderElection implements manager.LeaderElectionRunnable.
 func (r *schedulerRunner) NeedLeaderElection() bool { return true }
 
-// readyz is ready once the scheduler's informers and handlers synced.
+// readyz is ready once the scheduler's informers and handlers synced, the
+// policy feed's included.
 func (r *schedulerRunner) readyz(*http.Request) error {
 	select {
 	case <-r.synced:
 		return nil
 	default:
-		return fmt.Errorf("the scheduler's informers have not synced")
+		return fmt.Errorf("the scheduler's informers have not synced, or not every SchedulingPolicy is compiled yet")
 	}
 }
 

@@ -3,6 +3,7 @@ package dryrun
 import (
 	"context"
 	"errors"
+	"math"
 
 	corev1 "k8s.io/api/core/v1"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
@@ -118,17 +119,20 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 	for _, p := range policies {
 		pr := &PolicyResult{Name: p.Name, Enforcement: string(p.Enforcement)}
 		r.Policies = append(r.Policies, pr)
-		matched, reason, err := p.MatchReason(ctx, in)
-		pr.Matched, pr.Reason = matched, reason
+		m := p.Match(ctx, in)
+		pr.Matched, pr.Reason = m.Matches, m.Reason()
 		var ce *engine.CompileError
-		switch {
+		switch err := p.Err(); {
 		case errors.As(err, &ce):
-			pr.CompileError = celplugins.ErrorMessage(err)
+			pr.CompileError = engine.ErrorMessage(err)
 			continue
-		case err != nil:
-			pr.MatchError = err.Error()
+		case m.Decision.Verdict == engine.Error:
+			pr.MatchError = m.Decision.Err.Error()
 			continue
-		case !matched:
+		case len(m.Decision.Ignored) > 0:
+			pr.MatchError = m.Decision.Ignored[0].Error() + " (failurePolicy Ignore: the policy is skipped)"
+			continue
+		case !m.Matches:
 			continue
 		}
 		if p.HasPreEnqueue() {
@@ -179,32 +183,55 @@ func ruleResults(verdicts []engine.RuleVerdict) []RuleResult {
 func scoreResults(ctx context.Context, p *engine.CompiledPolicy, in *engine.PodInput, node *engine.NodeInput) []ScoreResult {
 	rules := p.ScoreRules()
 	out := make([]ScoreResult, len(rules))
-	values, err := p.Score(ctx, in, node)
+	raw := make([]float64, len(rules))
+	d := p.Score(ctx, in, node, raw)
+	failed := map[string]error{}
+	for _, err := range d.Ignored {
+		failed[ruleOf(err)] = err
+	}
+	stopped := false
 	for i, rule := range rules {
 		out[i].Rule = rule.Name
-		if err != nil {
-			out[i].Error = err.Error()
-			continue
+		switch {
+		case stopped:
+			out[i].Error = "not evaluated: an earlier rule failed (failurePolicy Fail)"
+		case d.Verdict == engine.Error && d.Rule == rule.Name:
+			out[i].Error = d.Err.Error()
+			stopped = true
+		case failed[rule.Name] != nil:
+			out[i].Error = failed[rule.Name].Error() + " (failurePolicy Ignore: scores 0)"
+		default:
+			out[i].Raw = raw[i]
 		}
-		out[i].Raw = values[i]
 	}
 	return out
 }
 
+// ruleOf names the rule an evaluation error is about.
+func ruleOf(err error) string {
+	var ee *engine.EvalError
+	if errors.As(err, &ee) {
+		return ee.Rule
+	}
+	return ""
+}
+
 // normalize sets each score rule's normalized value on the feasible nodes
-// where the policy evaluated, as the score plugin does.
+// where the rule evaluated, with the score plugin's normalization: nodes
+// where it failed take no part.
 func normalize(pr *PolicyResult, p *engine.CompiledPolicy, feasible []string) {
 	for i, rule := range p.ScoreRules() {
-		var raw []float64
-		var nodes []string
-		for _, n := range feasible {
+		raw := make([]float64, len(feasible))
+		for j, n := range feasible {
+			raw[j] = math.NaN()
 			if s := pr.Scores[n]; s[i].Error == "" {
-				raw = append(raw, s[i].Raw)
-				nodes = append(nodes, n)
+				raw[j] = s[i].Raw
 			}
 		}
 		for j, v := range engine.NormalizeScores(raw, rule.Normalization) {
-			pr.Scores[nodes[j]][i].Normalized = &v
+			if s := pr.Scores[feasible[j]]; s[i].Error == "" {
+				s[i].Normalized = &v
+			}
 		}
 	}
 }

@@ -90,16 +90,18 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	registry := engine.NewRegistry(engine.NewCompiler(env))
-	rt := celplugins.NewRuntime(registry, engine.NewConverter(env, 0))
+	compiler := engine.NewCompiler(env)
 	compiled := make([]*engine.CompiledPolicy, 0, len(in.Policies))
 	for i, p := range in.Policies {
 		p = p.DeepCopy()
 		if p.UID == "" {
 			p.UID = ktypes.UID(fmt.Sprintf("dry-run-%d", i))
 		}
-		compiled = append(compiled, registry.Upsert(p))
+		compiled = append(compiled, compiler.Compile(p, engine.CompileOptions{Stored: true}))
 	}
+	policies := engine.NewSnapshot(compiled...)
+	compiled = policies.Policies() // later policies of a name replace earlier ones
+	rt := celplugins.NewRuntime(fixed{policies}, engine.NewConverter(env, 0))
 
 	namespaces := in.Namespaces
 	if !slices.ContainsFunc(namespaces, func(ns *corev1.Namespace) bool { return ns.Name == pod.Namespace }) {
@@ -162,6 +164,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 	return r, nil
 }
+
+// fixed is a dry run's policies: they do not change.
+type fixed struct{ s *engine.Snapshot }
+
+func (f fixed) Snapshot() *engine.Snapshot { return f.s }
 
 // onNodes returns the pods bound to one of the nodes.
 func onNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {

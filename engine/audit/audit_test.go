@@ -1,48 +1,12 @@
-package celplugins
+package audit
 
 import (
-	"errors"
 	"testing"
 	"time"
-
-	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine"
 )
-
-func TestCountRules(t *testing.T) {
-	cases := map[string]struct {
-		rej  *engine.Rejection
-		err  error
-		want [][3]float64 // allow, deny, error per rule
-	}{
-		"all pass":         {want: [][3]float64{{1, 0, 0}, {1, 0, 0}, {1, 0, 0}}},
-		"second is false":  {rej: &engine.Rejection{Rule: "b"}, want: [][3]float64{{1, 0, 0}, {0, 1, 0}, {0, 0, 0}}},
-		"first fails":      {err: &engine.EvalError{Rule: "a", Err: errors.New("boom")}, want: [][3]float64{{0, 0, 1}, {0, 0, 0}, {0, 0, 0}}},
-		"third fails":      {err: &engine.EvalError{Rule: "c", Err: errors.New("boom")}, want: [][3]float64{{1, 0, 0}, {1, 0, 0}, {0, 0, 1}}},
-		"does not compile": {err: &engine.CompileError{Policy: "p"}, want: [][3]float64{{0, 0, 0}, {0, 0, 0}, {0, 0, 0}}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			rules := make([]ruleCounters, 3)
-			for i, n := range []string{"a", "b", "c"} {
-				rules[i] = ruleCounters{name: n, allow: prometheus.NewCounter(prometheus.CounterOpts{Name: "a"}),
-					deny: prometheus.NewCounter(prometheus.CounterOpts{Name: "d"}), err: prometheus.NewCounter(prometheus.CounterOpts{Name: "e"})}
-			}
-			countRules(rules, tc.rej, tc.err)
-			got := make([][3]float64, 3)
-			for i, r := range rules {
-				got[i] = [3]float64{testutil.ToFloat64(r.allow), testutil.ToFloat64(r.deny), testutil.ToFloat64(r.err)}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("counts (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 func violation(pod string) schedv1alpha1.AuditViolation {
 	return schedv1alpha1.AuditViolation{Pod: pod, Rule: "filters/f"}
@@ -51,7 +15,7 @@ func violation(pod string) schedv1alpha1.AuditViolation {
 // TestAuditLog: deltas add up across takes and failed writes, keep the
 // newest violations first, and restart with a new generation.
 func TestAuditLog(t *testing.T) {
-	var log AuditLog
+	var log Log
 	gen1 := &engine.CompiledPolicy{Name: "p", Generation: 1}
 	for i, pod := range []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f"} {
 		var vs []schedv1alpha1.AuditViolation
@@ -99,22 +63,5 @@ func TestAuditLog(t *testing.T) {
 	log.Return("p", merged) // generation 1: dropped, the spec changed
 	if d := log.Take()["p"]; d.Generation != 2 || d.Evaluated != 1 {
 		t.Errorf("a delta of an older generation was merged: %+v", d)
-	}
-}
-
-func TestTruncate(t *testing.T) {
-	cases := map[string]struct {
-		in   string
-		n    int
-		want string
-	}{
-		"short":                  {"abc", 5, "abc"},
-		"cut":                    {"abcdefgh", 6, "abc..."},
-		"not inside a character": {"aééé", 5, "a..."}, // 7 bytes; the first 2 end inside an é
-	}
-	for name, tc := range cases {
-		if got := Truncate(tc.in, tc.n); got != tc.want || len(got) > tc.n {
-			t.Errorf("%s: Truncate(%q, %d) = %q, want %q", name, tc.in, tc.n, got, tc.want)
-		}
 	}
 }

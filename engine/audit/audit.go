@@ -1,0 +1,170 @@
+// Package audit reports what SchedulingPolicies with enforcement Audit would
+// have done: the scheduler plugins record each bound pod's would-be
+// rejections here (an event on the pod, celsched_policy_would_reject_total)
+// and collect them in a Log, which the status writer
+// (controllers.AuditStatusWriter) adds to each policy's status.audit.
+package audit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
+)
+
+// WouldRejectTotal is served with the manager's other metrics (/metrics).
+var WouldRejectTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "celsched_policy_would_reject_total",
+	Help: "Pods bound although an Audit SchedulingPolicy, enforced, would have held them (preEnqueue/NAME) or kept " +
+		"them off the node they were bound to (filters/NAME), by policy and rule.",
+}, []string{"policy", "rule"})
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(WouldRejectTotal)
+}
+
+// ReasonWouldReject is the reason of the event on a pod that an Audit
+// policy would have held or kept off its node.
+const ReasonWouldReject = "AuditWouldReject"
+
+// maxEventNote is the longest note the events API accepts.
+const maxEventNote = 1024
+
+// Violation is what an Audit decision would have done to a bound pod.
+func Violation(d *engine.Decision, pod *corev1.Pod, node string, now metav1.Time) schedv1alpha1.AuditViolation {
+	msg := d.Message
+	if d.Verdict == engine.Error {
+		msg = engine.ErrorMessage(d.Err)
+	}
+	return schedv1alpha1.AuditViolation{
+		Pod:     pod.Namespace + "/" + pod.Name,
+		Node:    node,
+		Rule:    d.RuleLabel(),
+		Message: engine.Truncate(msg, schedv1alpha1.MaxMessageLength),
+		Time:    now,
+	}
+}
+
+// Report records, for one Audit policy and one bound pod, what the policy
+// would have done: violations (none when it would have let the placement
+// be) are counted, noted in one event on the pod with the policy as the
+// related object (the events API folds events of the same pod, reason and
+// related object into one series), and logged for the policy's status.
+func (l *Log) Report(recorder events.EventRecorder, p *engine.CompiledPolicy, pod *corev1.Pod, node string, violations []schedv1alpha1.AuditViolation) {
+	if len(violations) > 0 {
+		parts := make([]string, len(violations))
+		for i, v := range violations {
+			WouldRejectTotal.WithLabelValues(p.Name, v.Rule).Inc()
+			what := "kept it off node " + node
+			if strings.HasPrefix(v.Rule, "preEnqueue/") {
+				what = "held it"
+			}
+			parts[i] = fmt.Sprintf("would have %s (rule %s: %s)", what, v.Rule, v.Message)
+		}
+		related := &schedv1alpha1.SchedulingPolicy{
+			TypeMeta:   metav1.TypeMeta{APIVersion: schedv1alpha1.GroupVersion.String(), Kind: "SchedulingPolicy"},
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, UID: p.UID},
+		}
+		note := fmt.Sprintf("SchedulingPolicy %s (Audit), enforced, %s", p.Name, strings.Join(parts, "; "))
+		recorder.Eventf(pod, related, corev1.EventTypeNormal, ReasonWouldReject, "Scheduling", "%s", engine.Truncate(note, maxEventNote))
+	}
+	l.record(p, violations)
+}
+
+// Log collects what Audit policies would have done until the status
+// writer takes it.
+type Log struct {
+	mu      sync.Mutex
+	pending map[string]*Delta
+}
+
+// Delta is what one policy gained since the last status write.
+type Delta struct {
+	// Generation is the policy generation the counts are for.
+	Generation             int64
+	Evaluated, WouldReject int64
+	// Violations are the newest first, at most MaxAuditViolations.
+	Violations []schedv1alpha1.AuditViolation
+}
+
+func (l *Log) record(p *engine.CompiledPolicy, violations []schedv1alpha1.AuditViolation) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[string]*Delta{}
+	}
+	d := l.pending[p.Name]
+	if d == nil || d.Generation != p.Generation {
+		// A new spec restarts the counts.
+		d = &Delta{Generation: p.Generation}
+		l.pending[p.Name] = d
+	}
+	d.Evaluated++
+	if len(violations) > 0 {
+		d.WouldReject++
+		d.Violations = newestFirst(violations, d.Violations)
+	}
+}
+
+// Take returns and clears what was collected, by policy name.
+func (l *Log) Take() map[string]*Delta {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.pending
+	l.pending = nil
+	return out
+}
+
+// Return puts back a delta that could not be written, merged with what
+// was collected since.
+func (l *Log) Return(name string, d *Delta) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pending == nil {
+		l.pending = map[string]*Delta{}
+	}
+	cur := l.pending[name]
+	switch {
+	case cur == nil:
+		l.pending[name] = d
+	case cur.Generation == d.Generation:
+		cur.Evaluated += d.Evaluated
+		cur.WouldReject += d.WouldReject
+		cur.Violations = newestFirst(cur.Violations, d.Violations)
+	}
+	// Otherwise the spec changed meanwhile: the old counts are dropped.
+}
+
+// Apply adds the delta to a policy's audit status and returns the result;
+// counts of an older generation restart.
+func (d *Delta) Apply(status *schedv1alpha1.AuditStatus, now time.Time) *schedv1alpha1.AuditStatus {
+	out := &schedv1alpha1.AuditStatus{ObservedGeneration: d.Generation}
+	if status != nil && status.ObservedGeneration == d.Generation {
+		out.Evaluated, out.WouldReject, out.LastViolations = status.Evaluated, status.WouldReject, status.LastViolations
+	}
+	out.Evaluated += d.Evaluated
+	out.WouldReject += d.WouldReject
+	out.LastViolations = newestFirst(d.Violations, out.LastViolations)
+	t := metav1.NewTime(now)
+	out.LastUpdateTime = &t
+	return out
+}
+
+// newestFirst puts newer before older, keeping MaxAuditViolations.
+func newestFirst(newer, older []schedv1alpha1.AuditViolation) []schedv1alpha1.AuditViolation {
+	out := append(slices.Clone(newer), older...)
+	if len(out) > schedv1alpha1.MaxAuditViolations {
+		out = out[:schedv1alpha1.MaxAuditViolations]
+	}
+	return out
+}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// This file is where celsched's semantics are decided, once: what a false
+// rule, an error, failurePolicy and enforcement mean. The plugins, the audit
+// reporting, the queueing hints and the dry-run only map a Decision to their
+// output (as ValidatingAdmissionPolicy's dispatcher maps a PolicyDecision).
+
+// Verdict is what a policy says about a pod (and a node), with its
+// failurePolicy applied.
+type Verdict int
+
+const (
+	// Pass: every rule that evaluated is true. Rules (and match conditions)
+	// that failed under failurePolicy Ignore are skipped and listed in
+	// Decision.Ignored; the other rules still apply.
+	Pass Verdict = iota
+	// Reject: a filter is false for the node (or, at PointMatch, never
+	// used: match-time problems are Errors).
+	Reject
+	// Hold: a preEnqueue rule is false: the pod stays out of the queue.
+	Hold
+	// Error: the policy does not compile, or a rule or match condition
+	// failed, and failurePolicy is Fail. At PointPreEnqueue it holds the pod,
+	// at PointMatch and PointFilter it rejects (the pod on every node, or the
+	// node), at PointScore it fails the scheduling cycle.
+	Error
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Pass:
+		return "Pass"
+	case Reject:
+		return "Reject"
+	case Hold:
+		return "Hold"
+	case Error:
+		return "Error"
+	default:
+		return fmt.Sprintf("Verdict(%d)", int(v))
+	}
+}
+
+// Point is where in scheduling a decision is made.
+type Point int
+
+const (
+	// PointMatch: whether the policy applies to the pod (compile errors and
+	// match conditions), once per scheduling cycle.
+	PointMatch Point = iota
+	// PointPreEnqueue: the preEnqueue rules, before the pod is queued.
+	PointPreEnqueue
+	// PointFilter: the filters, per node.
+	PointFilter
+	// PointScore: the score rules, per node.
+	PointScore
+)
+
+// Decision is one policy's decision for a pod (and a node) at one point.
+// The zero Verdict is Pass.
+type Decision struct {
+	Policy *CompiledPolicy
+	Point  Point
+	Verdict
+	// Rule is the rule (or match condition) that was false or failed; empty
+	// for a compile error.
+	Rule string
+	// Message is the false rule's message (Reject, Hold).
+	Message string
+	// Err is the compile or evaluation error (Error).
+	Err error
+	// Ignored are the errors skipped under failurePolicy Ignore, for logs
+	// and metrics; they change nothing.
+	Ignored []error
+}
+
+// Enforced says whether the scheduler acts on the decision: its policy's
+// enforcement is Enforce. An Audit policy's decision is only reported.
+func (d *Decision) Enforced() bool {
+	return d.Policy == nil || d.Policy.Enforcement != schedv1alpha1.Audit
+}
+
+// Acts says whether the scheduler acts on the decision: an enforced Reject,
+// Hold or Error.
+func (d *Decision) Acts() bool { return d.Verdict != Pass && d.Enforced() }
+
+// WouldAct says whether an Audit policy would have rejected, held or failed:
+// what Audit reporting records.
+func (d *Decision) WouldAct() bool { return d.Verdict != Pass && !d.Enforced() }
+
+// MaxMessageLength bounds every message celsched writes for a pod (its
+// PodScheduled condition, events): the folded condition of many nodes must
+// stay far below etcd's request limit.
+const MaxMessageLength = schedv1alpha1.MaxMessageLength
+
+// String is the decision as a pod's owner reads it, on one line and at most
+// MaxMessageLength bytes. It does not name the node, so that kube-scheduler
+// folds identical rejections of many nodes into one line ("0/3 nodes are
+// available: 3 node(s) rejected by SchedulingPolicy p, rule r: msg.").
+func (d *Decision) String() string {
+	var s string
+	switch d.Verdict {
+	case Pass:
+		return ""
+	case Reject:
+		s = fmt.Sprintf("node(s) rejected by SchedulingPolicy %s, rule %s: %s", d.Policy.Name, d.Rule, oneLine(d.Message))
+	case Hold:
+		s = fmt.Sprintf("held by SchedulingPolicy %s, rule %s: %s", d.Policy.Name, d.Rule, oneLine(d.Message))
+	case Error:
+		switch d.Point {
+		case PointPreEnqueue:
+			s = "held: " + ErrorMessage(d.Err)
+		case PointFilter:
+			s = "node(s) rejected: " + ErrorMessage(d.Err)
+		default:
+			s = ErrorMessage(d.Err)
+		}
+	}
+	return Truncate(s, MaxMessageLength)
+}
+
+// RuleLabel names the decision's rule as metrics, events and status.audit
+// do: preEnqueue/NAME, filters/NAME, scores/NAME, or match/NAME for a match
+// condition ("-" for a compile error).
+func (d *Decision) RuleLabel() string {
+	if d.Rule == "" {
+		return "-"
+	}
+	switch d.Point {
+	case PointPreEnqueue:
+		return "preEnqueue/" + d.Rule
+	case PointFilter:
+		return "filters/" + d.Rule
+	case PointScore:
+		return "scores/" + d.Rule
+	default:
+		return "match/" + d.Rule
+	}
+}
+
+// fail applies failurePolicy to an error: Fail decides Error, Ignore
+// records the error and lets evaluation go on.
+func (d *Decision) fail(rule string, err error) (stop bool) {
+	if d.Policy.FailurePolicy == schedv1alpha1.Ignore {
+		d.Ignored = append(d.Ignored, err)
+		return false
+	}
+	d.Verdict, d.Rule, d.Err = Error, rule, err
+	return true
+}
+
+// ErrorMessage is the message of a compile or evaluation error that
+// rejects (failurePolicy Fail), on one line: the first compile error with
+// its field path and CEL position, or the evaluation error.
+func ErrorMessage(err error) string {
+	var ce *CompileError
+	if errors.As(err, &ce) && len(ce.Errors) > 0 {
+		first := ce.Errors[0]
+		msg := fmt.Sprintf("SchedulingPolicy %s does not compile (failurePolicy Fail): %s: %s", ce.Policy, first.Field, oneLine(first.Detail))
+		if n := len(ce.Errors) - 1; n > 0 {
+			msg += fmt.Sprintf(" (and %d more, see the policy's Ready condition)", n)
+		}
+		return msg
+	}
+	return oneLine(err.Error()) + " (failurePolicy Fail)"
+}
+
+// oneLine keeps the first line of a message: CEL errors add the expression
+// and a caret on further lines, which do not fit a pod condition.
+func oneLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[:i])
+	}
+	return s
+}
+
+// Truncate shortens s to at most n bytes, ending with "..." when cut, and
+// never in the middle of a UTF-8 character.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n-3]
+	for !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "..."
+}

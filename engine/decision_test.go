@@ -1,0 +1,209 @@
+package engine
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// Rules that fail (no such key), are false, and are true, on the test node
+// and pod, which have no "missing" label.
+const (
+	failingPodRule  = "pod.metadata.labels['missing'] == 'x'"
+	failingNodeRule = "node.metadata.labels['missing'] == 'x'"
+	failingScore    = "double(node.metadata.labels['missing'])"
+)
+
+// decided is what the matrix compares of a decision.
+type decided struct {
+	Verdict        Verdict
+	Rule           string
+	Acts, WouldAct bool
+	Ignored        int
+	Matches        bool      // Match only
+	Raw            []float64 // Score only; -1 stands for NaN
+}
+
+// TestDecisionMatrix: every point decides the same way for every
+// combination of enforcement and failurePolicy, with a policy whose first
+// rule fails and whose second is false: under Fail the error decides;
+// under Ignore the failing rule is skipped and the false rule after it
+// still decides (as in ValidatingAdmissionPolicy); under Audit nothing
+// acts, and the decision is what would have acted.
+func TestDecisionMatrix(t *testing.T) {
+	conv := NewConverter(testEnv(t), 0)
+	ctx := context.Background()
+	pod := podInput(t, conv, nil, nil)
+	node := nodeInput(t, conv, "n", nil, nil)
+	type point struct {
+		build  func(*builder.PolicyWrapper) *builder.PolicyWrapper
+		decide func(*CompiledPolicy) decided
+	}
+	points := map[string]point{
+		"match": {
+			build: func(b *builder.PolicyWrapper) *builder.PolicyWrapper {
+				return b.Condition("broken", failingPodRule).Filter("f", "true")
+			},
+			decide: func(p *CompiledPolicy) decided {
+				m := p.Match(ctx, pod)
+				return decidedOf(&m.Decision, m.Matches, nil)
+			},
+		},
+		"compile error": {
+			build: func(b *builder.PolicyWrapper) *builder.PolicyWrapper { return b.Filter("f", "nope") },
+			decide: func(p *CompiledPolicy) decided {
+				m := p.Match(ctx, pod)
+				return decidedOf(&m.Decision, m.Matches, nil)
+			},
+		},
+		"preEnqueue": {
+			build: func(b *builder.PolicyWrapper) *builder.PolicyWrapper {
+				return b.PreEnqueue("broken", failingPodRule, "").PreEnqueue("no", "false", "").PreEnqueue("yes", "true", "")
+			},
+			decide: func(p *CompiledPolicy) decided {
+				matched, d := p.MatchAndPreEnqueue(ctx, pod)
+				return decidedOf(&d, matched, nil)
+			},
+		},
+		"filter": {
+			build: func(b *builder.PolicyWrapper) *builder.PolicyWrapper {
+				return b.Filter("broken", failingNodeRule).Filter("no", "false").Filter("yes", "true")
+			},
+			decide: func(p *CompiledPolicy) decided {
+				d := p.Filter(ctx, pod, node)
+				return decidedOf(&d, true, nil)
+			},
+		},
+		"score": {
+			build: func(b *builder.PolicyWrapper) *builder.PolicyWrapper {
+				return b.Score("broken", failingScore, 1, schedv1alpha1.MinMax).Score("five", "5", 1, schedv1alpha1.MinMax)
+			},
+			decide: func(p *CompiledPolicy) decided {
+				raw := []float64{-2, -2}
+				d := p.Score(ctx, pod, node, raw)
+				return decidedOf(&d, true, raw)
+			},
+		},
+	}
+	want := map[string]decided{
+		"match/Enforce/Fail":           {Verdict: Error, Rule: "broken", Acts: true, Matches: true},
+		"match/Enforce/Ignore":         {Verdict: Pass, Ignored: 1},
+		"match/Audit/Fail":             {Verdict: Error, Rule: "broken", WouldAct: true, Matches: true},
+		"match/Audit/Ignore":           {Verdict: Pass, Ignored: 1},
+		"compile error/Enforce/Fail":   {Verdict: Error, Acts: true, Matches: true},
+		"compile error/Enforce/Ignore": {Verdict: Pass, Ignored: 1},
+		"compile error/Audit/Fail":     {Verdict: Error, WouldAct: true, Matches: true},
+		"compile error/Audit/Ignore":   {Verdict: Pass, Ignored: 1},
+		"preEnqueue/Enforce/Fail":      {Verdict: Error, Rule: "broken", Acts: true, Matches: true},
+		"preEnqueue/Enforce/Ignore":    {Verdict: Hold, Rule: "no", Acts: true, Ignored: 1, Matches: true},
+		"preEnqueue/Audit/Fail":        {Verdict: Error, Rule: "broken", WouldAct: true, Matches: true},
+		"preEnqueue/Audit/Ignore":      {Verdict: Hold, Rule: "no", WouldAct: true, Ignored: 1, Matches: true},
+		"filter/Enforce/Fail":          {Verdict: Error, Rule: "broken", Acts: true, Matches: true},
+		"filter/Enforce/Ignore":        {Verdict: Reject, Rule: "no", Acts: true, Ignored: 1, Matches: true},
+		"filter/Audit/Fail":            {Verdict: Error, Rule: "broken", WouldAct: true, Matches: true},
+		"filter/Audit/Ignore":          {Verdict: Reject, Rule: "no", WouldAct: true, Ignored: 1, Matches: true},
+		"score/Enforce/Fail":           {Verdict: Error, Rule: "broken", Acts: true, Matches: true, Raw: []float64{-1, -2}},
+		"score/Enforce/Ignore":         {Verdict: Pass, Ignored: 1, Matches: true, Raw: []float64{-1, 5}},
+		"score/Audit/Fail":             {Verdict: Error, Rule: "broken", WouldAct: true, Matches: true, Raw: []float64{-1, -2}},
+		"score/Audit/Ignore":           {Verdict: Pass, Ignored: 1, Matches: true, Raw: []float64{-1, 5}},
+	}
+	compiler := NewCompiler(testEnv(t))
+	for pointName, pt := range points {
+		for _, enforcement := range []schedv1alpha1.EnforcementAction{schedv1alpha1.Enforce, schedv1alpha1.Audit} {
+			for _, failure := range []schedv1alpha1.FailurePolicyType{schedv1alpha1.Fail, schedv1alpha1.Ignore} {
+				name := pointName + "/" + string(enforcement) + "/" + string(failure)
+				t.Run(name, func(t *testing.T) {
+					b := builder.MakePolicy("p")
+					if enforcement == schedv1alpha1.Audit {
+						b = b.Audit()
+					}
+					if failure == schedv1alpha1.Ignore {
+						b = b.Ignore()
+					}
+					p := compiler.Compile(pt.build(b).Obj(), CompileOptions{})
+					if diff := cmp.Diff(want[name], pt.decide(p)); diff != "" {
+						t.Errorf("decision (-want +got):\n%s", diff)
+					}
+				})
+			}
+		}
+	}
+}
+
+func decidedOf(d *Decision, matches bool, raw []float64) decided {
+	out := decided{Verdict: d.Verdict, Rule: d.Rule, Acts: d.Acts(), WouldAct: d.WouldAct(), Ignored: len(d.Ignored), Matches: matches}
+	for _, v := range raw {
+		if math.IsNaN(v) {
+			v = -1
+		}
+		out.Raw = append(out.Raw, v)
+	}
+	return out
+}
+
+// TestDecisionString: what a pod's owner reads, per verdict and point, on
+// one line and without the node's name.
+func TestDecisionString(t *testing.T) {
+	compiler := NewCompiler(testEnv(t))
+	p := compiler.Compile(builder.MakePolicy("p").Filter("r", "true").Obj(), CompileOptions{})
+	broken := builder.MakePolicy("broken").Filter("f", "node.metadata.lables == {}").Filter("g", "1").Obj()
+	compileErr := compiler.Compile(broken, CompileOptions{}).Err()
+	evalErr := &EvalError{Policy: "p", Rule: "r", Field: "spec.filters[0].expression", Err: errNoSuchKey}
+	cases := map[string]struct {
+		d    Decision
+		want string
+	}{
+		"pass":   {Decision{Policy: p}, ""},
+		"reject": {Decision{Policy: p, Point: PointFilter, Verdict: Reject, Rule: "r", Message: "first line\nsecond line"}, "node(s) rejected by SchedulingPolicy p, rule r: first line"},
+		"hold":   {Decision{Policy: p, Point: PointPreEnqueue, Verdict: Hold, Rule: "r", Message: "no"}, "held by SchedulingPolicy p, rule r: no"},
+		"filter error": {Decision{Policy: p, Point: PointFilter, Verdict: Error, Rule: "r", Err: evalErr},
+			"node(s) rejected: SchedulingPolicy p, rule r: spec.filters[0].expression: no such key: missing (failurePolicy Fail)"},
+		"preEnqueue error": {Decision{Policy: p, Point: PointPreEnqueue, Verdict: Error, Rule: "r", Err: evalErr},
+			"held: SchedulingPolicy p, rule r: spec.filters[0].expression: no such key: missing (failurePolicy Fail)"},
+		"compile error": {Decision{Policy: p, Point: PointMatch, Verdict: Error, Err: compileErr},
+			"SchedulingPolicy broken does not compile (failurePolicy Fail): spec.filters[0].expression: compilation failed: ERROR: <input>:1:14: undefined field 'lables' (and 1 more, see the policy's Ready condition)"},
+		"long message is cut": {Decision{Policy: p, Point: PointFilter, Verdict: Reject, Rule: "r", Message: string(make([]byte, 5000))}, ""},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := tc.d.String()
+			if name == "long message is cut" {
+				if len(got) != MaxMessageLength {
+					t.Errorf("length %d, want %d", len(got), MaxMessageLength)
+				}
+				return
+			}
+			if got != tc.want {
+				t.Errorf("String() =\n%q, want\n%q", got, tc.want)
+			}
+		})
+	}
+}
+
+var errNoSuchKey = errorString("no such key: missing")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }
+
+func TestTruncate(t *testing.T) {
+	cases := map[string]struct {
+		in   string
+		n    int
+		want string
+	}{
+		"short":                  {"abc", 5, "abc"},
+		"cut":                    {"abcdefgh", 6, "abc..."},
+		"not inside a character": {"aééé", 5, "a..."}, // 7 bytes; the first 2 end inside an é
+	}
+	for name, tc := range cases {
+		if got := Truncate(tc.in, tc.n); got != tc.want || len(got) > tc.n {
+			t.Errorf("%s: Truncate(%q, %d) = %q, want %q", name, tc.in, tc.n, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+// Package builder builds test objects shared by every package's tests, as
+// kueue's wrappers and kube-scheduler's st.MakePod do:
+// builder.MakePolicy("p").Filter("f", "expr").Obj(). Pods and nodes come
+// from kube-scheduler's own st.MakePod and st.MakeNode where they fit.
+package builder
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// PolicyWrapper builds a SchedulingPolicy for tests:
+// MakePolicy("p").Filter("f", "expr").Obj().
+type PolicyWrapper struct {
+	p schedv1alpha1.SchedulingPolicy
+}
+
+// MakePolicy starts a policy as an API server stores it (UID, generation
+// 1, resourceVersion 1), Enforce and failurePolicy Fail.
+func MakePolicy(name string) *PolicyWrapper {
+	return &PolicyWrapper{p: schedv1alpha1.SchedulingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("uid-" + name), ResourceVersion: "1", Generation: 1},
+		Spec: schedv1alpha1.SchedulingPolicySpec{
+			Enforcement:   schedv1alpha1.Enforce,
+			FailurePolicy: schedv1alpha1.Fail,
+		},
+	}}
+}
+
+// Obj returns a copy of the policy built so far.
+func (b *PolicyWrapper) Obj() *schedv1alpha1.SchedulingPolicy { return b.p.DeepCopy() }
+
+// Generation sets the generation and resourceVersion, as an update does.
+func (b *PolicyWrapper) Generation(g int64, resourceVersion string) *PolicyWrapper {
+	b.p.Generation, b.p.ResourceVersion = g, resourceVersion
+	return b
+}
+
+// UID sets the UID, as a re-created object gets.
+func (b *PolicyWrapper) UID(uid string) *PolicyWrapper {
+	b.p.UID = ktypes.UID(uid)
+	return b
+}
+
+// HoldMsg appends a preEnqueue rule with a messageExpression.
+func (b *PolicyWrapper) HoldMsg(name, expression, message, messageExpression string) *PolicyWrapper {
+	b.p.Spec.PreEnqueue = append(b.p.Spec.PreEnqueue, schedv1alpha1.Rule{
+		Name: name, Expression: expression, Message: message, MessageExpression: messageExpression,
+	})
+	return b
+}
+
+func (b *PolicyWrapper) Ignore() *PolicyWrapper {
+	b.p.Spec.FailurePolicy = schedv1alpha1.Ignore
+	return b
+}
+
+func (b *PolicyWrapper) Audit() *PolicyWrapper {
+	b.p.Spec.Enforcement = schedv1alpha1.Audit
+	return b
+}
+
+func (b *PolicyWrapper) SchedulerNames(names ...string) *PolicyWrapper {
+	b.p.Spec.SchedulerNames = names
+	return b
+}
+
+func (b *PolicyWrapper) match() *schedv1alpha1.MatchResources {
+	if b.p.Spec.Match == nil {
+		b.p.Spec.Match = &schedv1alpha1.MatchResources{}
+	}
+	return b.p.Spec.Match
+}
+
+func (b *PolicyWrapper) NamespaceLabels(kv map[string]string) *PolicyWrapper {
+	b.match().NamespaceSelector = &metav1.LabelSelector{MatchLabels: kv}
+	return b
+}
+
+func (b *PolicyWrapper) PodLabels(kv map[string]string) *PolicyWrapper {
+	b.match().PodSelector = &metav1.LabelSelector{MatchLabels: kv}
+	return b
+}
+
+func (b *PolicyWrapper) Condition(name, expression string) *PolicyWrapper {
+	b.match().Conditions = append(b.match().Conditions, schedv1alpha1.MatchCondition{Name: name, Expression: expression})
+	return b
+}
+
+func (b *PolicyWrapper) Variable(name, expression string) *PolicyWrapper {
+	b.p.Spec.Variables = append(b.p.Spec.Variables, schedv1alpha1.Variable{Name: name, Expression: expression})
+	return b
+}
+
+func (b *PolicyWrapper) PreEnqueue(name, expression, message string) *PolicyWrapper {
+	b.p.Spec.PreEnqueue = append(b.p.Spec.PreEnqueue, schedv1alpha1.Rule{Name: name, Expression: expression, Message: message})
+	return b
+}
+
+func (b *PolicyWrapper) Filter(name, expression string) *PolicyWrapper {
+	b.p.Spec.Filters = append(b.p.Spec.Filters, schedv1alpha1.Rule{Name: name, Expression: expression})
+	return b
+}
+
+func (b *PolicyWrapper) FilterMsg(name, expression, message, messageExpression string) *PolicyWrapper {
+	b.p.Spec.Filters = append(b.p.Spec.Filters, schedv1alpha1.Rule{
+		Name: name, Expression: expression, Message: message, MessageExpression: messageExpression,
+	})
+	return b
+}
+
+func (b *PolicyWrapper) Score(name, expression string, weight int32, n schedv1alpha1.ScoreNormalization) *PolicyWrapper {
+	b.p.Spec.Scores = append(b.p.Spec.Scores, schedv1alpha1.ScoreRule{Name: name, Expression: expression, Weight: weight, Normalization: n})
+	return b
+}
