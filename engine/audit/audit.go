@@ -40,10 +40,16 @@ const ReasonWouldReject = "AuditWouldReject"
 // maxEventNote is the longest note the events API accepts.
 const maxEventNote = 1024
 
-// Violation is what an Audit decision would have done to a bound pod.
+// Violation is what an Audit decision would have done to a bound pod. Its
+// message is what the pod would have shown: for a filter, the node's
+// rejection as the pod's condition folds it; for a hold or a match, the
+// rule's message or the error.
 func Violation(d *engine.Decision, pod *corev1.Pod, node string, now metav1.Time) schedv1alpha1.AuditViolation {
 	msg := d.Message
-	if d.Verdict == engine.Error {
+	switch {
+	case d.Point == engine.PointFilter:
+		msg = d.String()
+	case d.Verdict == engine.Error:
 		msg = engine.ErrorMessage(d.Err)
 	}
 	return schedv1alpha1.AuditViolation{
