@@ -322,3 +322,41 @@ func TestBuiltinPluginsStillApply(t *testing.T) {
 		t.Errorf("a pod of another scheduler was touched: node %q, condition %s", got.Spec.NodeName, scheduledCondition(got))
 	}
 }
+
+// TestIgnoreSkipsOnlyTheFailingRule: with failurePolicy Ignore, a rule that
+// fails (needs-tier: the node has no tier label) is skipped and the rule
+// after it (no-maintenance) still rejects the node, live and in celsched
+// eval, with the same message.
+func TestIgnoreSkipsOnlyTheFailingRule(t *testing.T) {
+	createNodes(t, nodeSpec{name: "ignore-maint", labels: map[string]string{"maintenance": "true"}})
+	ns := createNamespace(t, "ignore", nil)
+	p := policy("ignore-error-then-false",
+		schedv1alpha1.Rule{Name: "needs-tier", Expression: "node.metadata.labels['tier'] != ''"},
+		schedv1alpha1.Rule{Name: "no-maintenance", Expression: "!('maintenance' in node.metadata.labels)", Message: "node is in maintenance"},
+	)
+	p.Spec.FailurePolicy = schedv1alpha1.Ignore
+	p.Spec.Match = &schedv1alpha1.MatchResources{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ignore-test": "yes"}}}
+	applyPolicy(t, p)
+	pod := createPod(t, ns, "pod", withLabels(map[string]string{"ignore-test": "yes"}), onNode("ignore-maint"))
+	want := "node(s) rejected by SchedulingPolicy ignore-error-then-false, rule no-maintenance: node is in maintenance"
+	live := waitPending(t, pod, reasonUnschedulable, "1 "+want)
+
+	node := &corev1.Node{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: "ignore-maint"}, node); err != nil {
+		t.Fatal(err)
+	}
+	namespace := &corev1.Namespace{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: ns}, namespace); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	eval := cliReport(t, "eval", "-o", "json", "-f", writeObjects(t, dir, "policy", p), "--pod", writeObjects(t, dir, "pod", pod),
+		"--nodes", writeObjects(t, dir, "nodes", node), "--namespace", writeObjects(t, dir, "namespaces", namespace))
+	got := eval.Node("ignore-maint")
+	if got == nil || got.RejectedBy == nil || got.RejectedBy.Message != want {
+		t.Fatalf("celsched eval on ignore-maint: %+v, want rejected with %q", got, want)
+	}
+	if !strings.Contains(live, got.RejectedBy.Message) {
+		t.Errorf("live condition %q does not carry eval's message %q", live, got.RejectedBy.Message)
+	}
+}
