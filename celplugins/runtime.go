@@ -73,7 +73,7 @@ func (rt *Runtime) Attach(h fwk.Handle) error {
 	var err error
 	rt.once.Do(func() {
 		nsInformer := h.SharedInformerFactory().Core().V1().Namespaces()
-		rt.namespaces = &namespaces{lister: nsInformer.Lister(), seen: map[string]*corev1.Namespace{}}
+		rt.UseNamespaces(nsInformer.Lister())
 		if _, err = nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			DeleteFunc: func(obj any) {
 				if ns, ok := tombstoned[*corev1.Namespace](obj); ok {
@@ -96,6 +96,14 @@ func (rt *Runtime) Attach(h fwk.Handle) error {
 		return fmt.Errorf("watching nodes and namespaces: %w", err)
 	}
 	return nil
+}
+
+// UseNamespaces reads the pods' namespaces from a lister: the scheduler's
+// (Attach), or a test's.
+func (rt *Runtime) UseNamespaces(lister interface {
+	Get(name string) (*corev1.Namespace, error)
+}) {
+	rt.namespaces = &namespaces{lister: lister, seen: map[string]*corev1.Namespace{}}
 }
 
 // tombstoned returns the object of a delete event, which may come wrapped

@@ -1,14 +1,20 @@
 package score
 
 import (
+	"context"
 	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/plugintest"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/builder"
 )
 
 func TestCombine(t *testing.T) {
@@ -38,4 +44,90 @@ func TestCombine(t *testing.T) {
 	if got := s.combine(rows, false); got != nil {
 		t.Errorf("no enforced rules: %v, want nil", got)
 	}
+}
+
+// TestStatusCodes: PreScore skips pods no scored policy matches; a score
+// rule's error under Fail fails the cycle (Error: the pod is retried with
+// backoff); under Ignore the rule scores 0 on that node and the other
+// nodes are normalized without it.
+func TestStatusCodes(t *testing.T) {
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Label("app", "db").Obj()
+	nodes := []fwk.NodeInfo{nodeInfo("n1", "1"), nodeInfo("n2", "3"), nodeInfo("n3", "")}
+	rackScore := "double(node.metadata.labels['rack'])" // fails on n3, which has no rack
+	cases := map[string]struct {
+		policies     []*schedv1alpha1.SchedulingPolicy
+		wantPreScore fwk.Code
+		wantScore    fwk.Code
+		wantScores   []int64
+	}{
+		"no policy": {wantPreScore: fwk.Skip},
+		"a policy without score rules": {
+			policies:     []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Filter("f", "true").Obj()},
+			wantPreScore: fwk.Skip,
+		},
+		"an error under Fail fails the cycle": {
+			policies:  []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Score("rack", rackScore, 1, schedv1alpha1.MinMax).Obj()},
+			wantScore: fwk.Error,
+		},
+		"an error under Ignore scores 0 there": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Ignore().Score("rack", rackScore, 1, schedv1alpha1.MinMax).Obj()},
+			wantScores: []int64{0, 100, 0},
+		},
+		"an Audit policy changes no score": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Audit().Score("rack", rackScore, 1, schedv1alpha1.MinMax).Obj()},
+			wantScores: []int64{0, 0, 0},
+		},
+		"overflowing raw values still give valid scores": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").
+				Score("extreme", "node.metadata.name == 'n1' ? 1.7e308 : -1.7e308", 1, schedv1alpha1.MinMax).Obj()},
+			wantScores: []int64{100, 0, 0},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			pl := &Score{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))}
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			if got := pl.PreScore(ctx, state, pod, nodes); got.Code() != tc.wantPreScore {
+				t.Fatalf("PreScore: %v, want %v", got, tc.wantPreScore)
+			}
+			if tc.wantPreScore == fwk.Skip {
+				return
+			}
+			scores := make(fwk.NodeScoreList, len(nodes))
+			for i, ni := range nodes {
+				_, st := pl.Score(ctx, state, pod, ni)
+				if st.Code() != fwk.Success {
+					if st.Code() != tc.wantScore {
+						t.Fatalf("Score on %s: %v, want %v", ni.Node().Name, st, tc.wantScore)
+					}
+					return
+				}
+				scores[i].Name = ni.Node().Name
+			}
+			if tc.wantScore != fwk.Success {
+				t.Fatalf("Score succeeded on every node, want %v", tc.wantScore)
+			}
+			if st := pl.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			got := make([]int64, len(scores))
+			for i, s := range scores {
+				got[i] = s.Score
+			}
+			if diff := cmp.Diff(tc.wantScores, got); diff != "" {
+				t.Errorf("scores (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func nodeInfo(name, rack string) fwk.NodeInfo {
+	n := st.MakeNode().Name(name)
+	if rack != "" {
+		n = n.Label("rack", rack)
+	}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(n.Obj())
+	return ni
 }

@@ -1,0 +1,119 @@
+package filter
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/plugintest"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// TestStatusCodes: PreFilter and Filter answer with kube-scheduler's codes,
+// as its own plugins do: Skip when no policy with filters matches,
+// UnschedulableAndUnresolvable for what no node and no preemption can
+// change, Unschedulable for a filter reading nodeInfo (preemption may
+// help), Success when a filter passes, fails under Ignore or only audits.
+func TestStatusCodes(t *testing.T) {
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Label("app", "db").Obj()
+	node := st.MakeNode().Name("n1").Label("zone", "c").Obj()
+	cases := map[string]struct {
+		policies      []*schedv1alpha1.SchedulingPolicy
+		wantPreFilter *fwk.Status
+		wantFilter    *fwk.Status
+	}{
+		"no policy": {
+			wantPreFilter: fwk.NewStatus(fwk.Skip),
+		},
+		"a policy for other pods": {
+			policies:      []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("web").PodLabels(map[string]string{"app": "web"}).Filter("f", "false").Obj()},
+			wantPreFilter: fwk.NewStatus(fwk.Skip),
+		},
+		"a filter passes": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Filter("zone", "node.metadata.labels['zone'] != 'a'").Obj()},
+		},
+		"a false filter: unresolvable": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").FilterMsg("zone", "node.metadata.labels['zone'] != 'c'", "not in zone c", "").Obj()},
+			wantFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) rejected by SchedulingPolicy p, rule zone: not in zone c"),
+		},
+		"a false filter reading nodeInfo: preemption may help": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Filter("empty", "nodeInfo.podCount < 0").Obj()},
+			wantFilter: fwk.NewStatus(fwk.Unschedulable, "node(s) rejected by SchedulingPolicy p, rule empty: expression is false"),
+		},
+		"an error under Fail rejects the node": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Filter("rack", "node.metadata.labels['rack'] == 'r1'").Obj()},
+			wantFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				"node(s) rejected: SchedulingPolicy p, rule rack: spec.filters[0].expression: no such key: rack (failurePolicy Fail)"),
+		},
+		"an error under Ignore is skipped, the next filter still applies": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Ignore().
+				Filter("rack", "node.metadata.labels['rack'] == 'r1'").Filter("zone", "node.metadata.labels['zone'] != 'c'").Obj()},
+			wantFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) rejected by SchedulingPolicy p, rule zone: expression is false"),
+		},
+		"an error under Ignore alone passes": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Ignore().Filter("rack", "node.metadata.labels['rack'] == 'r1'").Obj()},
+		},
+		"an Audit policy changes nothing": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Audit().Filter("zone", "false").Obj()},
+		},
+		"a policy that does not compile, Fail: every node": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Filter("typo", "node.metadata.lables == {}").Obj()},
+			wantPreFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				"SchedulingPolicy p does not compile (failurePolicy Fail): spec.filters[0].expression: compilation failed: ERROR: <input>:1:14: undefined field 'lables'"),
+		},
+		"a policy that does not compile, Ignore: skipped": {
+			policies:      []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Ignore().Filter("typo", "node.metadata.lables == {}").Obj()},
+			wantPreFilter: fwk.NewStatus(fwk.Skip),
+		},
+		"a match condition fails, Fail: every node": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Condition("team", "pod.metadata.labels['team'] == 'a'").Filter("f", "true").Obj()},
+			wantPreFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				"SchedulingPolicy p, rule team: spec.match.conditions[0].expression: no such key: team (failurePolicy Fail)"),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
+			pl := &Filter{rt: rt}
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			_, got := pl.PreFilter(ctx, state, pod, nil)
+			if diff := cmp.Diff(tc.wantPreFilter, got, statusCmp); diff != "" {
+				t.Fatalf("PreFilter (-want +got):\n%s", diff)
+			}
+			if !got.IsSuccess() {
+				return
+			}
+			ni := framework.NewNodeInfo()
+			ni.SetNode(node)
+			if diff := cmp.Diff(tc.wantFilter, pl.Filter(ctx, state, pod, ni), statusCmp); diff != "" {
+				t.Errorf("Filter (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestFilterWithoutPreFilter: Filter without its PreFilter's state is an
+// Error, not a rejection.
+func TestFilterWithoutPreFilter(t *testing.T) {
+	pl := &Filter{rt: plugintest.Runtime(t, nil)}
+	ni := framework.NewNodeInfo()
+	ni.SetNode(st.MakeNode().Name("n1").Obj())
+	if got := pl.Filter(context.Background(), framework.NewCycleState(), &corev1.Pod{}, ni); got.Code() != fwk.Error {
+		t.Errorf("Filter without PreFilter: %v, want Error", got)
+	}
+}
+
+// statusCmp compares statuses by code and reasons.
+var statusCmp = cmp.Comparer(func(a, b *fwk.Status) bool {
+	if a == nil || b == nil {
+		return a.Code() == b.Code()
+	}
+	return a.Code() == b.Code() && cmp.Equal(a.Reasons(), b.Reasons())
+})
