@@ -15,6 +15,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // newTestRuntime returns a runtime over a registry, whose namespace lister
@@ -55,18 +56,11 @@ func node(name, rv string, labels map[string]string) *corev1.Node {
 // testPolicy is an enforced policy with one filter for namespaces labelled
 // team=<team> (any namespace when team is empty).
 func testPolicy(name, rv, team, filter string, generation int64) *schedv1alpha1.SchedulingPolicy {
-	p := &schedv1alpha1.SchedulingPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("policy-" + name), ResourceVersion: rv, Generation: generation},
-		Spec: schedv1alpha1.SchedulingPolicySpec{
-			Enforcement:   schedv1alpha1.Enforce,
-			FailurePolicy: schedv1alpha1.Fail,
-			Filters:       []schedv1alpha1.Rule{{Name: "f", Expression: filter}},
-		},
-	}
+	b := builder.MakePolicy(name).UID("policy-"+name).Generation(generation, rv).Filter("f", filter)
 	if team != "" {
-		p.Spec.Match = &schedv1alpha1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}}
+		b = b.NamespaceLabels(map[string]string{"team": team})
 	}
-	return p
+	return b.Obj()
 }
 
 func unstructuredOf(t *testing.T, obj runtime.Object) *unstructured.Unstructured {

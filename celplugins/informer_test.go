@@ -46,7 +46,7 @@ func TestPolicyFeed(t *testing.T) {
 	scheme := runtime.NewScheme()
 	stored := []runtime.Object{}
 	for _, name := range []string{"a", "b", "c"} {
-		stored = append(stored, unstructuredOf(t, typed(builder.MakePolicy(name).Filter("f", "true").Obj())))
+		stored = append(stored, unstructuredOf(t, typed(builder.MakePolicy(name).Stored().Filter("f", "true").Obj())))
 	}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme,
 		map[schema.GroupVersionResource]string{PolicyGVR: "SchedulingPolicyList"}, stored...)
@@ -87,14 +87,14 @@ func TestPolicyFeed(t *testing.T) {
 	}
 
 	res := client.Resource(PolicyGVR)
-	updated := builder.MakePolicy("a").Filter("f", "false").Generation(2, "").Obj()
+	updated := builder.MakePolicy("a").Stored().Filter("f", "false").Generation(2, "").Obj()
 	if _, err := res.Update(ctx, unstructuredOf(t, typed(updated)), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := res.Delete(ctx, "b", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	recreated := builder.MakePolicy("b").UID("uid-b-2").Filter("g", "true").Obj()
+	recreated := builder.MakePolicy("b").Stored().UID("uid-b-2").Filter("g", "true").Obj()
 	if _, err := res.Create(ctx, unstructuredOf(t, typed(recreated)), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -94,7 +94,7 @@ func TestCancellation(t *testing.T) {
 		"tracked": "nodeInfo.pods.all(a, nodeInfo.pods.all(b, a.name != b.name || a == b))",
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := compileOK(t, builder.MakePolicy("p").Filter("f", expression).Obj())
+			p := compileOK(t, builder.MakePolicy("p").Stored().Filter("f", expression).Obj())
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cause := errors.New("scheduling cycle aborted")
 			cancel(cause)
@@ -192,24 +192,24 @@ func TestScopeErrors(t *testing.T) {
 		want   string // the only error, "" for none
 	}{
 		"pod-only variable in preEnqueue": {
-			policy: builder.MakePolicy("p").Variable("app", "pod.metadata.?labels[?'app'].orValue('')").
+			policy: builder.MakePolicy("p").Stored().Variable("app", "pod.metadata.?labels[?'app'].orValue('')").
 				PreEnqueue("app", "variables.app != ''", "").Obj(),
 		},
 		"node variable through another variable": {
-			policy: builder.MakePolicy("p").Variable("zone", "node.metadata.labels[?'z'].orValue('')").
+			policy: builder.MakePolicy("p").Stored().Variable("zone", "node.metadata.labels[?'z'].orValue('')").
 				Variable("isA", "variables.zone == 'a'").PreEnqueue("a", "variables.isA", "").Obj(),
 			want: "spec.preEnqueue[0].expression",
 		},
 		"node in a condition": {
-			policy: builder.MakePolicy("p").Condition("c", "node.metadata.name == 'x'").Filter("f", "true").Obj(),
+			policy: builder.MakePolicy("p").Stored().Condition("c", "node.metadata.name == 'x'").Filter("f", "true").Obj(),
 			want:   "spec.match.conditions[0].expression",
 		},
 		"node in a preEnqueue messageExpression": {
-			policy: builder.MakePolicy("p").Obj(),
+			policy: builder.MakePolicy("p").Stored().Obj(),
 			want:   "spec.preEnqueue[0].messageExpression",
 		},
 		"everything in filters": {
-			policy: builder.MakePolicy("p").Filter("f", "pod.metadata.name != node.metadata.name && nodeInfo.podCount >= 0 && namespaceObject.metadata.name != ''").Obj(),
+			policy: builder.MakePolicy("p").Stored().Filter("f", "pod.metadata.name != node.metadata.name && nodeInfo.podCount >= 0 && namespaceObject.metadata.name != ''").Obj(),
 		},
 	}
 	tests["node in a preEnqueue messageExpression"].policy.Spec.PreEnqueue = []schedv1alpha1.Rule{{
@@ -238,8 +238,8 @@ func TestScopeErrors(t *testing.T) {
 // policy compiles against the stored-expressions environment.
 func TestStoredExpressionsRatchet(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
-	previous := builder.MakePolicy("p").Filter("f", "true").Obj()
-	updated := builder.MakePolicy("p").Filter("f", "true").Filter("g", "false").Obj()
+	previous := builder.MakePolicy("p").Stored().Filter("f", "true").Obj()
+	updated := builder.MakePolicy("p").Stored().Filter("f", "true").Filter("g", "false").Obj()
 	stored := storedExpressions(CompileOptions{Previous: previous})
 	if !stored("true") || stored("false") {
 		t.Errorf("stored(true)=%v stored(false)=%v, want true and false", stored("true"), stored("false"))
@@ -256,8 +256,8 @@ func TestStoredExpressionsRatchet(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
 	r := NewRegistry(compiler)
-	a := builder.MakePolicy("a").Filter("f", "true").Obj()
-	b := builder.MakePolicy("b").Filter("f", "broken(").Obj()
+	a := builder.MakePolicy("a").Stored().Filter("f", "true").Obj()
+	b := builder.MakePolicy("b").Stored().Filter("f", "broken(").Obj()
 	before := r.Snapshot()
 	ca := r.Upsert(a)
 	cb := r.Upsert(b)
@@ -273,11 +273,11 @@ func TestRegistry(t *testing.T) {
 	}
 	// A status update (new resourceVersion, same generation) is not
 	// compiled again; a new generation is, alone.
-	statusOnly := builder.MakePolicy("a").Filter("f", "true").Generation(1, "2").Obj()
+	statusOnly := builder.MakePolicy("a").Stored().Filter("f", "true").Generation(1, "2").Obj()
 	if r.Upsert(statusOnly) != ca {
 		t.Error("a status update recompiled the policy")
 	}
-	a2 := builder.MakePolicy("a").Filter("f", "false").Generation(2, "3").Obj()
+	a2 := builder.MakePolicy("a").Stored().Filter("f", "false").Generation(2, "3").Obj()
 	ca2 := r.Upsert(a2)
 	if ca2 == ca || ca2.Generation != 2 || r.Snapshot().Get("b") != cb {
 		t.Error("updating a did not replace only a")
@@ -289,13 +289,13 @@ func TestRegistry(t *testing.T) {
 		t.Error("delete changed the wrong snapshot")
 	}
 	// Re-created with the same name and generation 1: a new object.
-	recreated := builder.MakePolicy("a").UID("uid-a-2").Filter("g", "false").Obj()
+	recreated := builder.MakePolicy("a").Stored().UID("uid-a-2").Filter("g", "false").Obj()
 	if got := r.Upsert(recreated); got.UID != "uid-a-2" || r.Snapshot().Get("a") != got || got.FilterRuleNames()[0] != "g" {
 		t.Error("a re-created policy was not added")
 	}
 	// Re-created without a delete in between (the informer folded them):
 	// the new UID replaces the old object, even at the same generation.
-	again := builder.MakePolicy("a").UID("uid-a-3").Filter("h", "false").Obj()
+	again := builder.MakePolicy("a").Stored().UID("uid-a-3").Filter("h", "false").Obj()
 	if got := r.Upsert(again); got.UID != "uid-a-3" || got.FilterRuleNames()[0] != "h" {
 		t.Error("a re-created policy at the same generation was not replaced")
 	}

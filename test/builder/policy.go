@@ -17,11 +17,11 @@ type PolicyWrapper struct {
 	p schedv1alpha1.SchedulingPolicy
 }
 
-// MakePolicy starts a policy as an API server stores it (UID, generation
-// 1, resourceVersion 1), Enforce and failurePolicy Fail.
+// MakePolicy starts a policy to create: a name, Enforce and failurePolicy
+// Fail. Stored gives it what the API server adds.
 func MakePolicy(name string) *PolicyWrapper {
 	return &PolicyWrapper{p: schedv1alpha1.SchedulingPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("uid-" + name), ResourceVersion: "1", Generation: 1},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: schedv1alpha1.SchedulingPolicySpec{
 			Enforcement:   schedv1alpha1.Enforce,
 			FailurePolicy: schedv1alpha1.Fail,
@@ -31,6 +31,19 @@ func MakePolicy(name string) *PolicyWrapper {
 
 // Obj returns a copy of the policy built so far.
 func (b *PolicyWrapper) Obj() *schedv1alpha1.SchedulingPolicy { return b.p.DeepCopy() }
+
+// Stored gives the policy what the API server adds when it stores it: a
+// UID ("uid-NAME"), generation 1 and a resourceVersion.
+func (b *PolicyWrapper) Stored() *PolicyWrapper {
+	b.p.UID, b.p.Generation, b.p.ResourceVersion = ktypes.UID("uid-"+b.p.Name), 1, "1"
+	return b
+}
+
+// FilterRules appends filters.
+func (b *PolicyWrapper) FilterRules(rules ...schedv1alpha1.Rule) *PolicyWrapper {
+	b.p.Spec.Filters = append(b.p.Spec.Filters, rules...)
+	return b
+}
 
 // Generation sets the generation and resourceVersion, as an update does.
 func (b *PolicyWrapper) Generation(g int64, resourceVersion string) *PolicyWrapper {

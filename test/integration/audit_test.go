@@ -16,6 +16,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine/audit"
 	"github.com/celsched/celsched/engine/metrics"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // TestAuditReporting: an Audit policy changes no placement, and reports
@@ -27,7 +28,7 @@ func TestAuditReporting(t *testing.T) {
 		nodeSpec{name: "audit-gold", labels: map[string]string{"tier": "gold"}},
 		nodeSpec{name: "audit-plain"},
 	)
-	p := policy("audit-gold-only", schedv1alpha1.Rule{Name: "gold-only", Expression: "node.metadata.?labels[?'tier'].orValue('') == 'gold'", Message: "not a gold node"})
+	p := builder.MakePolicy("audit-gold-only").FilterRules(schedv1alpha1.Rule{Name: "gold-only", Expression: "node.metadata.?labels[?'tier'].orValue('') == 'gold'", Message: "not a gold node"}).Obj()
 	p.Spec.Enforcement = schedv1alpha1.Audit
 	p.Spec.PreEnqueue = []schedv1alpha1.Rule{{Name: "approved", Expression: "namespaceObject.metadata.?labels[?'approved'].orValue('') == 'true'", Message: "namespace not approved"}}
 	p.Spec.Match = &schedv1alpha1.MatchResources{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"audit": "yes"}}}

@@ -27,6 +27,7 @@ import (
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/controllers/webhookcert"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // TestCertificateRotation runs the webhook server with the self-provisioned
@@ -122,7 +123,7 @@ func TestCertificateRotation(t *testing.T) {
 	// API server calls it for every labelled policy, and with failurePolicy
 	// Fail an admitted one shows that the call succeeded.
 	labelled := func(rule schedv1alpha1.Rule) *schedv1alpha1.SchedulingPolicy {
-		p := policy("rotation-probe", rule)
+		p := builder.MakePolicy("rotation-probe").FilterRules(rule).Obj()
 		p.Labels = map[string]string{label: "true"}
 		return p
 	}

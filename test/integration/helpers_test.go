@@ -282,18 +282,6 @@ func loadSample(t *testing.T, name string) *schedv1alpha1.SchedulingPolicy {
 	return policy
 }
 
-// policy builds a policy with enforced filters.
-func policy(name string, filters ...schedv1alpha1.Rule) *schedv1alpha1.SchedulingPolicy {
-	return &schedv1alpha1.SchedulingPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: schedv1alpha1.SchedulingPolicySpec{
-			Enforcement:   schedv1alpha1.Enforce,
-			FailurePolicy: schedv1alpha1.Fail,
-			Filters:       filters,
-		},
-	}
-}
-
 func deleteObject(t *testing.T, obj client.Object) {
 	t.Helper()
 	err := k8sClient.Delete(context.WithoutCancel(t.Context()), obj, client.GracePeriodSeconds(0))

@@ -15,6 +15,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // The scheduling tests run one after another (policies and nodes are
@@ -187,9 +188,9 @@ func TestPolicyUpdateRequeuesAndTakesEffect(t *testing.T) {
 		nodeSpec{name: "red", labels: map[string]string{"color": "red"}},
 		nodeSpec{name: "blue", labels: map[string]string{"color": "blue"}},
 	)
-	p := applyPolicy(t, policy("only-red", schedv1alpha1.Rule{
+	p := applyPolicy(t, builder.MakePolicy("only-red").FilterRules(schedv1alpha1.Rule{
 		Name: "color", Expression: "node.metadata.labels[?'color'].orValue('') == 'red'", Message: "only red nodes",
-	}))
+	}).Obj())
 	ns := createNamespace(t, "colors", nil)
 	expectNode(t, createPod(t, ns, "first"), "red")
 	blueOnly := createPod(t, ns, "blue-only", onNode("blue"))
@@ -224,13 +225,13 @@ func TestFailurePolicy(t *testing.T) {
 	broken := schedv1alpha1.Rule{Name: "needs-rack", Expression: "node.metadata.labels['rack'] == 'r1'"}
 
 	t.Run("Fail rejects with the error", func(t *testing.T) {
-		applyPolicy(t, policy("runtime-error-fail", broken))
+		applyPolicy(t, builder.MakePolicy("runtime-error-fail").FilterRules(broken).Obj())
 		pod := createPod(t, ns, "fail")
 		waitPending(t, pod, reasonUnschedulable,
 			"1 node(s) rejected: SchedulingPolicy runtime-error-fail, rule needs-rack: spec.filters[0].expression: no such key: rack (failurePolicy Fail)")
 	})
 	t.Run("Ignore passes", func(t *testing.T) {
-		p := policy("runtime-error-ignore", broken)
+		p := builder.MakePolicy("runtime-error-ignore").FilterRules(broken).Obj()
 		p.Spec.FailurePolicy = schedv1alpha1.Ignore
 		applyPolicy(t, p)
 		expectNode(t, createPod(t, ns, "ignore"), "node-1")
@@ -238,7 +239,7 @@ func TestFailurePolicy(t *testing.T) {
 	t.Run("a compile error with Fail rejects the pod and is in the status", func(t *testing.T) {
 		// The webhook refuses it; stored before the webhook was installed.
 		withoutWebhook(t)
-		p := policy("compile-error", schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"})
+		p := builder.MakePolicy("compile-error").FilterRules(schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"}).Obj()
 		if err := k8sClient.Create(t.Context(), p); err != nil {
 			t.Fatal(err)
 		}
@@ -253,7 +254,7 @@ func TestFailurePolicy(t *testing.T) {
 			"SchedulingPolicy compile-error does not compile (failurePolicy Fail): spec.filters[0].expression:", "undefined field 'lables'")
 	})
 	t.Run("Audit changes nothing even when it fails closed", func(t *testing.T) {
-		p := policy("runtime-error-audit", broken)
+		p := builder.MakePolicy("runtime-error-audit").FilterRules(broken).Obj()
 		p.Spec.Enforcement = schedv1alpha1.Audit
 		applyPolicy(t, p)
 		expectNode(t, createPod(t, ns, "audit"), "node-1")
@@ -271,9 +272,9 @@ func TestRejectionDoesNotPreempt(t *testing.T) {
 	t.Cleanup(func() { deleteObject(t, high) })
 	ns := createNamespace(t, "preempt", nil)
 	victim := createPod(t, ns, "low-priority", boundTo("only"), withRequests("1500m", "1Gi"))
-	applyPolicy(t, policy("no-batch-tier", schedv1alpha1.Rule{
+	applyPolicy(t, builder.MakePolicy("no-batch-tier").FilterRules(schedv1alpha1.Rule{
 		Name: "tier", Expression: "node.metadata.labels[?'tier'].orValue('') != 'batch'", Message: "batch tier",
-	}))
+	}).Obj())
 	important := createPod(t, ns, "high-priority", withRequests("1", "1Gi"), func(p *corev1.Pod) {
 		p.Spec.PriorityClassName = high.Name
 	})
@@ -304,7 +305,7 @@ func TestBuiltinPluginsStillApply(t *testing.T) {
 		nodeSpec{name: "small", cpu: "2"},
 		nodeSpec{name: "tainted", cpu: "64", taints: []corev1.Taint{{Key: "dedicated", Value: "db", Effect: corev1.TaintEffectNoSchedule}}},
 	)
-	applyPolicy(t, policy("allow-all", schedv1alpha1.Rule{Name: "yes", Expression: "true"}))
+	applyPolicy(t, builder.MakePolicy("allow-all").FilterRules(schedv1alpha1.Rule{Name: "yes", Expression: "true"}).Obj())
 	ns := createNamespace(t, "builtins", nil)
 
 	big := createPod(t, ns, "big", withRequests("8", "1Gi"))
@@ -330,10 +331,8 @@ func TestBuiltinPluginsStillApply(t *testing.T) {
 func TestIgnoreSkipsOnlyTheFailingRule(t *testing.T) {
 	createNodes(t, nodeSpec{name: "ignore-maint", labels: map[string]string{"maintenance": "true"}})
 	ns := createNamespace(t, "ignore", nil)
-	p := policy("ignore-error-then-false",
-		schedv1alpha1.Rule{Name: "needs-tier", Expression: "node.metadata.labels['tier'] != ''"},
-		schedv1alpha1.Rule{Name: "no-maintenance", Expression: "!('maintenance' in node.metadata.labels)", Message: "node is in maintenance"},
-	)
+	p := builder.MakePolicy("ignore-error-then-false").FilterRules(schedv1alpha1.Rule{Name: "needs-tier", Expression: "node.metadata.labels['tier'] != ''"},
+		schedv1alpha1.Rule{Name: "no-maintenance", Expression: "!('maintenance' in node.metadata.labels)", Message: "node is in maintenance"}).Obj()
 	p.Spec.FailurePolicy = schedv1alpha1.Ignore
 	p.Spec.Match = &schedv1alpha1.MatchResources{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"ignore-test": "yes"}}}
 	applyPolicy(t, p)

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // TestStatusLifecycle follows a policy's status through create, a broken
@@ -23,7 +24,7 @@ import (
 // conditions are compared whole, reason, message and observedGeneration.
 func TestStatusLifecycle(t *testing.T) {
 	ctx := t.Context()
-	p := policy("lifecycle", schedv1alpha1.Rule{Name: "linux", Expression: "node.metadata.labels['kubernetes.io/os'] == 'linux'"})
+	p := builder.MakePolicy("lifecycle").FilterRules(schedv1alpha1.Rule{Name: "linux", Expression: "node.metadata.labels['kubernetes.io/os'] == 'linux'"}).Obj()
 	if err := k8sClient.Create(ctx, p); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 	"github.com/celsched/celsched/test/testenv"
 )
 
@@ -30,18 +31,18 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 		wantparts []string
 	}{
 		"misspelt field": {
-			policy:    policy("wh-misspelt", schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"}),
+			policy:    builder.MakePolicy("wh-misspelt").FilterRules(schedv1alpha1.Rule{Name: "typo", Expression: "node.metadata.lables['a'] == 'b'"}).Obj(),
 			field:     "spec.filters[0].expression",
 			wantparts: []string{`Invalid value: "node.metadata.lables['a'] == 'b'": compilation failed: ERROR: <input>:1:14: undefined field 'lables'`},
 		},
 		"type error": {
-			policy:    policy("wh-type", schedv1alpha1.Rule{Name: "count", Expression: "size(pod.spec.containers)"}),
+			policy:    builder.MakePolicy("wh-type").FilterRules(schedv1alpha1.Rule{Name: "count", Expression: "size(pod.spec.containers)"}).Obj(),
 			field:     "spec.filters[0].expression",
 			wantparts: []string{"must evaluate to bool"},
 		},
 		"scope error": {
 			policy: func() *schedv1alpha1.SchedulingPolicy {
-				p := policy("wh-scope")
+				p := builder.MakePolicy("wh-scope").Obj()
 				p.Spec.PreEnqueue = []schedv1alpha1.Rule{{Name: "node-in-preenqueue", Expression: "node.metadata.name != ''"}}
 				return p
 			}(),
@@ -49,8 +50,8 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 			wantparts: []string{"node at line 1, column 1 is not available in preEnqueue"},
 		},
 		"over cost": {
-			policy: policy("wh-cost", schedv1alpha1.Rule{Name: "unique-images", Expression: "pod.spec.containers.all(c, pod.spec.containers.all(d, " +
-				"pod.spec.containers.all(e, c.image != d.image || d.image != e.image || c == e)))"}),
+			policy: builder.MakePolicy("wh-cost").FilterRules(schedv1alpha1.Rule{Name: "unique-images", Expression: "pod.spec.containers.all(c, pod.spec.containers.all(d, " +
+				"pod.spec.containers.all(e, c.image != d.image || d.image != e.image || c == e)))"}).Obj(),
 			field:     "spec.filters[0].expression",
 			wantparts: []string{"Forbidden: estimated cost", "exceeds the limit of 10000000"},
 		},
@@ -72,7 +73,7 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 	}
 
 	t.Run("an update that breaks a policy is denied and changes nothing", func(t *testing.T) {
-		p := applyPolicy(t, policy("wh-update", schedv1alpha1.Rule{Name: "ok", Expression: "true"}))
+		p := applyPolicy(t, builder.MakePolicy("wh-update").FilterRules(schedv1alpha1.Rule{Name: "ok", Expression: "true"}).Obj())
 		stored := &schedv1alpha1.SchedulingPolicy{}
 		if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(p), stored); err != nil {
 			t.Fatal(err)
@@ -97,7 +98,7 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := policy("wh-expensive", schedv1alpha1.Rule{Name: "env", Expression: "pod.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'DEBUG' || e.value != 'true'))"})
+		p := builder.MakePolicy("wh-expensive").FilterRules(schedv1alpha1.Rule{Name: "env", Expression: "pod.spec.containers.all(c, !has(c.env) || c.env.all(e, e.name != 'DEBUG' || e.value != 'true'))"}).Obj()
 		if err := c.Create(t.Context(), p); err != nil {
 			t.Fatal(err)
 		}

@@ -5,36 +5,26 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/test/builder"
 )
 
 func node(name string, labels map[string]string, cpu string) *corev1.Node {
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
-	}
-	l := map[string]string{corev1.LabelHostname: name}
+	n := st.MakeNode().Name(name).Label(corev1.LabelHostname, name).Capacity(map[corev1.ResourceName]string{
+		corev1.ResourceCPU: cpu, corev1.ResourceMemory: "8Gi", corev1.ResourcePods: "110",
+	})
 	for k, v := range labels {
-		l[k] = v
+		n = n.Label(k, v)
 	}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}, Status: corev1.NodeStatus{Capacity: capacity, Allocatable: capacity}}
+	return n.Obj()
 }
 
 func pod(name, cpu string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: "uid-" + "pod"},
-		Spec: corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)},
-		}}}},
-	}
-}
-
-func policy(name string, spec schedv1alpha1.SchedulingPolicySpec) *schedv1alpha1.SchedulingPolicy {
-	spec.Enforcement, spec.FailurePolicy = schedv1alpha1.Enforce, schedv1alpha1.Fail
-	return &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}
+	return st.MakePod().Namespace("default").Name(name).UID("uid-pod").SchedulerName("celsched").
+		Req(map[corev1.ResourceName]string{corev1.ResourceCPU: cpu}).Obj()
 }
 
 func TestRun(t *testing.T) {
@@ -48,12 +38,8 @@ func TestRun(t *testing.T) {
 		node("small-red", map[string]string{"color": "red"}, "1"),
 		node("green", map[string]string{"color": "green"}, "4"),
 	}
-	notBlue := policy("not-blue", schedv1alpha1.SchedulingPolicySpec{Filters: []schedv1alpha1.Rule{{
-		Name: "color", Expression: "node.metadata.labels['color'] != 'blue'", Message: "blue is reserved",
-	}}})
-	preferGreen := policy("prefer-green", schedv1alpha1.SchedulingPolicySpec{Scores: []schedv1alpha1.ScoreRule{{
-		Name: "green", Expression: "node.metadata.labels['color'] == 'green' ? 100 : 0", Weight: 1, Normalization: schedv1alpha1.None,
-	}}})
+	notBlue := builder.MakePolicy("not-blue").FilterMsg("color", "node.metadata.labels['color'] != 'blue'", "blue is reserved", "").Obj()
+	preferGreen := builder.MakePolicy("prefer-green").Score("green", "node.metadata.labels['color'] == 'green' ? 100 : 0", 1, schedv1alpha1.None).Obj()
 	r, err := Run(t.Context(), Input{Policies: []*schedv1alpha1.SchedulingPolicy{notBlue, preferGreen}, Pod: pod("p", "2"), Nodes: nodes, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +83,7 @@ func TestRunHeldPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hold := policy("hold", schedv1alpha1.SchedulingPolicySpec{PreEnqueue: []schedv1alpha1.Rule{{
-		Name: "cost-center", Expression: "namespaceObject.metadata.labels[?'cost-center'].hasValue()", Message: "no cost-center",
-	}}})
+	hold := builder.MakePolicy("hold").PreEnqueue("cost-center", "namespaceObject.metadata.labels[?'cost-center'].hasValue()", "no cost-center").Obj()
 	r, err := Run(t.Context(), Input{Policies: []*schedv1alpha1.SchedulingPolicy{hold}, Pod: pod("p", "1"), Nodes: []*corev1.Node{node("n", nil, "4")}, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
