@@ -44,9 +44,11 @@ const (
 	// Fail treats an error as a rejection: the pod is held (preEnqueue) or the
 	// node is infeasible (filters); a failing score rule fails the cycle.
 	Fail FailurePolicyType = "Fail"
-	// Ignore treats an error as a pass: the policy's evaluation stops at the
-	// failing rule and passes (its later rules are not evaluated for that
-	// pod, or pod and node), and its score rules score 0 on that node.
+	// Ignore skips only what failed, as in ValidatingAdmissionPolicy: a
+	// failing preEnqueue rule or filter is skipped and the policy's other
+	// rules still apply; a failing score rule scores 0 on that node (and the
+	// node takes no part in that rule's normalization); a failing match
+	// condition, or a compile error, skips the policy for the pod.
 	Ignore FailurePolicyType = "Ignore"
 )
 
@@ -85,8 +87,10 @@ type SchedulingPolicySpec struct {
 	Enforcement EnforcementAction `json:"enforcement,omitempty"`
 
 	// failurePolicy says what a compile or evaluation error does: Fail rejects
-	// (holds the pod, marks the node infeasible), Ignore treats the rule as
-	// passed and a score rule as 0. Defaults to Fail.
+	// (holds the pod, marks the node infeasible); Ignore skips only the rule
+	// that failed (a score rule scores 0 on that node) and the policy's other
+	// rules still apply, while a failing match condition or a compile error
+	// skips the policy for the pod. Defaults to Fail.
 	// +optional
 	// +kubebuilder:default=Fail
 	FailurePolicy FailurePolicyType `json:"failurePolicy,omitempty"`
