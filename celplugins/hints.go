@@ -134,7 +134,7 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 		return fwk.Queue, fmt.Errorf("node event without a new node: %T", newObj)
 	}
 	ctx := klog.NewContext(context.Background(), logger)
-	c, err := rt.Prepare(ctx, pod)
+	c, err := rt.Prepare(ctx, pod, DefaultEvaluationBudget)
 	if err != nil {
 		return fwk.Queue, err
 	}
@@ -172,7 +172,7 @@ func (rt *Runtime) mayPass(ctx context.Context, c *Cycle, node *corev1.Node) boo
 		return true
 	}
 	for _, p := range c.Filters {
-		if d := p.Filter(ctx, c.Pod, in); d.Acts() {
+		if d := p.Filter(c.Ctx, c.Pod, in); d.Acts() {
 			return false
 		}
 	}
@@ -200,7 +200,7 @@ func (rt *Runtime) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if other.Spec.NodeName == "" {
 		return fwk.QueueSkip, nil
 	}
-	c, err := rt.Prepare(klog.NewContext(context.Background(), logger), pod)
+	c, err := rt.Prepare(klog.NewContext(context.Background(), logger), pod, DefaultEvaluationBudget)
 	if err != nil {
 		return fwk.Queue, err
 	}

@@ -11,12 +11,14 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
@@ -42,6 +44,12 @@ type Runtime struct {
 	// AuditLog collects what Audit policies would have done, for their
 	// status.
 	AuditLog *audit.Log
+	// Slow keeps the rules that a cycle's time budget cut off, for the
+	// policies' status.
+	Slow *metrics.SlowLog
+	// Notify, when set, is told the name of a policy whose status has news
+	// (a rule cut off by the time budget). It must not block.
+	Notify func(name string)
 
 	counters   metrics.Counters
 	once       sync.Once
@@ -50,7 +58,26 @@ type Runtime struct {
 
 // NewRuntime returns a runtime over policies and a converter.
 func NewRuntime(policies Policies, converter *engine.Converter) *Runtime {
-	return &Runtime{Policies: policies, Converter: converter, AuditLog: &audit.Log{}}
+	return &Runtime{Policies: policies, Converter: converter, AuditLog: &audit.Log{}, Slow: &metrics.SlowLog{}}
+}
+
+// NoteCutOff records a decision of the cycle that its time budget cut off
+// while it ran (the slow rule): in celsched_policy_time_budget_exceeded_total,
+// the log and the policy's status.
+func (rt *Runtime) NoteCutOff(c *Cycle, d *engine.Decision, pod *corev1.Pod, node string) {
+	if d.Err == nil && len(d.Ignored) == 0 {
+		return
+	}
+	err := metrics.CutOff(d)
+	if err == nil {
+		return
+	}
+	klog.FromContext(c.Ctx).Info("A SchedulingPolicy rule was cut off by the cycle's CEL time budget", "pod", klog.KObj(pod), "node", node,
+		"policy", d.Policy.Name, "rule", d.RuleLabel(), "budget", c.Budget, "err", err)
+	rt.Slow.Record(d, pod.Namespace+"/"+pod.Name, node, c.Budget, time.Now())
+	if rt.Notify != nil {
+		rt.Notify(d.Policy.Name)
+	}
 }
 
 // Count counts a decision's rule evaluations in celsched_policy_evaluations_total.

@@ -2,6 +2,8 @@ package celplugins
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -22,7 +24,15 @@ const StateKey fwk.StateKey = "celsched.io/cycle"
 // computed once in PreFilter, read by Filter on every node, and by PreScore.
 // It is immutable but for the Audit denials.
 type Cycle struct {
-	Pod *engine.PodInput
+	// Ctx carries the cycle's CEL time budget (Args.EvaluationBudget) as
+	// its deadline, with engine.ErrTimeBudgetExceeded as the cause: the
+	// evaluations of the cycle run with it. It ends by itself at the
+	// deadline (kube-scheduler has no end-of-cycle hook to cancel it
+	// earlier); it is one timer per cycle, not per node.
+	Ctx context.Context
+	// Budget is the cycle's time budget, for messages.
+	Budget time.Duration
+	Pod    *engine.PodInput
 	// Filters and Scores are the matching policies with filters and with
 	// scores, in name order (Audit ones included).
 	Filters []*engine.CompiledPolicy
@@ -35,6 +45,9 @@ type Cycle struct {
 	// match condition failed, with failurePolicy Fail.
 	Rejection *engine.Decision
 
+	// release ends Ctx before its deadline; nothing calls it today (see Ctx).
+	release context.CancelFunc
+
 	// audit collects what the Audit policies would have rejected: at match
 	// time, and per node; nil when no Audit policy matches.
 	audit *auditDenials
@@ -44,20 +57,28 @@ type Cycle struct {
 // denials, which clones share (they are the same evaluations).
 func (c *Cycle) Clone() fwk.StateData { return c }
 
-// Prepare matches the current policies against a pod: once per cycle.
-func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod) (*Cycle, error) {
+// Prepare matches the current policies against a pod: once per cycle. The
+// cycle's evaluations, matching included, share the time budget.
+func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Duration) (*Cycle, error) {
 	in, err := rt.PodInput(pod)
 	if err != nil {
 		return nil, err
 	}
 	logger := klog.FromContext(ctx)
-	c := &Cycle{Pod: in}
+	if budget <= 0 {
+		budget = DefaultEvaluationBudget
+	}
+	cycleCtx, release := context.WithTimeoutCause(ctx, budget, fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget))
+	c := &Cycle{Ctx: cycleCtx, Budget: budget, Pod: in, release: release}
+	ctx = cycleCtx
 	ignored := func(m engine.MatchResult) {
+		rt.NoteCutOff(c, &m.Decision, pod, "")
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}
 	for _, m := range rt.Policies.Snapshot().Match(ctx, in, ignored) {
 		d := m.Decision
 		p := d.Policy
+		rt.NoteCutOff(c, &d, pod, "")
 		if !d.Enforced() {
 			if c.audit == nil {
 				c.audit = &auditDenials{byNode: map[string][]engine.Decision{}}

@@ -17,6 +17,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/metrics"
 )
 
 // maxConditionMessage is the length limit of metav1.Condition's message.
@@ -37,8 +38,12 @@ type StatusReconciler struct {
 	Client   client.Client
 	Policies interface{ Snapshot() *engine.Snapshot }
 	// Compiled, when set, is a source of the names of policies the
-	// scheduler compiled, so that their status is written at once.
+	// scheduler compiled (or whose rules it cut off), so that their status
+	// is written at once.
 	Compiled <-chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]
+	// Slow, when set, reports the rules cut off by the time budget of a
+	// scheduling cycle: the Slow condition.
+	Slow *metrics.SlowLog
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -76,6 +81,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionStalled)
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
+	r.setSlow(&status, policy.Name, policy.Generation)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -86,6 +92,29 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	ctrl.LoggerFrom(ctx).Info("SchedulingPolicy status written", "ready", condition.Status, "reason", condition.Reason, "generation", policy.Generation)
 	return ctrl.Result{}, nil
+}
+
+// setSlow sets the Slow condition when a rule of this generation was cut off
+// by a cycle's time budget, and removes it otherwise. The message is
+// stable across cut-offs, so that a slow policy does not cause a status
+// write per pod: the pods, nodes and counts are in the log and the metric.
+func (r *StatusReconciler) setSlow(status *schedv1alpha1.SchedulingPolicyStatus, name string, generation int64) {
+	if r.Slow == nil {
+		return
+	}
+	report, ok := r.Slow.Get(name)
+	if !ok || report.Generation != generation {
+		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionSlow)
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:   schedv1alpha1.ConditionSlow,
+		Status: metav1.ConditionTrue,
+		Reason: schedv1alpha1.ReasonTimeBudgetExceeded,
+		Message: fmt.Sprintf("%s was cut off by the CEL time budget of a pod's scheduling cycle (%s), and the policy's failurePolicy applied: "+
+			"make it cheaper. The pods and nodes are in the scheduler's log; celsched_policy_time_budget_exceeded_total counts them.", report.Rule, report.Budget),
+		ObservedGeneration: generation,
+	})
 }
 
 // SetupWithManager registers the reconciler, which runs on the leader.

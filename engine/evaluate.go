@@ -43,6 +43,16 @@ func (e *EvalError) Error() string {
 
 func (e *EvalError) Unwrap() error { return e.Err }
 
+// ErrTimeBudgetExceeded is the cause of a context whose deadline is a
+// scheduling cycle's CEL time budget (celplugins.Args.EvaluationBudget):
+// evaluations cut off by it wrap it.
+var ErrTimeBudgetExceeded = errors.New("the CEL time budget of the pod's scheduling cycle is spent")
+
+// ErrNotEvaluated is wrapped by the error of an expression that was not
+// evaluated because the context was already done (its cause is wrapped
+// too): it did not cause the cut-off, an earlier evaluation did.
+var ErrNotEvaluated = errors.New("not evaluated")
+
 // ErrCostBudgetExceeded is wrapped by the EvalError of an evaluation that
 // went over PolicyEvaluationCostBudget.
 var ErrCostBudgetExceeded = errors.New("policy evaluation exceeded its cost budget")
@@ -347,6 +357,9 @@ func (ev *evaluation) ResolveName(name string) (any, bool) {
 func (ev *evaluation) Parent() interpreter.Activation { return nil }
 
 func (ev *evaluation) eval(e *expr) (ref.Val, error) {
+	if ev.ctx.Err() != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
+	}
 	val, cost, err := e.prg.eval(ev.ctx, ev)
 	ev.spent += cost
 	if err != nil {

@@ -295,6 +295,13 @@ const (
 	// ReasonCompileError is Ready's reason when an expression did not
 	// compile; the message lists the field errors.
 	ReasonCompileError = "CompileError"
+	// ConditionSlow is True, with reason TimeBudgetExceeded, when a rule of
+	// the policy's current generation was cut off by the CEL time budget of
+	// a pod's scheduling cycle: the message names the rule. It is removed
+	// when the spec changes. kstatus does not read it.
+	ConditionSlow = "Slow"
+	// ReasonTimeBudgetExceeded is Slow's reason.
+	ReasonTimeBudgetExceeded = "TimeBudgetExceeded"
 )
 
 // SchedulingPolicyStatus is the observed state of a policy.

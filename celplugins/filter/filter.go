@@ -24,6 +24,7 @@ const Name = "CELFilter"
 type Filter struct {
 	rt       *celplugins.Runtime
 	recorder events.EventRecorder
+	args     celplugins.Args
 }
 
 var (
@@ -34,11 +35,15 @@ var (
 )
 
 // New builds the plugin; use celplugins.Factory(rt, New) to register it.
-func New(_ context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*Filter, error) {
+func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*Filter, error) {
+	args, err := celplugins.DecodeArgs(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
 	if err := rt.Attach(h); err != nil {
 		return nil, err
 	}
-	return &Filter{rt: rt, recorder: h.EventRecorder()}, nil
+	return &Filter{rt: rt, recorder: h.EventRecorder(), args: args}, nil
 }
 
 // Name implements fwk.Plugin.
@@ -47,7 +52,7 @@ func (pl *Filter) Name() string { return Name }
 // PreFilter matches the policies and converts the pod once for the cycle.
 // Pods that no policy with filters matches skip Filter entirely.
 func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	c, err := pl.rt.Prepare(ctx, pod)
+	c, err := pl.rt.Prepare(ctx, pod, pl.args.EvaluationBudget.Duration)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -81,8 +86,9 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	}
 	logger := klog.FromContext(ctx)
 	for _, p := range c.Filters {
-		d := p.Filter(ctx, c.Pod, in)
+		d := p.Filter(c.Ctx, c.Pod, in)
 		pl.rt.Count(&d)
+		pl.rt.NoteCutOff(c, &d, pod, node.Name)
 		if len(d.Ignored) > 0 {
 			if v := logger.V(4); v.Enabled() {
 				v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "errs", d.Ignored)

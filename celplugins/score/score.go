@@ -77,7 +77,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	c := celplugins.ReadCycle(state)
 	if c == nil {
 		var err error
-		if c, err = pl.rt.Prepare(ctx, pod); err != nil {
+		if c, err = pl.rt.Prepare(ctx, pod, celplugins.DefaultEvaluationBudget); err != nil {
 			return fwk.AsStatus(err)
 		}
 	}
@@ -122,8 +122,9 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	for _, p := range s.cycle.Scores {
 		values := raw[offset : offset+len(p.ScoreRules())]
 		offset += len(values)
-		d := p.Score(ctx, s.cycle.Pod, in, values)
+		d := p.Score(s.cycle.Ctx, s.cycle.Pod, in, values)
 		pl.rt.Count(&d)
+		pl.rt.NoteCutOff(s.cycle, &d, pod, node.Name)
 		if d.Acts() {
 			return 0, fwk.AsStatus(errors.New(d.String()))
 		}

@@ -1,13 +1,16 @@
 // Package metrics counts what SchedulingPolicy rules decide, for the
 // manager's /metrics: celsched_policy_evaluations_total by policy, rule and
-// result. The scheduler plugins count decisions here; the engine's
-// Decision says which rules were evaluated and how each ended.
+// result, and the rules cut off by a cycle's time budget (also kept in a
+// SlowLog for the policies' status). The scheduler plugins count decisions
+// here; the engine's Decision says which rules were evaluated and how each
+// ended.
 package metrics
 
 import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -145,4 +148,73 @@ func ignored(d *engine.Decision, rule string) bool {
 		}
 	}
 	return false
+}
+
+// TimeBudgetExceededTotal counts the evaluations cut off by a scheduling
+// cycle's CEL time budget, by the policy and rule that were running.
+var TimeBudgetExceededTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "celsched_policy_time_budget_exceeded_total",
+	Help: "Evaluations cut off because the CEL time budget of a pod's scheduling cycle (CELFilter's evaluationBudget) " +
+		"was spent while they ran, by policy and rule (filters/NAME, scores/NAME, match/NAME): the slow rules. " +
+		"Rules not evaluated because the budget was already spent are not counted here.",
+}, []string{"policy", "rule"})
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(TimeBudgetExceededTotal)
+}
+
+// CutOff returns the error of a decision that a cycle's time budget cut
+// off while it ran (not one that was not evaluated because the budget was
+// already spent), if any.
+func CutOff(d *engine.Decision) error {
+	for _, err := range append([]error{d.Err}, d.Ignored...) {
+		if errors.Is(err, engine.ErrTimeBudgetExceeded) && !errors.Is(err, engine.ErrNotEvaluated) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SlowReport is the last time a policy's rule was cut off by a cycle's time
+// budget, and how often that happened for the policy's generation.
+type SlowReport struct {
+	Generation int64
+	Rule       string
+	Pod, Node  string
+	Budget     time.Duration
+	Time       time.Time
+	Count      int64
+}
+
+// SlowLog keeps a SlowReport per policy, for its status (written by
+// controllers.StatusReconciler). Safe for concurrent use.
+type SlowLog struct {
+	mu      sync.Mutex
+	reports map[string]SlowReport
+}
+
+// Record notes a decision cut off by the time budget: the metric, and the
+// policy's report (restarted when the policy's generation changed).
+func (l *SlowLog) Record(d *engine.Decision, pod, node string, budget time.Duration, now time.Time) {
+	TimeBudgetExceededTotal.WithLabelValues(d.Policy.Name, d.RuleLabel()).Inc()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reports == nil {
+		l.reports = map[string]SlowReport{}
+	}
+	r := l.reports[d.Policy.Name]
+	if r.Generation != d.Policy.Generation {
+		r = SlowReport{Generation: d.Policy.Generation}
+	}
+	r.Rule, r.Pod, r.Node, r.Budget, r.Time = d.RuleLabel(), pod, node, budget, now
+	r.Count++
+	l.reports[d.Policy.Name] = r
+}
+
+// Get returns a policy's report, if any.
+func (l *SlowLog) Get(name string) (SlowReport, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.reports[name]
+	return r, ok
 }

@@ -189,17 +189,19 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	// The status controller is told of each policy the scheduler compiled;
 	// a name it misses (a full channel) it finds by requeueing.
 	compiled := make(chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy], 1024)
+	notify := func(name string) {
+		select {
+		case compiled <- event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]{Object: &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+		default:
+		}
+	}
+	rt.Notify = notify
 	feed := &celplugins.PolicyFeed{
 		Registry: registry,
 		Logger:   klog.FromContext(ctx).WithName("policy-feed"),
-		Compiled: func(name string) {
-			select {
-			case compiled <- event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]{Object: &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
-			default:
-			}
-		},
+		Compiled: notify,
 	}
-	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
 	}
 
