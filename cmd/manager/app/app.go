@@ -65,6 +65,13 @@ type Options struct {
 	LeaderElection          bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod time the election, as
+	// kube-scheduler's flags of the same names do; 0 means its defaults
+	// (15s, 10s, 2s). A leader that cannot renew within RenewDeadline
+	// exits; until then it keeps scheduling (docs/operations.md).
+	LeaseDuration time.Duration
+	RenewDeadline time.Duration
+	RetryPeriod   time.Duration
 	// MetricsBindAddress and HealthProbeBindAddress are the listen
 	// addresses of the metrics and probe servers; "0" disables them.
 	MetricsBindAddress     string
@@ -84,6 +91,22 @@ type Options struct {
 	// AuditStatusInterval is how often Audit policies' status.audit is
 	// written; 0 means controllers.DefaultAuditStatusInterval.
 	AuditStatusInterval time.Duration
+}
+
+// The leader election timings of kube-scheduler (and controller-runtime),
+// the defaults of Options.LeaseDuration, RenewDeadline and RetryPeriod.
+const (
+	DefaultLeaseDuration = 15 * time.Second
+	DefaultRenewDeadline = 10 * time.Second
+	DefaultRetryPeriod   = 2 * time.Second
+)
+
+// durationOrNil is d, or nil (controller-runtime's default) when d is 0.
+func durationOrNil(d time.Duration) *time.Duration {
+	if d == 0 {
+		return nil
+	}
+	return &d
 }
 
 // Sources of the webhook's serving certificate (Options.WebhookCerts).
@@ -120,6 +143,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", inCluster, "Elect one replica to schedule and to write policy status (default true in a cluster).")
 	fs.StringVar(&o.LeaderElectionID, "leader-elect-id", "celsched", "Name of the leader election Lease.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-namespace", "", "Namespace of the leader election Lease (default: the manager's namespace in a cluster).")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", DefaultLeaseDuration, "How long a standby waits after the leader's last renewal before it takes the Lease.")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", DefaultRenewDeadline, "How long the leader retries renewing the Lease before it stops leading and exits; less than --leader-elect-lease-duration.")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", DefaultRetryPeriod, "How long replicas wait between attempts to acquire or renew the Lease.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (/metrics, and kube-scheduler's at "+SchedulerMetricsPath+"); 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the SchedulingPolicy validating webhook (HTTPS); 0 disables the webhook server.")
@@ -175,6 +201,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 durationOrNil(o.LeaseDuration),
+		RenewDeadline:                 durationOrNil(o.RenewDeadline),
+		RetryPeriod:                   durationOrNil(o.RetryPeriod),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
