@@ -73,8 +73,8 @@ func (rt *Runtime) NoteCutOff(c *Cycle, d *engine.Decision, pod *corev1.Pod, nod
 		return
 	}
 	klog.FromContext(c.Ctx).Info("A SchedulingPolicy rule was cut off by the cycle's CEL time budget", "pod", klog.KObj(pod), "node", node,
-		"policy", d.Policy.Name, "rule", d.RuleLabel(), "budget", c.Budget, "err", err)
-	rt.Slow.Record(d, pod.Namespace+"/"+pod.Name, node, c.Budget, time.Now())
+		"policy", d.Policy.Name, "budget", c.Budget, "err", err)
+	rt.Slow.Record(d, err, pod.Namespace+"/"+pod.Name, node, c.Budget, time.Now())
 	if rt.Notify != nil {
 		rt.Notify(d.Policy.Name)
 	}

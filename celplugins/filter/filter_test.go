@@ -2,7 +2,9 @@ package filter
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -11,7 +13,9 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/plugintest"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -117,3 +121,56 @@ var statusCmp = cmp.Comparer(func(a, b *fwk.Status) bool {
 	}
 	return a.Code() == b.Code() && cmp.Equal(a.Reasons(), b.Reasons())
 })
+
+// TestTimeBudget: a filter still running when the cycle's time budget is
+// spent is cut off with an error that follows its failurePolicy and is
+// recorded as the slow rule; evaluations after it in the cycle are not run
+// and fail closed under their own policy's Fail.
+func TestTimeBudget(t *testing.T) {
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+	slow := "lists.range(300000).all(i, i >= 0)" // runs far longer than a millisecond
+	cases := map[string]struct {
+		policy    *schedv1alpha1.SchedulingPolicy
+		wantFirst string // Filter's message on the first node
+	}{
+		"Fail": {
+			policy:    builder.MakePolicy("a-slow").Filter("slow", slow).Obj(),
+			wantFirst: "node(s) rejected: SchedulingPolicy a-slow, rule slow: spec.filters[0].expression: evaluation cancelled: the CEL time budget of the pod's scheduling cycle is spent (1ms) (failurePolicy Fail)",
+		},
+		"Ignore: the slow rule is skipped, the policies after it are not evaluated": {
+			policy:    builder.MakePolicy("a-slow").Ignore().Filter("slow", slow).Obj(),
+			wantFirst: "node(s) rejected: SchedulingPolicy b-fast, rule fast: spec.filters[0].expression: not evaluated: the CEL time budget of the pod's scheduling cycle is spent (1ms) (failurePolicy Fail)",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			fast := builder.MakePolicy("b-fast").Filter("fast", "true").Obj()
+			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{tc.policy, fast}, plugintest.Namespace("ns", nil))
+			pl := &Filter{rt: rt}
+			state := framework.NewCycleState()
+			if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			ni := framework.NewNodeInfo()
+			ni.SetNode(st.MakeNode().Name("n1").Obj())
+			// The budget runs out 2ms into Filter, whatever PreFilter took:
+			// the cycle's context as Prepare builds it, with a test's deadline.
+			c := celplugins.ReadCycle(state)
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Millisecond,
+				fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, time.Millisecond))
+			defer cancel()
+			c.Ctx, c.Budget = ctx, time.Millisecond
+			got := pl.Filter(context.Background(), state, pod, ni)
+			if got.Code() != fwk.UnschedulableAndUnresolvable || got.Message() != tc.wantFirst {
+				t.Errorf("Filter: %v %q, want UnschedulableAndUnresolvable %q", got.Code(), got.Message(), tc.wantFirst)
+			}
+			report, ok := rt.Slow.Get("a-slow")
+			if !ok || report.Rule != "filters/slow" || report.Node != "n1" || report.Pod != "ns/p" || report.Count != 1 {
+				t.Errorf("slow report %+v, want filters/slow on ns/p and n1, once", report)
+			}
+			if _, ok := rt.Slow.Get("b-fast"); ok {
+				t.Error("the policy evaluated after the budget was spent was reported slow")
+			}
+		})
+	}
+}

@@ -193,10 +193,19 @@ type SlowLog struct {
 	reports map[string]SlowReport
 }
 
-// Record notes a decision cut off by the time budget: the metric, and the
-// policy's report (restarted when the policy's generation changed).
-func (l *SlowLog) Record(d *engine.Decision, pod, node string, budget time.Duration, now time.Time) {
-	TimeBudgetExceededTotal.WithLabelValues(d.Policy.Name, d.RuleLabel()).Inc()
+// Record notes a decision cut off by the time budget (err, from CutOff):
+// the metric, and the policy's report (restarted when the policy's
+// generation changed).
+func (l *SlowLog) Record(d *engine.Decision, err error, pod, node string, budget time.Duration, now time.Time) {
+	// The rule that was cut off: the decision's, or under Ignore (where the
+	// decision may be another rule's, or none) the error's.
+	cut := *d
+	var ee *engine.EvalError
+	if errors.As(err, &ee) {
+		cut.Rule = ee.Rule
+	}
+	rule := cut.RuleLabel()
+	TimeBudgetExceededTotal.WithLabelValues(d.Policy.Name, rule).Inc()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.reports == nil {
@@ -206,7 +215,7 @@ func (l *SlowLog) Record(d *engine.Decision, pod, node string, budget time.Durat
 	if r.Generation != d.Policy.Generation {
 		r = SlowReport{Generation: d.Policy.Generation}
 	}
-	r.Rule, r.Pod, r.Node, r.Budget, r.Time = d.RuleLabel(), pod, node, budget, now
+	r.Rule, r.Pod, r.Node, r.Budget, r.Time = rule, pod, node, budget, now
 	r.Count++
 	l.reports[d.Policy.Name] = r
 }
