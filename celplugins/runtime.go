@@ -47,6 +47,9 @@ type Runtime struct {
 	// Slow keeps the rules that a cycle's time budget cut off, for the
 	// policies' status.
 	Slow *metrics.SlowLog
+	// Errors keeps each policy's last evaluation error, for its status
+	// (pods see only CEL's own error texts).
+	Errors *metrics.ErrorLog
 	// Notify, when set, is told the name of a policy whose status has news
 	// (a rule cut off by the time budget). It must not block.
 	Notify func(name string)
@@ -58,23 +61,29 @@ type Runtime struct {
 
 // NewRuntime returns a runtime over policies and a converter.
 func NewRuntime(policies Policies, converter *engine.Converter) *Runtime {
-	return &Runtime{Policies: policies, Converter: converter, AuditLog: &audit.Log{}, Slow: &metrics.SlowLog{}}
+	return &Runtime{Policies: policies, Converter: converter, AuditLog: &audit.Log{}, Slow: &metrics.SlowLog{}, Errors: &metrics.ErrorLog{}}
 }
 
-// NoteCutOff records a decision of the cycle that its time budget cut off
-// while it ran (the slow rule): in celsched_policy_time_budget_exceeded_total,
-// the log and the policy's status.
-func (rt *Runtime) NoteCutOff(c *Cycle, d *engine.Decision, pod *corev1.Pod, node string) {
+// NoteErrors records the errors of a decision of the cycle: the last one
+// per policy for its status (EvaluationError), and a rule that the cycle's
+// time budget cut off while it ran (the slow rule) in
+// celsched_policy_time_budget_exceeded_total, the log and the policy's
+// status (Slow).
+func (rt *Runtime) NoteErrors(ctx context.Context, budget time.Duration, d *engine.Decision, pod *corev1.Pod, node string) {
 	if d.Err == nil && len(d.Ignored) == 0 {
 		return
+	}
+	if rt.Errors.Record(d, time.Now()) && rt.Notify != nil {
+		klog.FromContext(ctx).V(2).Info("A SchedulingPolicy rule failed", "pod", klog.KObj(pod), "node", node, "policy", d.Policy.Name, "err", d.Err, "ignored", d.Ignored)
+		rt.Notify(d.Policy.Name)
 	}
 	err := metrics.CutOff(d)
 	if err == nil {
 		return
 	}
-	klog.FromContext(c.Ctx).Info("A SchedulingPolicy rule was cut off by the cycle's CEL time budget", "pod", klog.KObj(pod), "node", node,
-		"policy", d.Policy.Name, "budget", c.Budget, "err", err)
-	rt.Slow.Record(d, err, pod.Namespace+"/"+pod.Name, node, c.Budget, time.Now())
+	klog.FromContext(ctx).Info("A SchedulingPolicy rule was cut off by the cycle's CEL time budget", "pod", klog.KObj(pod), "node", node,
+		"policy", d.Policy.Name, "budget", budget, "err", err)
+	rt.Slow.Record(d, err, pod.Namespace+"/"+pod.Name, node, budget, time.Now())
 	if rt.Notify != nil {
 		rt.Notify(d.Policy.Name)
 	}

@@ -3,6 +3,8 @@ package celplugins
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,6 +49,10 @@ type Cycle struct {
 
 	// release ends Ctx before its deadline; nothing calls it today (see Ctx).
 	release context.CancelFunc
+	// messages are the distinct rejection messages of the cycle so far, at
+	// most maxDistinctMessages (see Message).
+	messages sync.Map
+	distinct atomic.Int32
 
 	// audit collects what the Audit policies would have rejected: at match
 	// time, and per node; nil when no Audit policy matches.
@@ -72,13 +78,13 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	c := &Cycle{Ctx: cycleCtx, Budget: budget, Pod: in, release: release}
 	ctx = cycleCtx
 	ignored := func(m engine.MatchResult) {
-		rt.NoteCutOff(c, &m.Decision, pod, "")
+		rt.NoteErrors(ctx, budget, &m.Decision, pod, "")
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}
 	for _, m := range rt.Policies.Snapshot().Match(ctx, in, ignored) {
 		d := m.Decision
 		p := d.Policy
-		rt.NoteCutOff(c, &d, pod, "")
+		rt.NoteErrors(ctx, budget, &d, pod, "")
 		if !d.Enforced() {
 			if c.audit == nil {
 				c.audit = &auditDenials{byNode: map[string][]engine.Decision{}}
@@ -104,6 +110,32 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		}
 	}
 	return c, nil
+}
+
+// maxDistinctMessages bounds the distinct per-node rejection messages of
+// one cycle. kube-scheduler folds the nodes' messages by identical text into
+// the pod's PodScheduled condition, which it does not truncate: a
+// messageExpression that differs per node (naming the node, or echoing an
+// annotation) would otherwise make a condition of nodes x 1 KiB, over
+// etcd's request limit on a large cluster, and the pod's status would not be
+// written at all.
+const maxDistinctMessages = 16
+
+// Message is the status message of a decision that acts on a node: its
+// String, unless the cycle already has maxDistinctMessages distinct ones,
+// in which case the rule's static message replaces its messageExpression's
+// result. Reading a message seen before takes no lock.
+func (c *Cycle) Message(d *engine.Decision) string {
+	msg := d.String()
+	if _, seen := c.messages.Load(msg); seen {
+		return msg
+	}
+	if c.distinct.Add(1) <= maxDistinctMessages {
+		c.messages.Store(msg, struct{}{})
+		return msg
+	}
+	static := d.WithStaticMessage()
+	return static.String()
 }
 
 // ReadCycle returns the Cycle of a CycleState, or nil when none was written.

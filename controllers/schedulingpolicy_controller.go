@@ -44,6 +44,9 @@ type StatusReconciler struct {
 	// Slow, when set, reports the rules cut off by the time budget of a
 	// scheduling cycle: the Slow condition.
 	Slow *metrics.SlowLog
+	// Errors, when set, reports the last evaluation error of each policy:
+	// the EvaluationError condition.
+	Errors *metrics.ErrorLog
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -82,6 +85,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
 	r.setSlow(&status, policy.Name, policy.Generation)
+	r.setEvaluationError(&status, policy.Name, policy.Generation)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {
 		return ctrl.Result{}, nil
 	}
@@ -113,6 +117,27 @@ func (r *StatusReconciler) setSlow(status *schedv1alpha1.SchedulingPolicyStatus,
 		Reason: schedv1alpha1.ReasonTimeBudgetExceeded,
 		Message: fmt.Sprintf("%s was cut off by the CEL time budget of a pod's scheduling cycle (%s), and the policy's failurePolicy applied: "+
 			"make it cheaper. The pods and nodes are in the scheduler's log; celsched_policy_time_budget_exceeded_total counts them.", report.Rule, report.Budget),
+		ObservedGeneration: generation,
+	})
+}
+
+// setEvaluationError sets the EvaluationError condition with the last
+// evaluation error of this generation (its full text: only admins read the
+// policy), and removes it otherwise.
+func (r *StatusReconciler) setEvaluationError(status *schedv1alpha1.SchedulingPolicyStatus, name string, generation int64) {
+	if r.Errors == nil {
+		return
+	}
+	report, ok := r.Errors.Get(name)
+	if !ok || report.Generation != generation {
+		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionEvaluationError)
+		return
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
+		Type:               schedv1alpha1.ConditionEvaluationError,
+		Status:             metav1.ConditionTrue,
+		Reason:             schedv1alpha1.ReasonRuleFailed,
+		Message:            engine.Truncate(fmt.Sprintf("%s failed (last at %s): %s", report.Rule, report.Time.UTC().Format(time.RFC3339), report.Error), maxConditionMessage),
 		ObservedGeneration: generation,
 	})
 }

@@ -81,6 +81,19 @@ type Decision struct {
 	// Ignored are the errors skipped under failurePolicy Ignore, for logs
 	// and metrics; they change nothing.
 	Ignored []error
+
+	// static is the false rule's message without its messageExpression.
+	static string
+}
+
+// WithStaticMessage returns the decision with the false rule's static
+// message (its message, or the default) in place of its messageExpression's
+// result: the same for every node, so kube-scheduler folds it into one line.
+func (d Decision) WithStaticMessage() Decision {
+	if d.static != "" {
+		d.Message = d.static
+	}
+	return d
 }
 
 // Enforced says whether the scheduler acts on the decision: its policy's
@@ -118,14 +131,52 @@ func (d *Decision) String() string {
 	case Error:
 		switch d.Point {
 		case PointPreEnqueue:
-			s = "held: " + ErrorMessage(d.Err)
+			s = "held: " + podErrorMessage(d.Err)
 		case PointFilter:
-			s = "node(s) rejected: " + ErrorMessage(d.Err)
+			s = "node(s) rejected: " + podErrorMessage(d.Err)
 		default:
-			s = ErrorMessage(d.Err)
+			s = podErrorMessage(d.Err)
 		}
 	}
 	return Truncate(s, MaxMessageLength)
+}
+
+// podErrorMessage is ErrorMessage for a message a pod's owner reads: an
+// evaluation error's text is shown only when it is one of CEL's own
+// (a missing key or field, no matching overload, a cost or time limit, a
+// result of the wrong type), which name parts of the expression; any other
+// (the errors of ip(), cidr(), semver(), url(), quantity(), ... repeat their
+// argument, e.g. a node annotation) is replaced by a pointer to where an
+// admin finds it. Compile errors quote the policy's own expressions.
+func podErrorMessage(err error) string {
+	var ee *EvalError
+	if !errors.As(err, &ee) || podVisible(ee.Err) {
+		return ErrorMessage(err)
+	}
+	hidden := *ee
+	hidden.Err = errHidden
+	return ErrorMessage(&hidden)
+}
+
+// errHidden stands for an evaluation error whose text is not shown to pods.
+var errHidden = errors.New("evaluation failed; the error is in the scheduler's log and the policy's EvaluationError condition")
+
+// podVisibleErrors are the beginnings of CEL errors that name parts of the
+// expression, not the data it read.
+var podVisibleErrors = []string{
+	"no such key", "no such attribute", "no such overload", "no matching overload", "division by zero", "modulus by zero",
+	"index out of range", "evaluated to", "evaluation cancelled", "not evaluated", "operation cancelled", "actual cost limit exceeded",
+	"policy evaluation exceeded", "the pod's namespace", "nodeInfo is not available", "internal error",
+}
+
+func podVisible(err error) bool {
+	msg := err.Error()
+	for _, p := range podVisibleErrors {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return errors.Is(err, ErrCostBudgetExceeded) || errors.Is(err, ErrTimeBudgetExceeded)
 }
 
 // RuleLabel names the decision's rule as metrics, events and status.audit

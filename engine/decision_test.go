@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -205,5 +206,57 @@ func TestTruncate(t *testing.T) {
 		if got := Truncate(tc.in, tc.n); got != tc.want || len(got) > tc.n {
 			t.Errorf("%s: Truncate(%q, %d) = %q, want %q", name, tc.in, tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestPodMessagesHideData: the error of ip(), cidr(), semver() or url()
+// repeats its argument (here a node annotation); the message a pod's owner
+// reads says where an admin finds it instead, while the decision's error,
+// for the log and the policy's status, keeps it. CEL's own errors, which
+// name parts of the expression, stay visible.
+func TestPodMessagesHideData(t *testing.T) {
+	conv := NewConverter(testEnv(t), 0)
+	node := makeNode("n", nil)
+	node.Annotations = map[string]string{"addr": "tenant-b-secret-value", "version": "tenant-b-secret-value"}
+	in, err := conv.Node(node, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiler := NewCompiler(testEnv(t))
+	// hidden: the pod's message hides the error; echoes: the full error
+	// repeats the annotation (so that the case shows the hiding works).
+	type want struct{ hidden, echoes bool }
+	for expression, w := range map[string]want{
+		"ip(node.metadata.annotations['addr']).family() == 4":                       {true, true},
+		"cidr(node.metadata.annotations['addr']).prefixLength() == 4":               {true, true},
+		"semver(node.metadata.annotations['version']).major() == 1":                 {true, false},
+		"url(node.metadata.annotations['addr']).getHost() == ''":                    {true, true},
+		"node.metadata.annotations['missing'] == node.metadata.annotations['addr']": {false, false},
+	} {
+		t.Run(expression, func(t *testing.T) {
+			hidden := w.hidden
+			p := compiler.Compile(builder.MakePolicy("p").Filter("f", expression).Obj(), CompileOptions{})
+			if err := p.Err(); err != nil {
+				t.Fatal(err)
+			}
+			d := p.Filter(context.Background(), podInput(t, conv, nil, nil), in)
+			if d.Verdict != Error {
+				t.Fatalf("verdict %v, want Error", d.Verdict)
+			}
+			msg := d.String()
+			if strings.Contains(msg, "tenant-b-secret-value") {
+				t.Errorf("the pod's message shows the node's data: %s", msg)
+			}
+			if hidden {
+				if w.echoes && !strings.Contains(d.Err.Error(), "tenant-b-secret-value") {
+					t.Errorf("the full error lost the argument (so this case proves nothing): %v", d.Err)
+				}
+				if !strings.Contains(msg, "evaluation failed; the error is in the scheduler's log") {
+					t.Errorf("message %q does not say where the error is", msg)
+				}
+			} else if !strings.Contains(msg, "no such key: missing") {
+				t.Errorf("message %q hides CEL's own error", msg)
+			}
+		})
 	}
 }

@@ -293,6 +293,7 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *evaluation, rules []*boolRu
 		}
 		if !ok {
 			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.message(r)
+			d.static = r.staticMessage()
 			return
 		}
 	}
@@ -399,6 +400,11 @@ func (ev *evaluation) message(r *boolRule) string {
 			}
 		}
 	}
+	return r.staticMessage()
+}
+
+// staticMessage is a false rule's message without its messageExpression.
+func (r *boolRule) staticMessage() string {
 	if r.message != "" {
 		return r.message
 	}

@@ -302,6 +302,13 @@ const (
 	ConditionSlow = "Slow"
 	// ReasonTimeBudgetExceeded is Slow's reason.
 	ReasonTimeBudgetExceeded = "TimeBudgetExceeded"
+	// ConditionEvaluationError is True, with reason RuleFailed, when a rule
+	// of the policy's current generation failed to evaluate in the
+	// scheduler: the message has the rule and the full error, which pods do
+	// not see. It is removed when the spec changes. kstatus does not read it.
+	ConditionEvaluationError = "EvaluationError"
+	// ReasonRuleFailed is EvaluationError's reason.
+	ReasonRuleFailed = "RuleFailed"
 )
 
 // SchedulingPolicyStatus is the observed state of a policy.

@@ -88,7 +88,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	for _, p := range c.Filters {
 		d := p.Filter(c.Ctx, c.Pod, in)
 		pl.rt.Count(&d)
-		pl.rt.NoteCutOff(c, &d, pod, node.Name)
+		pl.rt.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
 		if len(d.Ignored) > 0 {
 			if v := logger.V(4); v.Enabled() {
 				v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "errs", d.Ignored)
@@ -105,7 +105,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 			if p.UsesNodeInfo() {
 				code = fwk.Unschedulable
 			}
-			return fwk.NewStatus(code, d.String())
+			return fwk.NewStatus(code, c.Message(&d))
 		case d.WouldAct():
 			logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", d.String())
 			c.DenyAudit(node.Name, d)

@@ -3,6 +3,7 @@ package filter
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +173,38 @@ func TestTimeBudget(t *testing.T) {
 				t.Error("the policy evaluated after the budget was spent was reported slow")
 			}
 		})
+	}
+}
+
+// TestMessagesBounded: a messageExpression that differs per node (here it
+// echoes a 160 KiB annotation with the node's name in front) gives each
+// node's rejection at most MaxMessageLength bytes, and at most 16 distinct
+// texts per cycle; the other nodes get the rule's static message, so the
+// pod's folded condition stays small whatever the cluster's size.
+func TestMessagesBounded(t *testing.T) {
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+	policy := builder.MakePolicy("p").FilterMsg("no", "false", "not here",
+		"node.metadata.name + ': ' + node.metadata.annotations[?'big'].orValue('')").Obj()
+	pl := &Filter{rt: plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))}
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	big := strings.Repeat("x", 160<<10)
+	distinct := map[string]int{}
+	for i := range 100 {
+		ni := framework.NewNodeInfo()
+		node := st.MakeNode().Name(fmt.Sprintf("node-%03d", i)).Obj()
+		node.Annotations = map[string]string{"big": big}
+		ni.SetNode(node)
+		got := pl.Filter(context.Background(), state, pod, ni)
+		if got.Code() != fwk.UnschedulableAndUnresolvable || len(got.Message()) > engine.MaxMessageLength {
+			t.Fatalf("node %d: %v, %d bytes", i, got.Code(), len(got.Message()))
+		}
+		distinct[got.Message()]++
+	}
+	static := "node(s) rejected by SchedulingPolicy p, rule no: not here"
+	if len(distinct) != 17 || distinct[static] != 84 {
+		t.Errorf("%d distinct messages, %d static; want 16 distinct from the messageExpression and the static one for the other 84 nodes", len(distinct), distinct[static])
 	}
 }

@@ -108,6 +108,7 @@ func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Stat
 			continue
 		}
 		pl.rt.Count(&d)
+		pl.rt.NoteErrors(ctx, 0, &d, pod, "")
 		if len(d.Ignored) > 0 {
 			logger.V(4).Info("Ignoring preEnqueue errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", p.Name, "errs", d.Ignored)
 		}

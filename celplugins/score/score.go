@@ -124,7 +124,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		offset += len(values)
 		d := p.Score(s.cycle.Ctx, s.cycle.Pod, in, values)
 		pl.rt.Count(&d)
-		pl.rt.NoteCutOff(s.cycle, &d, pod, node.Name)
+		pl.rt.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
 		if d.Acts() {
 			return 0, fwk.AsStatus(errors.New(d.String()))
 		}

@@ -227,3 +227,63 @@ func (l *SlowLog) Get(name string) (SlowReport, bool) {
 	r, ok := l.reports[name]
 	return r, ok
 }
+
+// ErrorReport is the last evaluation error of a policy's rule (its full
+// text, which pods do not see: see engine.Decision.String).
+type ErrorReport struct {
+	Generation int64
+	Rule       string
+	Error      string
+	Time       time.Time
+}
+
+// errorNotifyInterval is how often at most a policy's new evaluation
+// errors ask for a status write.
+const errorNotifyInterval = 10 * time.Second
+
+// ErrorLog keeps the last evaluation error per policy, for its status.
+// Safe for concurrent use.
+type ErrorLog struct {
+	mu       sync.Mutex
+	reports  map[string]ErrorReport
+	notified map[string]time.Time
+}
+
+// Record notes the first evaluation error of a decision (d.Err, or the
+// first one ignored), and says whether the policy's status should be
+// written: the first error of a generation, then at most once per
+// errorNotifyInterval, so that a rule failing on every node of every cycle
+// does not write the status per pod.
+func (l *ErrorLog) Record(d *engine.Decision, now time.Time) bool {
+	err := d.Err
+	if err == nil && len(d.Ignored) > 0 {
+		err = d.Ignored[0]
+	}
+	var ee *engine.EvalError
+	if !errors.As(err, &ee) || errors.Is(err, engine.ErrNotEvaluated) {
+		return false
+	}
+	cut := *d
+	cut.Rule = ee.Rule
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.reports == nil {
+		l.reports, l.notified = map[string]ErrorReport{}, map[string]time.Time{}
+	}
+	name := d.Policy.Name
+	old, had := l.reports[name]
+	l.reports[name] = ErrorReport{Generation: d.Policy.Generation, Rule: cut.RuleLabel(), Error: err.Error(), Time: now}
+	if had && old.Generation == d.Policy.Generation && now.Sub(l.notified[name]) < errorNotifyInterval {
+		return false
+	}
+	l.notified[name] = now
+	return true
+}
+
+// Get returns a policy's last error, if any.
+func (l *ErrorLog) Get(name string) (ErrorReport, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.reports[name]
+	return r, ok
+}

@@ -230,7 +230,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		Logger:   klog.FromContext(ctx).WithName("policy-feed"),
 		Compiled: notify,
 	}
-	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow, Errors: rt.Errors}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
 	}
 
