@@ -86,6 +86,7 @@ func TestStatusCodes(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
 			pl := &Filter{rt: rt}
+			pl.args.EvaluationBudget.Duration = time.Minute // no cut-off, even under -race
 			ctx := context.Background()
 			state := framework.NewCycleState()
 			_, got := pl.PreFilter(ctx, state, pod, nil)
@@ -186,6 +187,7 @@ func TestMessagesBounded(t *testing.T) {
 	policy := builder.MakePolicy("p").FilterMsg("no", "false", "not here",
 		"node.metadata.name + ': ' + node.metadata.annotations[?'big'].orValue('')").Obj()
 	pl := &Filter{rt: plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))}
+	pl.args.EvaluationBudget.Duration = time.Minute // so that only the messages bound them, even under -race
 	state := framework.NewCycleState()
 	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
 		t.Fatal(st)
