@@ -88,6 +88,10 @@ func createPolicy(t *testing.T, p *schedv1alpha1.SchedulingPolicy) {
 	})
 }
 
+// created is when each test pod was created, as this process saw it (the
+// API's creationTimestamp has whole seconds).
+var created sync.Map // pod name -> time.Time
+
 func createPod(t *testing.T, name, scheduler string, labels map[string]string) *corev1.Pod {
 	t.Helper()
 	pod := &corev1.Pod{
@@ -97,15 +101,17 @@ func createPod(t *testing.T, name, scheduler string, labels map[string]string) *
 			Containers:    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 		},
 	}
+	start := time.Now()
 	if err := k8sClient.Create(t.Context(), pod); err != nil {
 		t.Fatalf("creating pod %s: %v", name, err)
 	}
+	created.Store(name, start)
 	t.Cleanup(func() { _ = k8sClient.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	return pod
 }
 
 // waitBound waits until the pod is bound and returns how long after its
-// creation that was seen (polled every 5 ms).
+// creation (by createPod) that was seen (polled every 5 ms).
 func waitBound(t *testing.T, pod *corev1.Pod) time.Duration {
 	t.Helper()
 	got := &corev1.Pod{}
@@ -115,7 +121,8 @@ func waitBound(t *testing.T, pod *corev1.Pod) time.Duration {
 		}
 		return got.Spec.NodeName != "", nil
 	})
-	return time.Since(pod.CreationTimestamp.Time)
+	start, _ := created.Load(pod.Name)
+	return time.Since(start.(time.Time))
 }
 
 // waitUnschedulable waits until the pod's PodScheduled condition is False
@@ -196,7 +203,8 @@ func TestSlowPolicyIsCutOff(t *testing.T) {
 		}
 	}
 	cond := waitUnschedulable(t, slow)
-	t.Logf("slow pod: %s after its creation: %s", cond.LastTransitionTime.Sub(slow.CreationTimestamp.Time), cond.Message)
+	start, _ := created.Load(slow.Name)
+	t.Logf("slow pod: unschedulable, seen %v after its creation: %s", time.Since(start.(time.Time)), cond.Message)
 	if !strings.Contains(cond.Message, "SchedulingPolicy slow-images, rule images") ||
 		!(strings.Contains(cond.Message, "time budget") || strings.Contains(cond.Message, "cost limit")) {
 		t.Errorf("slow pod's condition %q, want the policy, the rule and the limit that cut it off", cond.Message)
