@@ -465,7 +465,7 @@ func (pc *policyCompiler) program(path *field.Path, text string, c *checked) pro
 		pc.boundedTotal += c.estimate
 		prg, err = newBoundedProgram(c.env, c.ast, c.estimate)
 	} else {
-		prg, err = newTrackedProgram(c.env, c.ast)
+		prg, err = newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
 	}
 	if err != nil {
 		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, "program construction failed: "+err.Error()))

@@ -151,7 +151,7 @@ func TestBoundedAndTrackedAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tracked, err := newTrackedProgram(c.env, c.ast)
+			tracked, err := newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
 			if err != nil {
 				t.Fatal(err)
 			}
