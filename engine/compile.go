@@ -460,7 +460,7 @@ func (pc *policyCompiler) program(path *field.Path, text string, c *checked) pro
 	// budget; so that this never rejects an evaluation that is cheap in
 	// fact, at most half the budget goes to bounded programs, and the rest
 	// are tracked and charged what they actually cost.
-	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable &&
+	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
 		pc.boundedTotal+c.estimate <= PolicyEvaluationCostBudget/2 {
 		pc.boundedTotal += c.estimate
 		prg, err = newBoundedProgram(c.env, c.ast, c.estimate)
@@ -524,6 +524,11 @@ type references struct {
 	// declared, so such expressions are tracked at runtime.
 	nodeInfoPods      bool
 	unboundedVariable bool
+	// unboundedCall: calls a function whose result the compile-time
+	// estimate cannot bound (flatten: its lists may be the same long list
+	// many times over), so the expression is tracked, and the call priced
+	// by its actual result before it runs.
+	unboundedCall bool
 }
 
 type reference struct {
@@ -549,6 +554,10 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	refs := &references{}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
+		case celast.CallKind:
+			if e.AsCall().FunctionName() == "flatten" {
+				refs.unboundedCall = true
+			}
 		case celast.IdentKind:
 			switch e.AsIdent() {
 			case NodeVar:

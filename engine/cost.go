@@ -554,8 +554,12 @@ func isAggregate(v ref.Val) bool {
 	return false
 }
 
-// deepCost is the cost of visiting a value: one unit per element and the
-// traversal of its strings, counted up to limit.
+// mapEntryCost is what deepCost adds for each entry of a map (or field of
+// an object): comparing two maps looks every key of one up in the other.
+const mapEntryCost = 2
+
+// deepCost is the cost of visiting a value: one unit per element, two more
+// per map entry, and the traversal of its strings, counted up to limit.
 func deepCost(v ref.Val, limit uint64) uint64 {
 	var cost uint64
 	var visit func(v ref.Val)
@@ -574,6 +578,8 @@ func deepCost(v ref.Val, limit uint64) uint64 {
 		case traits.Mapper:
 			cost++
 			for it := x.Iterator(); it.HasNext() == types.True && cost < limit; {
+				// Comparing an entry looks its key up in the other map.
+				cost = addSat(cost, mapEntryCost)
 				k := it.Next()
 				visit(k)
 				visit(x.Get(k))
