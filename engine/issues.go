@@ -24,6 +24,9 @@ const (
 	// MaxQuotedExpression is how many bytes of an expression an error
 	// quotes as the field's invalid value.
 	MaxQuotedExpression = 200
+	// MaxIssueMessage is how many bytes of one CEL issue's message are
+	// shown (a message repeats an undeclared identifier, of any length).
+	MaxIssueMessage = 256
 
 	// celMaxIssues is how many issues cel-go keeps of one expression.
 	celMaxIssues = 100
@@ -58,7 +61,7 @@ func issuesText(issues *cel.Issues, text string) string {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "ERROR: <input>:%d:%d: %s", e.Location.Line(), e.Location.Column()+1, e.Message)
+		fmt.Fprintf(&b, "ERROR: <input>:%d:%d: %s", e.Location.Line(), e.Location.Column()+1, truncate(e.Message, MaxIssueMessage))
 		if line := e.Location.Line(); line >= 1 && line <= len(lines) {
 			b.WriteString(snippet(lines[line-1], e.Location.Column()))
 		}
@@ -122,9 +125,23 @@ func quoted(text string) string {
 	if len(text) <= MaxQuotedExpression {
 		return text
 	}
-	cut := text[:MaxQuotedExpression]
-	for !utf8.ValidString(cut) {
+	return fmt.Sprintf("%s... (%d characters)", cutUTF8(text, MaxQuotedExpression), utf8.RuneCountInString(text))
+}
+
+// truncate shortens s to at most n bytes, ending with "..." when cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return cutUTF8(s, n-3) + "..."
+}
+
+// cutUTF8 is the longest prefix of s of at most n bytes that does not end
+// inside a UTF-8 character.
+func cutUTF8(s string, n int) string {
+	cut := s[:n]
+	for len(cut) > 0 && !utf8.RuneStart(s[len(cut)]) {
 		cut = cut[:len(cut)-1]
 	}
-	return fmt.Sprintf("%s... (%d characters)", cut, utf8.RuneCountInString(text))
+	return cut
 }

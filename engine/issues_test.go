@@ -28,9 +28,10 @@ func undeclared(n, max int) string {
 }
 
 // TestCompileErrorText: a CEL error lists at most MaxIssuesPerExpression
-// issues, each with at most MaxSnippetWidth characters of the line around
-// its column, and quotes at most MaxQuotedExpression bytes of the
-// expression; short expressions read as cel-go writes them.
+// issues, each with at most MaxIssueMessage bytes of message and
+// MaxSnippetWidth characters of the line around its column, and quotes at
+// most MaxQuotedExpression bytes of the expression; short expressions read
+// as cel-go writes them.
 func TestCompileErrorText(t *testing.T) {
 	long := undeclared(1000, 5120)
 	tests := map[string]struct {
@@ -56,9 +57,9 @@ ERROR: <input>:1:11: undeclared reference to 'c' (in container '')
  | ..........^
 and 1 more error`,
 		},
-		"a long line, cut around the column": {
+		"a long line, cut around the column, and a long message": {
 			expression: strings.Repeat("x", 300) + " + 'a' == 1",
-			want: `spec.filters[0].expression: Invalid value: "` + strings.Repeat("x", 200) + `... (311 characters)": compilation failed: ERROR: <input>:1:1: undeclared reference to '` + strings.Repeat("x", 300) + `' (in container '')
+			want: `spec.filters[0].expression: Invalid value: "` + strings.Repeat("x", 200) + `... (311 characters)": compilation failed: ERROR: <input>:1:1: undeclared reference to '` + strings.Repeat("x", 228) + `...
  | ` + strings.Repeat("x", 100) + `...
  | ^
 ERROR: <input>:1:308: found no matching overload for '_==_' applied to '(string, int)'
