@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/cel-go/common/types"
@@ -262,6 +263,76 @@ func TestEstimateBoundsRuntimeCost(t *testing.T) {
 				t.Fatalf("not evaluated: %v", err)
 			}
 		})
+	}
+}
+
+// TestRefusedCallIsNotRun: a call whose price passes the limit is refused
+// before it runs (an indexOf of an 80 KiB string in a 160 KiB one takes
+// seconds), and what the evaluation is charged is what ran.
+func TestRefusedCallIsNotRun(t *testing.T) {
+	conv := NewConverter(testEnv(t), 0)
+	node, err := conv.Node(bigNode("big"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, ast := checkedExpr(t, "node.metadata.annotations['big'].indexOf(node.metadata.annotations['big2']) >= 0")
+	prg, err := newTrackedProgram(env, ast, PerExpressionCostLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), podInput(t, conv, nil, nil), node))
+	if !errors.Is(err, ErrCostLimitExceeded) {
+		t.Fatalf("want the cost limit error, got %v", err)
+	}
+	if cost > PerExpressionCostLimit {
+		t.Errorf("charged %d, more than the limit %d", cost, PerExpressionCostLimit)
+	}
+}
+
+// TestTrackedConcurrent: evaluations of one tracked program in parallel,
+// as the scheduler's Filter runs, each see their own cost (the program
+// reuses its cost states; meaningful under -race).
+func TestTrackedConcurrent(t *testing.T) {
+	conv := NewConverter(testEnv(t), 0)
+	env, ast := checkedExpr(t, "nodeInfo.pods.all(p, p.name.size() > 0 && p.labels[?'app'].orValue('') == 'web')")
+	prg, err := newTrackedProgram(env, ast, PerExpressionCostLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := podInput(t, conv, nil, nil)
+	want := map[int]uint64{}
+	for _, n := range []int{1, 10, 100} {
+		node := nodeInput(t, conv, fmt.Sprintf("n%d", n), nil, manyPods(n))
+		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[n] = cost
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 30)
+	for i := range 30 {
+		n := []int{1, 10, 100}[i%3]
+		node := nodeInput(t, conv, fmt.Sprintf("n%d-%d", n, i), nil, manyPods(n))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				if err == nil && cost != want[n] {
+					err = fmt.Errorf("%d pods cost %d, want %d", n, cost, want[n])
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
 

@@ -69,6 +69,8 @@ func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) 
 		if r := recover(); r != nil {
 			val = nil
 			if c, ok := r.(interpreter.EvalCancelledError); ok && c.Cause == interpreter.CostLimitExceeded {
+				// What ran is charged, not the call refused at the limit.
+				cost = min(cost, p.limit)
 				err = fmt.Errorf("%w: the expression's cost passed its limit of %d", ErrCostLimitExceeded, p.limit)
 				return
 			}
