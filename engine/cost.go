@@ -61,9 +61,16 @@ type costCall struct {
 	slots    []int32
 	// before prices the call from its arguments, before it runs; after,
 	// from its arguments and result. Either may be nil.
-	before func(args []ref.Val) uint64
-	after  func(fn, overload string, args []ref.Val, result ref.Val) uint64
+	before beforePrice
+	after  afterPrice
 }
+
+// beforePrice prices a call from its arguments; afterPrice from its
+// function, overload, arguments and result.
+type (
+	beforePrice func(args []ref.Val) uint64
+	afterPrice  func(fn, overload string, args []ref.Val, result ref.Val) uint64
+)
 
 // newCostPlan builds the cost model of a checked expression.
 func newCostPlan(ast *cel.Ast) *costPlan {
@@ -145,7 +152,7 @@ func (p *costPlan) addCall(native *celast.AST, e celast.Expr) {
 	if len(args) == 0 && c.before != nil {
 		// Nothing to wait for: priced when it returns.
 		before := c.before
-		p.calls[idx-1].after = func(string, string, []ref.Val, ref.Val) uint64 { return before(nil) }
+		p.calls[idx-1].after = func(_, _ string, _ []ref.Val, _ ref.Val) uint64 { return before(nil) }
 		p.calls[idx-1].before = nil
 	}
 }
@@ -237,12 +244,23 @@ func (s *costState) argValues(c *costCall) []ref.Val {
 // values to report.
 func (s *costState) IDs() []int64                { return nil }
 func (s *costState) Value(int64) (ref.Val, bool) { return nil, false }
-func (s *costState) Reset()                      { s.cost = 0 }
+
+// Reset implements interpreter.EvalState: it readies the state for another
+// evaluation. An evaluation stopped at its limit leaves a call marked as
+// priced, which the next must price again; and values are dropped, not
+// kept alive.
+func (s *costState) Reset() {
+	s.cost = 0
+	clear(s.vals)
+	clear(s.priced)
+	clear(s.args[:cap(s.args)])
+	s.args = s.args[:0]
+}
 
 // callPricing returns how a function is priced: before it runs from its
 // arguments when its work grows with them, else after it returns, as the
 // Kubernetes cost estimator prices it.
-func callPricing(fn string) (before func([]ref.Val) uint64, after func(string, string, []ref.Val, ref.Val) uint64) {
+func callPricing(fn string) (before beforePrice, after afterPrice) {
 	switch fn {
 	case "_&&_", "_||_", "_?_:_":
 		return nil, nil
@@ -260,7 +278,7 @@ func callPricing(fn string) (before func([]ref.Val) uint64, after func(string, s
 	return nil, kubernetesCallCost
 }
 
-func constantCost(string, string, []ref.Val, ref.Val) uint64 { return 1 }
+func constantCost(_, _ string, _ []ref.Val, _ ref.Val) uint64 { return 1 }
 
 var kubernetesEstimator = &library.CostEstimator{}
 
@@ -278,7 +296,7 @@ func kubernetesCallCost(fn, overload string, args []ref.Val, result ref.Val) uin
 	return 1
 }
 
-func priceBefore(fn string) func([]ref.Val) uint64 {
+func priceBefore(fn string) beforePrice {
 	price := pricedBefore[fn]
 	return func(args []ref.Val) uint64 {
 		for _, a := range args {
@@ -295,11 +313,11 @@ func priceBefore(fn string) func([]ref.Val) uint64 {
 // length in characters, and free to measure); one unit per
 // common.StringTraversalCostFactor bytes is what the Kubernetes estimator
 // charges for a traversal.
-var pricedBefore map[string]func(args []ref.Val) uint64
+var pricedBefore map[string]beforePrice
 
 func init() {
 	traversal := func(args []ref.Val) uint64 { return traversalUnits(strLen(args[0])) }
-	pricedBefore = map[string]func(args []ref.Val) uint64{
+	pricedBefore = map[string]beforePrice{
 		// charAt converts the whole string to runes.
 		"charAt": traversal,
 		// indexOf and lastIndexOf of a string convert both strings to runes
