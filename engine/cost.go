@@ -210,6 +210,13 @@ func (s *costState) SetValue(id int64, val ref.Val) {
 	cost := n.static
 	if n.call != 0 {
 		c := &s.plan.calls[n.call-1]
+		if c.before != nil && !s.priced[n.call] && !types.IsUnknownOrError(val) {
+			// It ran but its last argument was not observed (no argument
+			// is known to be hidden from the observer): priced late
+			// rather than never. (With an error, it may not have run: an
+			// argument before the last failed.)
+			cost = addSat(cost, max(c.before(s.argValues(c)), 1))
+		}
 		s.priced[n.call] = false
 		if c.after != nil {
 			if types.IsUnknownOrError(val) {
