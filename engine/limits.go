@@ -54,7 +54,8 @@ import (
 // limit for filters and scores was considered and not taken: the worst
 // case of any string function on a field without a declared length (a
 // resource quantity) is above 100,000, so an ordinary quantity() score
-// would be tracked (1.7 times slower) and warned about; the bound of a
+// would be tracked (about twice as slow: BenchmarkFilterLabelRuleTracked,
+// 465 ns against 235) and warned about; the bound of a
 // whole scheduling cycle is a deadline, not a smaller cost limit.
 const (
 	// PerExpressionCostLimit is the runtime cost limit of one evaluation of
