@@ -40,9 +40,10 @@ type CompileOptions struct {
 	// un-updatable (upgrade ratcheting, as ValidatingAdmissionPolicy does).
 	Previous *schedv1alpha1.SchedulingPolicy
 	// MaxErrors, when positive, stops compiling once that many errors are
-	// found, and ends the errors with one saying so, as the API server
-	// stops at a hundred: an admission webhook's denial stays small and
-	// quick. Zero compiles every expression.
+	// found, and ends the errors with one saying so (as cel-go stops
+	// listing an expression's issues at a hundred), so that an admission
+	// webhook's denial stays small and quick. Zero compiles every
+	// expression.
 	MaxErrors int
 }
 
