@@ -2,6 +2,9 @@ package controllers
 
 import (
 	"context"
+	"fmt"
+	"sync"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,12 +17,26 @@ import (
 // The webhook's configuration (config/webhook/manifests.yaml): failurePolicy
 // Fail, so no policy is stored unchecked while the manager is down (nothing
 // schedules with celsched then either); a timeout of 5 seconds, as compiling
-// a policy takes milliseconds.
+// a policy takes milliseconds (the largest, 64 rules of 5,120 characters of
+// errors each, about 0.3 s).
 // +kubebuilder:webhook:path=/validate-scheduling-celsched-io-v1alpha1-schedulingpolicy,mutating=false,failurePolicy=fail,sideEffects=None,groups=scheduling.celsched.io,resources=schedulingpolicies,verbs=create;update,versions=v1alpha1,name=vschedulingpolicy.celsched.io,admissionReviewVersions=v1,timeoutSeconds=5
 
-// ValidatePath is where the manager's webhook server validates
-// SchedulingPolicies (controller-runtime's path for the kind).
-const ValidatePath = "/validate-scheduling-celsched-io-v1alpha1-schedulingpolicy"
+// Defaults of PolicyValidator's limits.
+const (
+	// DefaultMaxConcurrentCompiles: the webhook runs in the scheduler's
+	// process, and compiles one policy at a time, so that it takes at most
+	// one CPU from the scheduler however many requests come.
+	DefaultMaxConcurrentCompiles = 1
+	// DefaultCompileTimeout is how long one request may wait and compile,
+	// under the webhook's timeout of 5 seconds, so that a slow request is
+	// denied with a reason rather than abandoned by the API server.
+	DefaultCompileTimeout = 4 * time.Second
+	// MaxDenialErrors is how many field errors a denial lists; the last
+	// says that there are more. With engine.MaxIssuesPerExpression,
+	// engine.MaxSnippetWidth and engine.MaxQuotedExpression this keeps a
+	// denial under about 12 KiB, however large the policy.
+	MaxDenialErrors = 10
+)
 
 // PolicyValidator is the validating admission webhook for SchedulingPolicy:
 // it compiles the policy with the scheduler's compiler and denies a create
@@ -30,8 +47,23 @@ const ValidatePath = "/validate-scheduling-celsched-io-v1alpha1-schedulingpolicy
 // object compile against the stored-expressions environment, so that a
 // policy valid under an older celsched stays updatable (upgrade ratcheting,
 // as ValidatingAdmissionPolicy does).
+//
+// It shares the scheduler's process, so it answers fast and small: at most
+// MaxConcurrentCompiles compiles run at once (a request waits for its turn
+// as long as its context allows), a compile stops when the request's
+// context is done or CompileTimeout has passed, and a denial lists at most
+// MaxDenialErrors errors, each of bounded length.
 type PolicyValidator struct {
 	Compiler *engine.Compiler
+	// MaxConcurrentCompiles bounds the compiles running at once;
+	// DefaultMaxConcurrentCompiles when zero.
+	MaxConcurrentCompiles int
+	// CompileTimeout bounds one request's wait and compile;
+	// DefaultCompileTimeout when zero.
+	CompileTimeout time.Duration
+
+	semOnce sync.Once
+	sem     chan struct{}
 }
 
 var _ admission.Validator[*schedv1alpha1.SchedulingPolicy] = &PolicyValidator{}
@@ -42,13 +74,13 @@ func (v *PolicyValidator) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // ValidateCreate implements admission.Validator.
-func (v *PolicyValidator) ValidateCreate(_ context.Context, p *schedv1alpha1.SchedulingPolicy) (admission.Warnings, error) {
-	return v.validate(p, nil)
+func (v *PolicyValidator) ValidateCreate(ctx context.Context, p *schedv1alpha1.SchedulingPolicy) (admission.Warnings, error) {
+	return v.validate(ctx, p, nil)
 }
 
 // ValidateUpdate implements admission.Validator.
-func (v *PolicyValidator) ValidateUpdate(_ context.Context, old, p *schedv1alpha1.SchedulingPolicy) (admission.Warnings, error) {
-	return v.validate(p, old)
+func (v *PolicyValidator) ValidateUpdate(ctx context.Context, old, p *schedv1alpha1.SchedulingPolicy) (admission.Warnings, error) {
+	return v.validate(ctx, p, old)
 }
 
 // ValidateDelete implements admission.Validator; deletes are not checked.
@@ -56,8 +88,19 @@ func (v *PolicyValidator) ValidateDelete(context.Context, *schedv1alpha1.Schedul
 	return nil, nil
 }
 
-func (v *PolicyValidator) validate(p, previous *schedv1alpha1.SchedulingPolicy) (admission.Warnings, error) {
-	compiled := v.Compiler.Compile(p, engine.CompileOptions{Previous: previous})
+func (v *PolicyValidator) validate(ctx context.Context, p, previous *schedv1alpha1.SchedulingPolicy) (admission.Warnings, error) {
+	timeout := v.CompileTimeout
+	if timeout <= 0 {
+		timeout = DefaultCompileTimeout
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("the webhook's compile timeout of %v passed", timeout))
+	defer cancel()
+	release, err := v.acquire(ctx)
+	if err != nil {
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("SchedulingPolicy %s was not compiled: %v", p.Name, err), 1)
+	}
+	compiled := v.Compiler.CompileContext(ctx, p, engine.CompileOptions{Previous: previous, MaxErrors: MaxDenialErrors})
+	release()
 	var warnings admission.Warnings
 	for _, w := range compiled.Warnings {
 		warnings = append(warnings, w.FieldRef+": "+w.Warning)
@@ -66,4 +109,25 @@ func (v *PolicyValidator) validate(p, previous *schedv1alpha1.SchedulingPolicy) 
 		return warnings, apierrors.NewInvalid(schedv1alpha1.GroupVersion.WithKind("SchedulingPolicy").GroupKind(), p.Name, compiled.Errors)
 	}
 	return warnings, nil
+}
+
+// acquire waits for a compile slot, as long as ctx allows; release gives
+// it back.
+func (v *PolicyValidator) acquire(ctx context.Context) (release func(), err error) {
+	v.semOnce.Do(func() {
+		n := v.MaxConcurrentCompiles
+		if n <= 0 {
+			n = DefaultMaxConcurrentCompiles
+		}
+		v.sem = make(chan struct{}, n)
+	})
+	if err := context.Cause(ctx); err != nil {
+		return nil, fmt.Errorf("the request is done: %w", err)
+	}
+	select {
+	case v.sem <- struct{}{}:
+		return func() { <-v.sem }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for another compile to end: %w", context.Cause(ctx))
+	}
 }

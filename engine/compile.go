@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common"
 	celast "github.com/google/cel-go/common/ast"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -35,6 +37,12 @@ type CompileOptions struct {
 	// environment, so that an upgrade never makes an existing policy
 	// un-updatable (upgrade ratcheting, as ValidatingAdmissionPolicy does).
 	Previous *schedv1alpha1.SchedulingPolicy
+	// MaxErrors, when positive, stops compiling once that many errors are
+	// found, and ends the errors with one saying so (as cel-go stops
+	// listing an expression's issues at a hundred), so that an admission
+	// webhook's denial stays small and quick. Zero compiles every
+	// expression.
+	MaxErrors int
 }
 
 // CompiledPolicy is a SchedulingPolicy compiled for evaluation. It is
@@ -161,6 +169,12 @@ type ScoreRuleInfo struct {
 // Compile compiles a policy. It never fails: compile errors are in the
 // result's Errors, and the result is inactive when there are any.
 func (c *Compiler) Compile(policy *schedv1alpha1.SchedulingPolicy, opts CompileOptions) *CompiledPolicy {
+	return c.CompileContext(context.Background(), policy, opts)
+}
+
+// CompileContext is Compile that stops when ctx is done: the expressions
+// not compiled yet are not, and the result ends with an error saying why.
+func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.SchedulingPolicy, opts CompileOptions) *CompiledPolicy {
 	spec := &policy.Spec
 	out := &CompiledPolicy{
 		Name:            policy.Name,
@@ -185,8 +199,16 @@ func (c *Compiler) Compile(policy *schedv1alpha1.SchedulingPolicy, opts CompileO
 		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"), err))
 		return out
 	}
-	cc := &policyCompiler{env: pe, out: out, stored: storedExpressions(opts), scalarVariables: map[string]bool{}}
+	cc := &policyCompiler{ctx: ctx, env: pe, out: out, stored: storedExpressions(opts), scalarVariables: map[string]bool{}, maxErrors: opts.MaxErrors}
 	cc.compile(spec)
+	switch {
+	case cc.cancelled != nil:
+		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"),
+			fmt.Errorf("compilation stopped before every expression was checked: %w", cc.cancelled)))
+	case cc.truncated:
+		out.Errors = append(out.Errors, field.Forbidden(field.NewPath("spec"),
+			fmt.Sprintf("too many errors: the first %d are listed, the other expressions were not checked", opts.MaxErrors)))
+	}
 	return out
 }
 
@@ -221,6 +243,7 @@ func storedExpressions(opts CompileOptions) func(string) bool {
 }
 
 type policyCompiler struct {
+	ctx    context.Context
 	env    *policyEnv
 	out    *CompiledPolicy
 	stored func(string) bool
@@ -229,6 +252,30 @@ type policyCompiler struct {
 	scalarVariables map[string]bool
 	// boundedTotal is the sum of the estimates of the bounded programs.
 	boundedTotal uint64
+	// maxErrors is CompileOptions.MaxErrors; truncated says that it was
+	// reached, cancelled that ctx was done, and with what cause; either
+	// skips every expression after.
+	maxErrors int
+	truncated bool
+	cancelled error
+}
+
+// stopped says whether the remaining expressions are skipped.
+func (pc *policyCompiler) stopped() bool {
+	if pc.cancelled != nil || pc.truncated {
+		return true
+	}
+	if pc.ctx != nil {
+		if err := context.Cause(pc.ctx); err != nil {
+			pc.cancelled = err
+			return true
+		}
+	}
+	if pc.maxErrors > 0 && len(pc.out.Errors) >= pc.maxErrors {
+		pc.truncated = true
+		return true
+	}
+	return false
 }
 
 // outputKind is what an expression must evaluate to.
@@ -362,6 +409,9 @@ type checked struct {
 // check parses and type-checks an expression, and checks its output type,
 // scope and estimated cost. It records the errors and returns nil on failure.
 func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, sc scope, scopeName string) *checked {
+	if pc.stopped() {
+		return nil
+	}
 	envType := environment.NewExpressions
 	if pc.stored(text) {
 		envType = environment.StoredExpressions
@@ -371,13 +421,13 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, err))
 		return nil
 	}
-	ast, issues := env.Compile(text)
-	if issues != nil && issues.Err() != nil {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, "compilation failed: "+issues.String()))
+	ast, issues := env.CompileSource(textSource{common.NewTextSource(text)})
+	if len(issues.Errors()) > 0 {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "compilation failed: "+issuesText(issues, text)))
 		return nil
 	}
 	if !outputMatches(ast.OutputType(), want) {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text,
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text),
 			fmt.Sprintf("must evaluate to %s, but evaluates to %s", want, ast.OutputType())))
 		return nil
 	}
@@ -388,7 +438,7 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 	}
 	if sc == podScope {
 		if r := refs.firstNodeScoped(); r != nil {
-			pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, fmt.Sprintf(
+			pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), fmt.Sprintf(
 				"%s at %s is not available in %s, which are evaluated before any node is considered: use pod, namespaceObject and variables that read only those",
 				r.what, position(ast, r.id), scopeName)))
 			return nil
@@ -435,15 +485,15 @@ func (pc *policyCompiler) program(path *field.Path, text string, c *checked) pro
 	// budget; so that this never rejects an evaluation that is cheap in
 	// fact, at most half the budget goes to bounded programs, and the rest
 	// are tracked and charged what they actually cost.
-	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable &&
+	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
 		pc.boundedTotal+c.estimate <= PolicyEvaluationCostBudget/2 {
 		pc.boundedTotal += c.estimate
 		prg, err = newBoundedProgram(c.env, c.ast, c.estimate)
 	} else {
-		prg, err = newTrackedProgram(c.env, c.ast)
+		prg, err = newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
 	}
 	if err != nil {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, text, "program construction failed: "+err.Error()))
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "program construction failed: "+err.Error()))
 		return nil
 	}
 	return prg
@@ -499,6 +549,11 @@ type references struct {
 	// declared, so such expressions are tracked at runtime.
 	nodeInfoPods      bool
 	unboundedVariable bool
+	// unboundedCall: calls a function whose result the compile-time
+	// estimate cannot bound (flatten: its lists may be the same long list
+	// many times over), so the expression is tracked, and the call priced
+	// by its actual result before it runs.
+	unboundedCall bool
 }
 
 type reference struct {
@@ -524,6 +579,10 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	refs := &references{}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
+		case celast.CallKind:
+			if e.AsCall().FunctionName() == "flatten" {
+				refs.unboundedCall = true
+			}
 		case celast.IdentKind:
 			switch e.AsIdent() {
 			case NodeVar:

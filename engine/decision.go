@@ -176,7 +176,7 @@ func podVisible(err error) bool {
 			return true
 		}
 	}
-	return errors.Is(err, ErrCostBudgetExceeded) || errors.Is(err, ErrTimeBudgetExceeded)
+	return errors.Is(err, ErrCostBudgetExceeded) || errors.Is(err, ErrCostLimitExceeded) || errors.Is(err, ErrTimeBudgetExceeded)
 }
 
 // RuleLabel names the decision's rule as metrics, events and status.audit

@@ -370,6 +370,10 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 		return nil, fmt.Errorf("%w of %d", ErrCostBudgetExceeded, PolicyEvaluationCostBudget)
 	}
 	if types.IsError(val) {
+		if ev.ctx.Err() != nil {
+			// cel-go stops a comprehension with "operation interrupted".
+			return nil, fmt.Errorf("evaluation cancelled: %w", context.Cause(ev.ctx))
+		}
 		if err, ok := val.Value().(error); ok {
 			return nil, err
 		}

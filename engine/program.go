@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -22,34 +23,66 @@ type program interface {
 // two checks of the context's cancellation.
 const interruptCheckFrequency = 100
 
-// trackedProgram is a program built by the Kubernetes environment as-is: it
-// tracks its cost at runtime and stops at PerExpressionCostLimit (the base
-// environment's per-call limit).
+// trackedProgram is a program that tracks its cost at runtime and stops
+// when it exceeds its limit (see cost.go for why this is not cel-go's cost
+// tracker). It is planned as boundedProgram is, plus cel-go's EvalState
+// observer, which reports every evaluation step to a costState.
 type trackedProgram struct {
-	prg cel.Program
+	interpretable *interpreter.ObservableInterpretable
+	plan          *costPlan
+	limit         uint64
+	// states are reused across evaluations: a state is a few slices the
+	// size of the expression.
+	states sync.Pool
 }
 
-func newTrackedProgram(env *cel.Env, ast *cel.Ast) (*trackedProgram, error) {
-	prg, err := env.Program(ast, cel.InterruptCheckFrequency(interruptCheckFrequency))
+func newTrackedProgram(env *cel.Env, ast *cel.Ast, limit uint64) (*trackedProgram, error) {
+	p := &trackedProgram{plan: newCostPlan(ast), limit: limit}
+	interpretable, err := planProgram(env, ast, interpreter.EvalStateObserver(interpreter.EvalStateFactory(func() interpreter.EvalState {
+		if s, ok := p.states.Get().(*costState); ok {
+			return s
+		}
+		return newCostState(p.plan, p.limit)
+	})))
 	if err != nil {
 		return nil, err
 	}
-	return &trackedProgram{prg: prg}, nil
+	observable, ok := interpretable.(*interpreter.ObservableInterpretable)
+	if !ok {
+		return nil, fmt.Errorf("cel-go planned an unobserved program (%T)", interpretable)
+	}
+	p.interpretable = observable
+	return p, nil
 }
 
-func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) (ref.Val, uint64, error) {
-	val, details, err := p.prg.ContextEval(ctx, vars)
-	var cost uint64
-	if details != nil && details.ActualCost() != nil {
-		cost = *details.ActualCost()
+func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
+	if err := context.Cause(ctx); err != nil {
+		return nil, 0, fmt.Errorf("evaluation cancelled: %w", err)
 	}
-	if err != nil {
-		if ctxErr := context.Cause(ctx); ctxErr != nil {
-			return nil, cost, fmt.Errorf("evaluation cancelled: %w", ctxErr)
+	var state *costState
+	defer func() {
+		if state != nil {
+			cost = state.cost
+			state.Reset()
+			p.states.Put(state)
 		}
-		return nil, cost, err
-	}
-	return val, cost, nil
+		if r := recover(); r != nil {
+			val = nil
+			if c, ok := r.(interpreter.EvalCancelledError); ok && c.Cause == interpreter.CostLimitExceeded {
+				// What ran is charged, not the call refused at the limit.
+				cost = min(cost, p.limit)
+				err = fmt.Errorf("%w: the expression's cost passed its limit of %d", ErrCostLimitExceeded, p.limit)
+				return
+			}
+			err = recovered(ctx, r)
+		}
+	}()
+	val = p.interpretable.ObserveEval(interruptible(ctx, vars), func(observed any) {
+		if s, ok := observed.(*costState); ok {
+			state = s
+		}
+	})
+	return val, 0, nil
 }
 
 // boundedProgram is a program whose worst-case cost, estimated at compile
@@ -73,6 +106,18 @@ type boundedProgram struct {
 }
 
 func newBoundedProgram(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*boundedProgram, error) {
+	interpretable, err := planProgram(env, ast)
+	if err != nil {
+		return nil, err
+	}
+	return &boundedProgram{interpretable: interpretable, cost: estimatedMax}, nil
+}
+
+// planProgram plans a checked AST with cel-go's interpreter, the way cel-go's
+// own newProgram does, with the same function bindings, type provider,
+// adapter, constant folding and regex precompilation, the optional
+// library's short-circuiting or/orValue, and the given extra options.
+func planProgram(env *cel.Env, ast *cel.Ast, extra ...interpreter.PlannerOption) (interpreter.Interpretable, error) {
 	dispatcher := interpreter.NewDispatcher()
 	for _, fn := range env.Functions() {
 		bindings, err := fn.Bindings()
@@ -85,7 +130,7 @@ func newBoundedProgram(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*bounde
 	}
 	attrs := interpreter.NewAttributeFactory(env.Container, env.CELTypeAdapter(), env.CELTypeProvider())
 	interp := interpreter.NewInterpreter(dispatcher, env.Container, env.CELTypeProvider(), env.CELTypeAdapter(), attrs)
-	interpretable, err := interp.NewInterpretable(ast.NativeRep(),
+	opts := append([]interpreter.PlannerOption{
 		interpreter.CustomDecorator(optionalOrDecorator),
 		interpreter.InterruptableEval(),
 		interpreter.Optimize(),
@@ -94,11 +139,8 @@ func newBoundedProgram(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*bounde
 			library.FindRegexOptimization,
 			library.FindAllRegexOptimization,
 		),
-	)
-	if err != nil {
-		return nil, err
-	}
-	return &boundedProgram{interpretable: interpretable, cost: estimatedMax}, nil
+	}, extra...)
+	return interp.NewInterpretable(ast.NativeRep(), opts...)
 }
 
 func (p *boundedProgram) eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
@@ -109,19 +151,29 @@ func (p *boundedProgram) eval(ctx context.Context, vars interpreter.Activation) 
 	// library functions may panic on bad input; neither may crash the caller.
 	defer func() {
 		if r := recover(); r != nil {
-			if _, ok := r.(interpreter.EvalCancelledError); ok {
-				err = fmt.Errorf("evaluation cancelled: %w", context.Cause(ctx))
-				return
-			}
-			err = fmt.Errorf("internal error: %v", r)
+			val = nil
+			err = recovered(ctx, r)
 		}
 	}()
-	act := vars
-	if done := ctx.Done(); done != nil {
-		act = &interruptActivation{parent: vars, done: done}
-	}
-	val = p.interpretable.Eval(act)
+	val = p.interpretable.Eval(interruptible(ctx, vars))
 	return val, p.cost, nil
+}
+
+// interruptible returns the activation of an evaluation under ctx.
+func interruptible(ctx context.Context, vars interpreter.Activation) interpreter.Activation {
+	if done := ctx.Done(); done != nil {
+		return &interruptActivation{parent: vars, done: done}
+	}
+	return vars
+}
+
+// recovered is the error of an evaluation that panicked: cancelled, or a
+// library function that panicked on bad input.
+func recovered(ctx context.Context, r any) error {
+	if _, ok := r.(interpreter.EvalCancelledError); ok {
+		return fmt.Errorf("evaluation cancelled: %w", context.Cause(ctx))
+	}
+	return fmt.Errorf("internal error: %v", r)
 }
 
 // interruptActivation answers the interpreter's "#interrupted" question from
