@@ -88,8 +88,9 @@ func selects(spec *schedv1alpha1.SchedulingPolicySpec, pod *corev1.Pod, ns *core
 	return len(errs) > 0 || sel.Select(pod, ns)
 }
 
-// NamespaceHint requeues a pod when the labels of its namespace change; it
-// records the new version so that the retry sees the new labels.
+// NamespaceHint requeues a pod when the labels of its namespace change. It
+// only reads: the PolicyFeed gave the new version to ObserveNamespace before
+// the hint runs, so the retry sees the new labels.
 func (rt *Runtime) NamespaceHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldNs, err := convert[corev1.Namespace](oldObj)
 	if err != nil {
@@ -105,7 +106,6 @@ func (rt *Runtime) NamespaceHint(logger klog.Logger, pod *corev1.Pod, oldObj, ne
 	if oldNs != nil && maps.Equal(oldNs.Labels, newNs.Labels) {
 		return fwk.QueueSkip, nil
 	}
-	rt.namespaces.observe(newNs)
 	logger.V(5).Info("Namespace labels changed, requeueing the pod", "pod", klog.KObj(pod))
 	return fwk.Queue, nil
 }

@@ -145,14 +145,19 @@ func TestNamespaceHint(t *testing.T) {
 		})
 	}
 
-	// The retry reads the labels the hint saw, although the lister lags.
+	// The hint only reads; the retry reads the labels the feed observed
+	// before the hint ran (PolicyFeed.Namespace), although the lister lags.
 	rt, _ := newTestRuntime(t, old)
 	if _, err := rt.NamespaceHint(klog.Background(), pod("ml", "p", nil), old, approved); err != nil {
 		t.Fatal(err)
 	}
+	if ns, err := rt.namespaces.get("ml"); err != nil || ns.ResourceVersion != "10" {
+		t.Errorf("namespace after the hint: %+v, %v; want the lister's version: the hint must not write", ns, err)
+	}
+	rt.ObserveNamespace(approved)
 	ns, err := rt.namespaces.get("ml")
 	if err != nil || ns.Labels["gpu-approved"] != "true" {
-		t.Errorf("namespace after the hint: %+v, %v; want the approved version", ns, err)
+		t.Errorf("namespace after the feed observed the update: %+v, %v; want the approved version", ns, err)
 	}
 }
 

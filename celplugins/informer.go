@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -19,6 +20,10 @@ import (
 // PolicyGVR is the resource of SchedulingPolicy, as the scheduler's dynamic
 // informer watches it (SchedulingPolicyResource).
 var PolicyGVR = schedv1alpha1.GroupVersion.WithResource("schedulingpolicies")
+
+// NamespaceGVR is the resource of Namespace, as the scheduler's dynamic
+// informer watches it (NamespaceResource).
+var NamespaceGVR = corev1.SchemeGroupVersion.WithResource("namespaces")
 
 // PolicyFeed is the one writer of a Registry: it applies the events of the
 // scheduler's own SchedulingPolicy informer, in the order the informer
@@ -36,7 +41,13 @@ type PolicyFeed struct {
 	// Compiled, when set, is told the name of each policy the feed
 	// compiled or removed (e.g. to write its status). It must not block.
 	Compiled func(name string)
-	Logger   klog.Logger
+	// Namespace, when set, is given each Namespace version the scheduler's
+	// dynamic namespace informer delivers, before its queueing hints run
+	// (Runtime.ObserveNamespace: a pod requeued because its namespace's
+	// labels changed is evaluated with the new labels, even when the typed
+	// namespace lister has not caught up).
+	Namespace func(*corev1.Namespace)
+	Logger    klog.Logger
 
 	attached atomic.Bool
 }
@@ -52,8 +63,9 @@ func (f *PolicyFeed) Handler() cache.ResourceEventHandler {
 	return f.wrap(cache.ResourceEventHandlerDetailedFuncs{})
 }
 
-// WrapInformers returns factory with the SchedulingPolicy informer's event
-// handlers wrapped so that the feed sees each event before them.
+// WrapInformers returns factory with the SchedulingPolicy (and Namespace)
+// informers' event handlers wrapped so that the feed sees each event before
+// them.
 func (f *PolicyFeed) WrapInformers(factory dynamicinformer.DynamicSharedInformerFactory) dynamicinformer.DynamicSharedInformerFactory {
 	return &feedFactory{DynamicSharedInformerFactory: factory, feed: f}
 }
@@ -127,37 +139,66 @@ type feedFactory struct {
 
 func (f *feedFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
 	inf := f.DynamicSharedInformerFactory.ForResource(gvr)
-	if gvr != PolicyGVR {
+	switch {
+	case gvr == PolicyGVR:
+		return &feedGenericInformer{GenericInformer: inf, wrap: f.feed.wrap, attached: &f.feed.attached}
+	case gvr == NamespaceGVR && f.feed.Namespace != nil:
+		return &feedGenericInformer{GenericInformer: inf, wrap: f.feed.wrapNamespaces, attached: &atomic.Bool{}}
+	default:
 		return inf
 	}
-	return &feedGenericInformer{GenericInformer: inf, feed: f.feed}
 }
 
 type feedGenericInformer struct {
 	informers.GenericInformer
-	feed *PolicyFeed
+	wrap     func(cache.ResourceEventHandler) cache.ResourceEventHandler
+	attached *atomic.Bool
 }
 
 func (g *feedGenericInformer) Informer() cache.SharedIndexInformer {
-	return &feedInformer{SharedIndexInformer: g.GenericInformer.Informer(), feed: g.feed}
+	return &feedInformer{SharedIndexInformer: g.GenericInformer.Informer(), wrap: g.wrap, attached: g.attached}
 }
 
 type feedInformer struct {
 	cache.SharedIndexInformer
-	feed *PolicyFeed
+	wrap     func(cache.ResourceEventHandler) cache.ResourceEventHandler
+	attached *atomic.Bool
 }
 
 func (i *feedInformer) AddEventHandler(h cache.ResourceEventHandler) (cache.ResourceEventHandlerRegistration, error) {
-	i.feed.attached.Store(true)
-	return i.SharedIndexInformer.AddEventHandler(i.feed.wrap(h))
+	i.attached.Store(true)
+	return i.SharedIndexInformer.AddEventHandler(i.wrap(h))
 }
 
 func (i *feedInformer) AddEventHandlerWithResyncPeriod(h cache.ResourceEventHandler, resync time.Duration) (cache.ResourceEventHandlerRegistration, error) {
-	i.feed.attached.Store(true)
-	return i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(i.feed.wrap(h), resync)
+	i.attached.Store(true)
+	return i.SharedIndexInformer.AddEventHandlerWithResyncPeriod(i.wrap(h), resync)
 }
 
 func (i *feedInformer) AddEventHandlerWithOptions(h cache.ResourceEventHandler, opts cache.HandlerOptions) (cache.ResourceEventHandlerRegistration, error) {
-	i.feed.attached.Store(true)
-	return i.SharedIndexInformer.AddEventHandlerWithOptions(i.feed.wrap(h), opts)
+	i.attached.Store(true)
+	return i.SharedIndexInformer.AddEventHandlerWithOptions(i.wrap(h), opts)
+}
+
+// wrapNamespaces returns h preceded by giving the namespace to Namespace.
+func (f *PolicyFeed) wrapNamespaces(h cache.ResourceEventHandler) cache.ResourceEventHandler {
+	observe := func(obj any) {
+		ns, err := convert[corev1.Namespace](obj)
+		if err != nil || ns == nil {
+			f.Logger.Error(err, "Reading a Namespace event", "object", fmt.Sprintf("%T", obj))
+			return
+		}
+		f.Namespace(ns)
+	}
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			observe(obj)
+			h.OnAdd(obj, initial)
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			observe(newObj)
+			h.OnUpdate(oldObj, newObj)
+		},
+		DeleteFunc: h.OnDelete,
+	}
 }

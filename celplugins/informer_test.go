@@ -2,6 +2,7 @@ package celplugins
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -149,5 +151,51 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestNamespaceFeed: a handler added to the wrapped Namespace informer (the
+// scheduler's, which runs the namespace queueing hint) runs after the feed
+// has given the new version to Runtime.ObserveNamespace.
+func TestNamespaceFeed(t *testing.T) {
+	var mu sync.Mutex
+	var observed []string
+	feed := &PolicyFeed{Logger: klog.Background(), Namespace: func(ns *corev1.Namespace) {
+		mu.Lock()
+		defer mu.Unlock()
+		observed = append(observed, ns.Name+"@"+ns.Labels["team"])
+	}}
+	ns := &corev1.Namespace{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}, ObjectMeta: metav1.ObjectMeta{Name: "ml", Labels: map[string]string{"team": "a"}}}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{NamespaceGVR: "NamespaceList"}, unstructuredOf(t, ns))
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 0)
+	var seenByHandler []string
+	record := func(obj any) {
+		mu.Lock()
+		defer mu.Unlock()
+		seenByHandler = append(seenByHandler, fmt.Sprintf("%s after %v", obj.(metav1.Object).GetName(), slices.Clone(observed)))
+	}
+	reg, err := feed.WrapInformers(factory).ForResource(NamespaceGVR).Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    record,
+		UpdateFunc: func(_, obj any) { record(obj) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		t.Fatal("the handler did not sync")
+	}
+	ns.Labels["team"] = "b"
+	if _, err := client.Resource(NamespaceGVR).Update(ctx, unstructuredOf(t, ns), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(seenByHandler) == 2 })
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]string{"ml after [ml@a]", "ml after [ml@a ml@b]"}, seenByHandler); diff != "" {
+		t.Errorf("what the handler ran after (-want +got):\n%s", diff)
 	}
 }

@@ -192,6 +192,15 @@ func (n *namespaces) get(name string) (*corev1.Namespace, error) {
 	return seen, nil
 }
 
+// ObserveNamespace records a namespace version the scheduler's dynamic
+// informer delivered, for pods evaluated before the typed lister has it
+// (PolicyFeed.Namespace).
+func (rt *Runtime) ObserveNamespace(ns *corev1.Namespace) {
+	if rt.namespaces != nil {
+		rt.namespaces.observe(ns)
+	}
+}
+
 // observe records a namespace version seen in an event.
 func (n *namespaces) observe(ns *corev1.Namespace) {
 	n.mu.Lock()

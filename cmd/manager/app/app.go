@@ -226,9 +226,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	rt.Notify = notify
 	feed := &celplugins.PolicyFeed{
-		Registry: registry,
-		Logger:   klog.FromContext(ctx).WithName("policy-feed"),
-		Compiled: notify,
+		Registry:  registry,
+		Logger:    klog.FromContext(ctx).WithName("policy-feed"),
+		Compiled:  notify,
+		Namespace: rt.ObserveNamespace,
 	}
 	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow, Errors: rt.Errors}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
