@@ -79,6 +79,11 @@ type CompiledPolicy struct {
 type expr struct {
 	path *field.Path // e.g. spec.filters[2].expression
 	prg  program
+	// nodeOnly: the expression reads nothing but node and constants,
+	// directly or through variables, so its result is a function of the
+	// node's version: evaluated once per node version and policy version,
+	// and looked up for every other pod (see evaluation.eval).
+	nodeOnly bool
 }
 
 type variable struct {
@@ -87,6 +92,8 @@ type variable struct {
 	// nodeScoped is true when the variable reads node or nodeInfo, directly
 	// or through another variable.
 	nodeScoped bool
+	// reads is what the variable reads, directly or through others.
+	reads inputs
 }
 
 // boolRule is a match condition, a preEnqueue rule or a filter.
@@ -335,7 +342,8 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg}, nodeScoped: c.refs.nodeScoped()})
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()},
+			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
 	}
 
 	// Conditions may read variables, so they compile after them.
@@ -395,7 +403,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	return &expr{path: path, prg: prg}
+	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()}
 }
 
 // checked is a type-checked expression.
@@ -537,9 +545,22 @@ func outputMatches(t *cel.Type, want outputKind) bool {
 	}
 }
 
-// references are what an expression reads that matters for scoping and
-// tracking.
+// inputs are the activation's variables an expression reads.
+type inputs uint8
+
+const (
+	readsPod inputs = 1 << iota
+	readsNamespace
+	readsNode
+	readsNodeInfo
+	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo
+)
+
+// references are what an expression reads that matters for scoping,
+// tracking and caching.
 type references struct {
+	// reads is what the expression reads, directly or through variables.
+	reads inputs
 	node, nodeInfo *reference
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.
@@ -561,6 +582,9 @@ type reference struct {
 	what string
 }
 
+// nodeOnly says whether the expression reads nothing but node.
+func (r *references) nodeOnly() bool { return r.reads&^readsNode == 0 }
+
 func (r *references) nodeScoped() bool {
 	return r.node != nil || r.nodeInfo != nil || r.nodeVariable != nil
 }
@@ -577,6 +601,8 @@ func (r *references) firstNodeScoped() *reference {
 
 func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	refs := &references{}
+	// A bare `variables` (not variables.<name>) may read any variable.
+	variablesIdents, variablesSelects := 0, 0
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
 		case celast.CallKind:
@@ -584,12 +610,24 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 				refs.unboundedCall = true
 			}
 		case celast.IdentKind:
+			// A comprehension variable of the same name counts as the
+			// input: conservative, it only makes less cacheable.
+			switch e.AsIdent() {
+			case PodVar:
+				refs.reads |= readsPod
+			case NamespaceVar:
+				refs.reads |= readsNamespace
+			case VariablesVar:
+				variablesIdents++
+			}
 			switch e.AsIdent() {
 			case NodeVar:
+				refs.reads |= readsNode
 				if refs.node == nil {
 					refs.node = &reference{id: e.ID(), what: "node"}
 				}
 			case NodeInfoVar:
+				refs.reads |= readsNodeInfo
 				if refs.nodeInfo == nil {
 					refs.nodeInfo = &reference{id: e.ID(), what: "nodeInfo"}
 				}
@@ -602,6 +640,12 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 			}
 			switch op.AsIdent() {
 			case VariablesVar:
+				variablesSelects++
+				if i, ok := pc.out.variableIndex[sel.FieldName()]; ok {
+					refs.reads |= pc.out.variables[i].reads
+				} else {
+					refs.reads |= readsAll // a variable that did not compile
+				}
 				if !pc.scalarVariables[sel.FieldName()] {
 					refs.unboundedVariable = true
 				}
@@ -618,5 +662,10 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 			}
 		}
 	}))
+	if variablesIdents > variablesSelects {
+		for _, v := range pc.out.variables {
+			refs.reads |= v.reads
+		}
+	}
 	return refs
 }
