@@ -560,7 +560,7 @@ const (
 // tracking and caching.
 type references struct {
 	// reads is what the expression reads, directly or through variables.
-	reads inputs
+	reads          inputs
 	node, nodeInfo *reference
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.

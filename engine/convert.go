@@ -25,7 +25,7 @@ const DefaultMaxCachedNodes = 15000
 // are bounded, and ForgetNode drops a node that is gone. It is safe for
 // concurrent use.
 type Converter struct {
-	env        *Environment
+	env *Environment
 	// nodes holds a *nodeEntry per node name: read for every pod and node,
 	// without a lock.
 	nodes      sync.Map
