@@ -73,6 +73,9 @@ type CompiledPolicy struct {
 	filters       []*boolRule
 	scores        []*scoreRule
 	usesNodeInfo  bool
+	// signs is what the filters, scores and variables read of the pod, for
+	// its batching signature (Signature).
+	signs podReads
 }
 
 // expr is one compiled expression.
@@ -444,6 +447,9 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 	if refs.nodeInfo != nil {
 		pc.out.usesNodeInfo = true
 	}
+	if sc == nodeScope {
+		pc.out.signs.add(refs)
+	}
 	if sc == podScope {
 		if r := refs.firstNodeScoped(); r != nil {
 			pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), fmt.Sprintf(
@@ -560,7 +566,12 @@ const (
 // tracking and caching.
 type references struct {
 	// reads is what the expression reads, directly or through variables.
-	reads          inputs
+	reads inputs
+	// podFields are the fields of pod it reads: "spec", "metadata.labels",
+	// ...; podWhole is set when it reads pod or pod.metadata as a whole
+	// (or something this cannot follow).
+	podFields map[string]bool
+	podWhole  bool
 	node, nodeInfo *reference
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.
@@ -601,8 +612,11 @@ func (r *references) firstNodeScoped() *reference {
 
 func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	refs := &references{}
-	// A bare `variables` (not variables.<name>) may read any variable.
+	// A bare `variables` (not variables.<name>) may read any variable;
+	// likewise a bare `pod` or `pod.metadata`.
 	variablesIdents, variablesSelects := 0, 0
+	podIdents, podSelects, metadataSelects, metadataFieldSelects := 0, 0, 0, 0
+	refs.podFields = map[string]bool{}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
 		case celast.CallKind:
@@ -615,6 +629,7 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 			switch e.AsIdent() {
 			case PodVar:
 				refs.reads |= readsPod
+				podIdents++
 			case NamespaceVar:
 				refs.reads |= readsNamespace
 			case VariablesVar:
@@ -635,8 +650,21 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 		case celast.SelectKind:
 			sel := e.AsSelect()
 			op := sel.Operand()
+			if op.Kind() == celast.SelectKind && op.AsSelect().FieldName() == "metadata" &&
+				op.AsSelect().Operand().Kind() == celast.IdentKind && op.AsSelect().Operand().AsIdent() == PodVar {
+				metadataFieldSelects++
+				refs.podFields["metadata."+sel.FieldName()] = true
+			}
 			if op.Kind() != celast.IdentKind {
 				return
+			}
+			if op.AsIdent() == PodVar {
+				podSelects++
+				if sel.FieldName() == "metadata" {
+					metadataSelects++
+				} else {
+					refs.podFields[sel.FieldName()] = true
+				}
 			}
 			switch op.AsIdent() {
 			case VariablesVar:
@@ -667,5 +695,6 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 			refs.reads |= v.reads
 		}
 	}
+	refs.podWhole = podIdents > podSelects || metadataSelects > metadataFieldSelects
 	return refs
 }
