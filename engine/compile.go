@@ -570,8 +570,8 @@ type references struct {
 	// podFields are the fields of pod it reads: "spec", "metadata.labels",
 	// ...; podWhole is set when it reads pod or pod.metadata as a whole
 	// (or something this cannot follow).
-	podFields map[string]bool
-	podWhole  bool
+	podFields      map[string]bool
+	podWhole       bool
 	node, nodeInfo *reference
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.
