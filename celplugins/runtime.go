@@ -55,6 +55,7 @@ type Runtime struct {
 	Notify func(name string)
 
 	counters   metrics.Counters
+	lastSigned lastSigned
 	once       sync.Once
 	namespaces *namespaces
 }

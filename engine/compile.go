@@ -73,12 +73,20 @@ type CompiledPolicy struct {
 	filters       []*boolRule
 	scores        []*scoreRule
 	usesNodeInfo  bool
+	// signs is what the filters, scores and variables read of the pod, for
+	// its batching signature (Signature).
+	signs podReads
 }
 
 // expr is one compiled expression.
 type expr struct {
 	path *field.Path // e.g. spec.filters[2].expression
 	prg  program
+	// nodeOnly: the expression reads nothing but node and constants,
+	// directly or through variables, so its result is a function of the
+	// node's version: evaluated once per node version and policy version,
+	// and looked up for every other pod (see evaluation.eval).
+	nodeOnly bool
 }
 
 type variable struct {
@@ -87,6 +95,8 @@ type variable struct {
 	// nodeScoped is true when the variable reads node or nodeInfo, directly
 	// or through another variable.
 	nodeScoped bool
+	// reads is what the variable reads, directly or through others.
+	reads inputs
 }
 
 // boolRule is a match condition, a preEnqueue rule or a filter.
@@ -335,7 +345,8 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg}, nodeScoped: c.refs.nodeScoped()})
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()},
+			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
 	}
 
 	// Conditions may read variables, so they compile after them.
@@ -395,7 +406,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	return &expr{path: path, prg: prg}
+	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()}
 }
 
 // checked is a type-checked expression.
@@ -435,6 +446,9 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 	refs := pc.references(ast)
 	if refs.nodeInfo != nil {
 		pc.out.usesNodeInfo = true
+	}
+	if sc == nodeScope {
+		pc.out.signs.add(refs)
 	}
 	if sc == podScope {
 		if r := refs.firstNodeScoped(); r != nil {
@@ -537,9 +551,27 @@ func outputMatches(t *cel.Type, want outputKind) bool {
 	}
 }
 
-// references are what an expression reads that matters for scoping and
-// tracking.
+// inputs are the activation's variables an expression reads.
+type inputs uint8
+
+const (
+	readsPod inputs = 1 << iota
+	readsNamespace
+	readsNode
+	readsNodeInfo
+	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo
+)
+
+// references are what an expression reads that matters for scoping,
+// tracking and caching.
 type references struct {
+	// reads is what the expression reads, directly or through variables.
+	reads inputs
+	// podFields are the fields of pod it reads: "spec", "metadata.labels",
+	// ...; podWhole is set when it reads pod or pod.metadata as a whole
+	// (or something this cannot follow).
+	podFields      map[string]bool
+	podWhole       bool
 	node, nodeInfo *reference
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.
@@ -561,6 +593,9 @@ type reference struct {
 	what string
 }
 
+// nodeOnly says whether the expression reads nothing but node.
+func (r *references) nodeOnly() bool { return r.reads&^readsNode == 0 }
+
 func (r *references) nodeScoped() bool {
 	return r.node != nil || r.nodeInfo != nil || r.nodeVariable != nil
 }
@@ -577,6 +612,11 @@ func (r *references) firstNodeScoped() *reference {
 
 func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	refs := &references{}
+	// A bare `variables` (not variables.<name>) may read any variable;
+	// likewise a bare `pod` or `pod.metadata`.
+	variablesIdents, variablesSelects := 0, 0
+	podIdents, podSelects, metadataSelects, metadataFieldSelects := 0, 0, 0, 0
+	refs.podFields = map[string]bool{}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
 		case celast.CallKind:
@@ -584,12 +624,25 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 				refs.unboundedCall = true
 			}
 		case celast.IdentKind:
+			// A comprehension variable of the same name counts as the
+			// input: conservative, it only makes less cacheable.
+			switch e.AsIdent() {
+			case PodVar:
+				refs.reads |= readsPod
+				podIdents++
+			case NamespaceVar:
+				refs.reads |= readsNamespace
+			case VariablesVar:
+				variablesIdents++
+			}
 			switch e.AsIdent() {
 			case NodeVar:
+				refs.reads |= readsNode
 				if refs.node == nil {
 					refs.node = &reference{id: e.ID(), what: "node"}
 				}
 			case NodeInfoVar:
+				refs.reads |= readsNodeInfo
 				if refs.nodeInfo == nil {
 					refs.nodeInfo = &reference{id: e.ID(), what: "nodeInfo"}
 				}
@@ -597,11 +650,30 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 		case celast.SelectKind:
 			sel := e.AsSelect()
 			op := sel.Operand()
+			if op.Kind() == celast.SelectKind && op.AsSelect().FieldName() == "metadata" &&
+				op.AsSelect().Operand().Kind() == celast.IdentKind && op.AsSelect().Operand().AsIdent() == PodVar {
+				metadataFieldSelects++
+				refs.podFields["metadata."+sel.FieldName()] = true
+			}
 			if op.Kind() != celast.IdentKind {
 				return
 			}
+			if op.AsIdent() == PodVar {
+				podSelects++
+				if sel.FieldName() == "metadata" {
+					metadataSelects++
+				} else {
+					refs.podFields[sel.FieldName()] = true
+				}
+			}
 			switch op.AsIdent() {
 			case VariablesVar:
+				variablesSelects++
+				if i, ok := pc.out.variableIndex[sel.FieldName()]; ok {
+					refs.reads |= pc.out.variables[i].reads
+				} else {
+					refs.reads |= readsAll // a variable that did not compile
+				}
 				if !pc.scalarVariables[sel.FieldName()] {
 					refs.unboundedVariable = true
 				}
@@ -618,5 +690,11 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 			}
 		}
 	}))
+	if variablesIdents > variablesSelects {
+		for _, v := range pc.out.variables {
+			refs.reads |= v.reads
+		}
+	}
+	refs.podWhole = podIdents > podSelects || metadataSelects > metadataFieldSelects
 	return refs
 }

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -23,8 +25,12 @@ const DefaultMaxCachedNodes = 15000
 // are bounded, and ForgetNode drops a node that is gone. It is safe for
 // concurrent use.
 type Converter struct {
-	env        *Environment
-	nodes      *lru.Cache
+	env *Environment
+	// nodes holds a *nodeEntry per node name: read for every pod and node,
+	// without a lock.
+	nodes      sync.Map
+	nodeCount  atomic.Int64
+	maxNodes   int64
 	namespaces *lru.Cache
 }
 
@@ -34,7 +40,7 @@ func NewConverter(env *Environment, maxCached int) *Converter {
 	if maxCached <= 0 {
 		maxCached = DefaultMaxCachedNodes
 	}
-	return &Converter{env: env, nodes: lru.New(maxCached), namespaces: lru.New(maxCached)}
+	return &Converter{env: env, maxNodes: int64(maxCached), namespaces: lru.New(maxCached)}
 }
 
 // cachedValue is an object's CEL value for one version of the object.
@@ -61,6 +67,10 @@ type NodeInput struct {
 	Node *corev1.Node
 
 	node ref.Val
+	// memo holds the results of node-only expressions on this node
+	// version, keyed by *expr; nil when the node is not cached (it has no
+	// resourceVersion).
+	memo *sync.Map
 	// info builds nodeInfo on first use; nil when the caller has none.
 	info     func() *NodeInfo
 	nodeInfo ref.Val
@@ -92,25 +102,65 @@ func (c *Converter) Pod(pod *corev1.Pod, ns *corev1.Namespace) (*PodInput, error
 // the scheduler's view of the node; it is called at most once, and only when
 // a policy reads nodeInfo.
 func (c *Converter) Node(node *corev1.Node, info func() *NodeInfo) (*NodeInput, error) {
-	val, err := c.NodeValue(node)
+	entry, err := c.node(node)
 	if err != nil {
 		return nil, err
 	}
-	return &NodeInput{Node: node, node: val, info: info}, nil
+	return &NodeInput{Node: node, node: entry.val, memo: entry.memo, info: info}, nil
 }
 
 // NodeValue returns the CEL value of a node, converting it only when this
 // version of the node is not cached.
 func (c *Converter) NodeValue(node *corev1.Node) (ref.Val, error) {
-	val, err := c.cached(c.nodes, node.Name, node.UID, node.ResourceVersion, node, c.env.nodeValues)
+	entry, err := c.node(node)
+	if err != nil {
+		return nil, err
+	}
+	return entry.val, nil
+}
+
+// nodeEntry is a node version's CEL value and the results of the node-only
+// expressions evaluated on it.
+type nodeEntry struct {
+	uid             ktypes.UID
+	resourceVersion string
+	val             ref.Val
+	memo            *sync.Map // *expr -> *memoResult
+}
+
+func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
+	if v, ok := c.nodes.Load(node.Name); ok {
+		e := v.(*nodeEntry)
+		// An object without a resourceVersion (not from an apiserver) is
+		// never taken from the cache: it could be anything.
+		if node.ResourceVersion != "" && e.uid == node.UID && e.resourceVersion == node.ResourceVersion {
+			return e, nil
+		}
+	}
+	val, err := c.env.toVal(node, c.env.nodeValues)
 	if err != nil {
 		return nil, fmt.Errorf("converting node %s: %w", node.Name, err)
 	}
-	return val, nil
+	e := &nodeEntry{uid: node.UID, resourceVersion: node.ResourceVersion, val: val}
+	if node.ResourceVersion == "" {
+		return e, nil
+	}
+	e.memo = &sync.Map{}
+	if _, loaded := c.nodes.Swap(node.Name, e); !loaded && c.nodeCount.Add(1) > c.maxNodes {
+		// More names than any cluster should have, e.g. nodes deleted
+		// while nobody called ForgetNode: start over.
+		c.nodes.Clear()
+		c.nodeCount.Store(0)
+	}
+	return e, nil
 }
 
 // ForgetNode drops a node's cached value, e.g. when the node is deleted.
-func (c *Converter) ForgetNode(name string) { c.nodes.Remove(name) }
+func (c *Converter) ForgetNode(name string) {
+	if _, loaded := c.nodes.LoadAndDelete(name); loaded {
+		c.nodeCount.Add(-1)
+	}
+}
 
 // ForgetNamespace drops a namespace's cached value.
 func (c *Converter) ForgetNamespace(name string) { c.namespaces.Remove(name) }

@@ -218,7 +218,7 @@ func (p *CompiledPolicy) PreEnqueue(ctx context.Context, in *PodInput) Decision 
 		d.fail("", err)
 		return d
 	}
-	p.firstFalse(&d, p.newEvaluation(ctx, in, nil), p.preEnqueue, Hold)
+	p.firstFalse(&d, &lazy{ctx: ctx, policy: p, pod: in}, p.preEnqueue, Hold)
 	return d
 }
 
@@ -248,7 +248,7 @@ func (p *CompiledPolicy) Filter(ctx context.Context, in *PodInput, node *NodeInp
 		d.fail("", err)
 		return d
 	}
-	p.firstFalse(&d, p.newEvaluation(ctx, in, node), p.filters, Reject)
+	p.firstFalse(&d, &lazy{ctx: ctx, policy: p, pod: in, node: node}, p.filters, Reject)
 	return d
 }
 
@@ -263,7 +263,7 @@ func (p *CompiledPolicy) Score(ctx context.Context, in *PodInput, node *NodeInpu
 		d.fail("", err)
 		return d
 	}
-	ev := p.newEvaluation(ctx, in, node)
+	ev := &lazy{ctx: ctx, policy: p, pod: in, node: node}
 	for i, s := range p.scores {
 		v, err := ev.eval(&s.expr)
 		if err == nil {
@@ -282,7 +282,7 @@ func (p *CompiledPolicy) Score(ctx context.Context, in *PodInput, node *NodeInpu
 // firstFalse evaluates rules in order until one is false (the decision
 // becomes falseVerdict) or fails under Fail (Error); errors under Ignore
 // are recorded and skipped.
-func (p *CompiledPolicy) firstFalse(d *Decision, ev *evaluation, rules []*boolRule, falseVerdict Verdict) {
+func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, rules []*boolRule, falseVerdict Verdict) {
 	for _, r := range rules {
 		ok, err := ev.evalBool(&r.expr)
 		if err != nil {
@@ -292,7 +292,7 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *evaluation, rules []*boolRu
 			continue
 		}
 		if !ok {
-			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.message(r)
+			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.evaluation().message(r)
 			d.static = r.staticMessage()
 			return
 		}
@@ -361,6 +361,82 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	if ev.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
 	}
+	if !e.nodeOnly || ev.node == nil || ev.node.memo == nil {
+		return ev.run(e)
+	}
+	// A node-only expression: its result is a function of the node version
+	// and of the compiled expression (a new policy version is a new expr),
+	// so it is computed once per node version, by whichever pod comes
+	// first, and read by the others without evaluating.
+	if r := cached(ev.node, e); r != nil {
+		return r.val, r.err
+	}
+	val, err := ev.run(e)
+	if err == nil || memoizable(err) {
+		ev.node.memo.Store(e, &memoResult{val: val, err: err})
+	}
+	return val, err
+}
+
+// cached returns the result of a node-only expression on the node's
+// version, if it was evaluated.
+func cached(node *NodeInput, e *expr) *memoResult {
+	if !e.nodeOnly || node == nil || node.memo == nil {
+		return nil
+	}
+	if m, ok := node.memo.Load(e); ok {
+		return m.(*memoResult)
+	}
+	return nil
+}
+
+// lazy evaluates a policy's rules for a pod (and a node), building the
+// evaluation (the CEL activation, on the heap) only for an expression that
+// is not in the node's cache: a policy whose rules are all cached costs a
+// few map reads per node, and allocates nothing.
+type lazy struct {
+	ctx    context.Context
+	policy *CompiledPolicy
+	pod    *PodInput
+	node   *NodeInput
+	ev     *evaluation
+}
+
+func (l *lazy) evaluation() *evaluation {
+	if l.ev == nil {
+		l.ev = l.policy.newEvaluation(l.ctx, l.pod, l.node)
+	}
+	return l.ev
+}
+
+func (l *lazy) eval(e *expr) (ref.Val, error) {
+	if r := cached(l.node, e); r != nil {
+		return r.val, r.err
+	}
+	return l.evaluation().eval(e)
+}
+
+func (l *lazy) evalBool(e *expr) (bool, error) {
+	return asBool(l.eval(e))
+}
+
+// memoResult is a node-only expression's result on one node version.
+type memoResult struct {
+	val ref.Val
+	err error
+}
+
+// memoizable says whether an error is the expression's own on the node,
+// the same on every evaluation, rather than an accident of this one (a
+// cancelled cycle, the policy's cost budget spent by other expressions).
+func memoizable(err error) bool {
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+		!errors.Is(err, ErrTimeBudgetExceeded) && !errors.Is(err, ErrNotEvaluated) &&
+		!errors.Is(err, ErrCostBudgetExceeded) && !strings.HasPrefix(err.Error(), "evaluation cancelled")
+}
+
+// run evaluates an expression, charging its cost to the policy's budget.
+func (ev *evaluation) run(e *expr) (ref.Val, error) {
 	val, cost, err := e.prg.eval(ev.ctx, ev)
 	ev.spent += cost
 	if err != nil {
@@ -383,7 +459,10 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 }
 
 func (ev *evaluation) evalBool(e *expr) (bool, error) {
-	val, err := ev.eval(e)
+	return asBool(ev.eval(e))
+}
+
+func asBool(val ref.Val, err error) (bool, error) {
 	if err != nil {
 		return false, err
 	}

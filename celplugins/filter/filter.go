@@ -32,6 +32,7 @@ var (
 	_ fwk.FilterPlugin      = &Filter{}
 	_ fwk.PostBindPlugin    = &Filter{}
 	_ fwk.EnqueueExtensions = &Filter{}
+	_ fwk.SignPlugin        = &Filter{}
 )
 
 // New builds the plugin; use celplugins.Factory(rt, New) to register it.
@@ -65,6 +66,11 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil
+}
+
+// SignPod implements fwk.SignPlugin (see celplugins.Runtime.SignPod).
+func (pl *Filter) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return pl.rt.SignPod(ctx, pod)
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin; the state does not

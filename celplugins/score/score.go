@@ -35,6 +35,7 @@ type Score struct {
 var (
 	_ fwk.PreScorePlugin = &Score{}
 	_ fwk.ScorePlugin    = &Score{}
+	_ fwk.SignPlugin     = &Score{}
 )
 
 // New builds the plugin; use celplugins.Factory(rt, New) to register it.
@@ -47,6 +48,11 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runti
 
 // Name implements fwk.Plugin.
 func (pl *Score) Name() string { return Name }
+
+// SignPod implements fwk.SignPlugin (see celplugins.Runtime.SignPod).
+func (pl *Score) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return pl.rt.SignPod(ctx, pod)
+}
 
 // scoreState holds the raw values of one cycle. Score writes the row of
 // its node only, so concurrent Score calls do not race.
