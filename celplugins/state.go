@@ -166,6 +166,17 @@ func NodeInfo(ni fwk.NodeInfo) *engine.NodeInfo {
 	return out
 }
 
+// NodeInfoFrom is NodeInfo as an engine.NodeInfoSource: the plugins give
+// the engine the framework's NodeInfo and this function, which builds the
+// engine's view only when a policy reads nodeInfo, without a closure.
+func NodeInfoFrom(source any) *engine.NodeInfo {
+	ni, ok := source.(fwk.NodeInfo)
+	if !ok {
+		return nil
+	}
+	return NodeInfo(ni)
+}
+
 func resourceInts(r fwk.Resource) map[string]int64 {
 	scalar := r.GetScalarResources()
 	out := make(map[string]int64, 4+len(scalar))

@@ -62,7 +62,9 @@ type PodInput struct {
 
 // NodeInput is a node (and, lazily, the scheduler's view of it) for the
 // evaluations of one scheduling cycle. Not safe for concurrent use: build
-// one per node and goroutine.
+// one per node and goroutine. The scheduler's plugins keep it on their
+// stack (Converter.NodeInput): a node whose expressions are all cached
+// costs no allocation.
 type NodeInput struct {
 	Node *corev1.Node
 
@@ -72,8 +74,30 @@ type NodeInput struct {
 	// resourceVersion).
 	memo *sync.Map
 	// info builds nodeInfo on first use; nil when the caller has none.
-	info     func() *NodeInfo
-	nodeInfo ref.Val
+	// infoFrom(infoSource) does the same without a closure.
+	info       func() *NodeInfo
+	infoFrom   NodeInfoSource
+	infoSource any
+	nodeInfo   ref.Val
+	// shared is the copy on the heap that the evaluations of this input
+	// share (see forEvaluation).
+	shared *NodeInput
+}
+
+// NodeInfoSource builds the engine's view of a scheduler NodeInfo from
+// source: a plain function, not a closure, so that passing it allocates
+// nothing.
+type NodeInfoSource func(source any) *NodeInfo
+
+// forEvaluation returns the copy of the input that evaluations keep (on the
+// heap), made once per input, so that nodeInfo is built once for all the
+// policies evaluated on it, and the caller's input can stay on its stack.
+func (n *NodeInput) forEvaluation() *NodeInput {
+	if n.shared == nil {
+		c := *n
+		n.shared = &c
+	}
+	return n.shared
 }
 
 // Pod converts a pod and its namespace. The namespace may be nil when it is
@@ -107,6 +131,16 @@ func (c *Converter) Node(node *corev1.Node, info func() *NodeInfo) (*NodeInput, 
 		return nil, err
 	}
 	return &NodeInput{Node: node, node: entry.val, memo: entry.memo, info: info}, nil
+}
+
+// NodeInput is Node for the per-(pod, node) path, by value: source is the
+// scheduler's view of the node, given to info on first use.
+func (c *Converter) NodeInput(node *corev1.Node, source any, info NodeInfoSource) (NodeInput, error) {
+	entry, err := c.node(node)
+	if err != nil {
+		return NodeInput{}, err
+	}
+	return NodeInput{Node: node, node: entry.val, memo: entry.memo, infoFrom: info, infoSource: source}, nil
 }
 
 // NodeValue returns the CEL value of a node, converting it only when this
@@ -385,10 +419,13 @@ func resourceMap(m map[string]int64) ref.Val {
 // nodeInfoValue returns nodeInfo's value, building it on first use.
 func (n *NodeInput) nodeInfoValue() ref.Val {
 	if n.nodeInfo == nil {
-		if n.info == nil {
-			return types.NewErr("nodeInfo is not available for node %s", n.Node.Name)
+		var info *NodeInfo
+		switch {
+		case n.info != nil:
+			info = n.info()
+		case n.infoFrom != nil:
+			info = n.infoFrom(n.infoSource)
 		}
-		info := n.info()
 		if info == nil {
 			return types.NewErr("nodeInfo is not available for node %s", n.Node.Name)
 		}

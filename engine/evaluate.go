@@ -218,7 +218,7 @@ func (p *CompiledPolicy) PreEnqueue(ctx context.Context, in *PodInput) Decision 
 		d.fail("", err)
 		return d
 	}
-	p.firstFalse(&d, &lazy{ctx: ctx, policy: p, pod: in}, p.preEnqueue, Hold)
+	p.firstFalse(&d, &lazy{ctx: ctx, policy: p, pod: in}, nil, p.preEnqueue, Hold)
 	return d
 }
 
@@ -248,7 +248,7 @@ func (p *CompiledPolicy) Filter(ctx context.Context, in *PodInput, node *NodeInp
 		d.fail("", err)
 		return d
 	}
-	p.firstFalse(&d, &lazy{ctx: ctx, policy: p, pod: in, node: node}, p.filters, Reject)
+	p.firstFalse(&d, &lazy{ctx: ctx, policy: p, pod: in}, node, p.filters, Reject)
 	return d
 }
 
@@ -263,9 +263,9 @@ func (p *CompiledPolicy) Score(ctx context.Context, in *PodInput, node *NodeInpu
 		d.fail("", err)
 		return d
 	}
-	ev := &lazy{ctx: ctx, policy: p, pod: in, node: node}
+	ev := &lazy{ctx: ctx, policy: p, pod: in}
 	for i, s := range p.scores {
-		v, err := ev.eval(&s.expr)
+		v, err := ev.eval(node, &s.expr)
 		if err == nil {
 			raw[i], err = number(v)
 		}
@@ -282,9 +282,9 @@ func (p *CompiledPolicy) Score(ctx context.Context, in *PodInput, node *NodeInpu
 // firstFalse evaluates rules in order until one is false (the decision
 // becomes falseVerdict) or fails under Fail (Error); errors under Ignore
 // are recorded and skipped.
-func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, rules []*boolRule, falseVerdict Verdict) {
+func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, node *NodeInput, rules []*boolRule, falseVerdict Verdict) {
 	for _, r := range rules {
-		ok, err := ev.evalBool(&r.expr)
+		ok, err := ev.evalBool(node, &r.expr)
 		if err != nil {
 			if d.fail(r.name, p.evalError(r.name, &r.expr, err)) {
 				return
@@ -292,7 +292,7 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, rules []*boolRule, fa
 			continue
 		}
 		if !ok {
-			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.evaluation().message(r)
+			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.evaluation(node).message(r)
 			d.static = r.staticMessage()
 			return
 		}
@@ -322,7 +322,11 @@ type evaluation struct {
 }
 
 func (p *CompiledPolicy) newEvaluation(ctx context.Context, in *PodInput, node *NodeInput) *evaluation {
-	return &evaluation{ctx: ctx, policy: p, pod: in, node: node}
+	var shared *NodeInput
+	if node != nil {
+		shared = node.forEvaluation()
+	}
+	return &evaluation{ctx: ctx, policy: p, pod: in, node: shared}
 }
 
 // ResolveName implements interpreter.Activation.
@@ -393,31 +397,32 @@ func cached(node *NodeInput, e *expr) *memoResult {
 // lazy evaluates a policy's rules for a pod (and a node), building the
 // evaluation (the CEL activation, on the heap) only for an expression that
 // is not in the node's cache: a policy whose rules are all cached costs a
-// few map reads per node, and allocates nothing.
+// few map reads per node, and allocates nothing. The node is passed apart
+// from the rest, so that escape analysis (which does not tell a struct's
+// fields apart) lets the caller keep its NodeInput on the stack.
 type lazy struct {
 	ctx    context.Context
 	policy *CompiledPolicy
 	pod    *PodInput
-	node   *NodeInput
 	ev     *evaluation
 }
 
-func (l *lazy) evaluation() *evaluation {
+func (l *lazy) evaluation(node *NodeInput) *evaluation {
 	if l.ev == nil {
-		l.ev = l.policy.newEvaluation(l.ctx, l.pod, l.node)
+		l.ev = l.policy.newEvaluation(l.ctx, l.pod, node)
 	}
 	return l.ev
 }
 
-func (l *lazy) eval(e *expr) (ref.Val, error) {
-	if r := cached(l.node, e); r != nil {
+func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
+	if r := cached(node, e); r != nil {
 		return r.val, r.err
 	}
-	return l.evaluation().eval(e)
+	return l.evaluation(node).eval(e)
 }
 
-func (l *lazy) evalBool(e *expr) (bool, error) {
-	return asBool(l.eval(e))
+func (l *lazy) evalBool(node *NodeInput, e *expr) (bool, error) {
+	return asBool(l.eval(node, e))
 }
 
 // memoResult is a node-only expression's result on one node version.

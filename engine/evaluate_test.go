@@ -166,7 +166,7 @@ func TestVariablesEvaluatedOnce(t *testing.T) {
 	}
 	ev := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
 	d := Decision{Policy: p, Point: PointFilter}
-	if p.firstFalse(&d, &lazy{ev: ev, node: ev.node}, p.filters, Reject); d.Verdict != Pass {
+	if p.firstFalse(&d, &lazy{ev: ev}, ev.node, p.filters, Reject); d.Verdict != Pass {
 		t.Fatalf("got %s", d.String())
 	}
 	if calls != 1 {

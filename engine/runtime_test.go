@@ -75,7 +75,7 @@ func TestPolicyCostBudget(t *testing.T) {
 	ev = p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
 	ev.spent = PolicyEvaluationCostBudget - 1
 	d := Decision{Policy: p, Point: PointFilter}
-	p.firstFalse(&d, &lazy{ev: ev, node: ev.node}, p.filters, Reject)
+	p.firstFalse(&d, &lazy{ev: ev}, ev.node, p.filters, Reject)
 	err := d.Err
 	if !errors.Is(err, ErrCostBudgetExceeded) {
 		t.Fatalf("want ErrCostBudgetExceeded, got %v", err)

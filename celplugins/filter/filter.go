@@ -14,7 +14,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
-	"github.com/celsched/celsched/engine"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -86,13 +85,13 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return fwk.AsStatus(fmt.Errorf("reading %s: PreFilter did not run", celplugins.StateKey))
 	}
 	node := nodeInfo.Node()
-	in, err := pl.rt.Converter.Node(node, func() *engine.NodeInfo { return celplugins.NodeInfo(nodeInfo) })
+	in, err := pl.rt.Converter.NodeInput(node, nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	logger := klog.FromContext(ctx)
 	for _, p := range c.Filters {
-		d := p.Filter(c.Ctx, c.Pod, in)
+		d := p.Filter(c.Ctx, c.Pod, &in)
 		pl.rt.Count(&d)
 		pl.rt.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
 		if len(d.Ignored) > 0 {

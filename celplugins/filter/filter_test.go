@@ -210,3 +210,32 @@ func TestMessagesBounded(t *testing.T) {
 		t.Errorf("%d distinct messages, %d static; want 16 distinct from the messageExpression and the static one for the other 84 nodes", len(distinct), distinct[static])
 	}
 }
+
+// BenchmarkFilterNodeOnlyPolicies: CELFilter on a node for a pod that ten
+// node-only policies (a label filter each) match, once their results are
+// cached for the node's version: what a scheduling cycle pays per node.
+func BenchmarkFilterNodeOnlyPolicies(b *testing.B) {
+	var policies []*schedv1alpha1.SchedulingPolicy
+	for i := range 10 {
+		policies = append(policies, builder.MakePolicy(fmt.Sprintf("p%02d", i)).
+			Filter("zone", "node.metadata.?labels[?'topology.kubernetes.io/zone'].orValue('') in ['a', 'b']").Obj())
+	}
+	pl := &Filter{rt: plugintest.Runtime(b, policies, plugintest.Namespace("ns", nil))}
+	pl.args.EvaluationBudget.Duration = time.Minute
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+		b.Fatal(st)
+	}
+	node := st.MakeNode().Name("n1").Label("topology.kubernetes.io/zone", "a").Obj()
+	node.ResourceVersion = "1"
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if st := pl.Filter(ctx, state, pod, ni); !st.IsSuccess() {
+			b.Fatal(st)
+		}
+	}
+}

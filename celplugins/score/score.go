@@ -119,7 +119,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if !ok {
 		return 0, fwk.AsStatus(fmt.Errorf("node %s was not in PreScore's list", node.Name))
 	}
-	in, err := pl.rt.Converter.Node(node, func() *engine.NodeInfo { return celplugins.NodeInfo(nodeInfo) })
+	in, err := pl.rt.Converter.NodeInput(node, nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
@@ -128,7 +128,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	for _, p := range s.cycle.Scores {
 		values := raw[offset : offset+len(p.ScoreRules())]
 		offset += len(values)
-		d := p.Score(s.cycle.Ctx, s.cycle.Pod, in, values)
+		d := p.Score(s.cycle.Ctx, s.cycle.Pod, &in, values)
 		pl.rt.Count(&d)
 		pl.rt.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
 		if d.Acts() {
