@@ -81,8 +81,9 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		rt.NoteErrors(ctx, budget, &m.Decision, pod, "")
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}
-	for _, m := range rt.Policies.Snapshot().Match(ctx, in, ignored) {
-		d := m.Decision
+	matches := rt.Policies.Snapshot().Match(ctx, in, ignored)
+	for i := range matches {
+		d := matches[i].Decision
 		p := d.Policy
 		rt.NoteErrors(ctx, budget, &d, pod, "")
 		if !d.Enforced() {

@@ -124,8 +124,8 @@ func (p *costPlan) addCall(native *celast.AST, e celast.Expr) {
 	}
 	args = append(args, call.Args()...)
 	c := costCall{function: fn}
-	if ref, ok := native.ReferenceMap()[e.ID()]; ok && len(ref.OverloadIDs) == 1 {
-		c.overload = ref.OverloadIDs[0]
+	if r, ok := native.ReferenceMap()[e.ID()]; ok && len(r.OverloadIDs) == 1 {
+		c.overload = r.OverloadIDs[0]
 	}
 	c.before, c.after = callPricing(fn)
 	if c.before == nil && c.after == nil {

@@ -19,16 +19,16 @@ import (
 type Verdict int
 
 const (
-	// Pass: every rule that evaluated is true. Rules (and match conditions)
+	// Pass means every rule that evaluated is true. Rules (and match conditions)
 	// that failed under failurePolicy Ignore are skipped and listed in
 	// Decision.Ignored; the other rules still apply.
 	Pass Verdict = iota
-	// Reject: a filter is false for the node (or, at PointMatch, never
+	// Reject means a filter is false for the node (or, at PointMatch, never
 	// used: match-time problems are Errors).
 	Reject
-	// Hold: a preEnqueue rule is false: the pod stays out of the queue.
+	// Hold means a preEnqueue rule is false: the pod stays out of the queue.
 	Hold
-	// Error: the policy does not compile, or a rule or match condition
+	// Error means the policy does not compile, or a rule or match condition
 	// failed, and failurePolicy is Fail. At PointPreEnqueue it holds the pod,
 	// at PointMatch and PointFilter it rejects (the pod on every node, or the
 	// node), at PointScore it fails the scheduling cycle.
@@ -54,14 +54,14 @@ func (v Verdict) String() string {
 type Point int
 
 const (
-	// PointMatch: whether the policy applies to the pod (compile errors and
+	// PointMatch is whether the policy applies to the pod (compile errors and
 	// match conditions), once per scheduling cycle.
 	PointMatch Point = iota
-	// PointPreEnqueue: the preEnqueue rules, before the pod is queued.
+	// PointPreEnqueue is the preEnqueue rules, before the pod is queued.
 	PointPreEnqueue
-	// PointFilter: the filters, per node.
+	// PointFilter is the filters, per node.
 	PointFilter
-	// PointScore: the score rules, per node.
+	// PointScore is the score rules, per node.
 	PointScore
 )
 

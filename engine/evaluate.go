@@ -180,7 +180,7 @@ func (m *MatchResult) Reason() string {
 // decision under Fail, and is skipped under Ignore.
 func (p *CompiledPolicy) Match(ctx context.Context, in *PodInput) MatchResult {
 	res := MatchResult{Decision: Decision{Policy: p, Point: PointMatch}, pod: in.schedulerName}
-	if res.why = p.Selectors.miss(in.Pod, in.Namespace); res.why != selected {
+	if res.why = p.miss(in.Pod, in.Namespace); res.why != selected {
 		return res
 	}
 	if err := p.Err(); err != nil {
@@ -578,7 +578,7 @@ func (v *variablesValue) Contains(key ref.Val) ref.Val {
 }
 
 // IsSet implements traits.FieldTester.
-func (v *variablesValue) IsSet(field ref.Val) ref.Val { return v.Contains(field) }
+func (v *variablesValue) IsSet(name ref.Val) ref.Val { return v.Contains(name) }
 
 // Iterator implements traits.Iterable.
 func (v *variablesValue) Iterator() traits.Iterator {

@@ -166,7 +166,8 @@ func TestVariablesEvaluatedOnce(t *testing.T) {
 	}
 	ev := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
 	d := Decision{Policy: p, Point: PointFilter}
-	if p.firstFalse(&d, &lazy{ev: ev}, ev.node, p.filters, Reject); d.Verdict != Pass {
+	p.firstFalse(&d, &lazy{ev: ev}, ev.node, p.filters, Reject)
+	if d.Verdict != Pass {
 		t.Fatalf("got %s", d.String())
 	}
 	if calls != 1 {

@@ -140,7 +140,7 @@ func truncate(s string, n int) string {
 // inside a UTF-8 character.
 func cutUTF8(s string, n int) string {
 	cut := s[:n]
-	for len(cut) > 0 && !utf8.RuneStart(s[len(cut)]) {
+	for cut != "" && !utf8.RuneStart(s[len(cut)]) {
 		cut = cut[:len(cut)-1]
 	}
 	return cut

@@ -13,15 +13,15 @@ import (
 )
 
 // undeclared is an expression of n undeclared identifiers, nope0 && nope1
-// && ..., at most max bytes long.
-func undeclared(n, max int) string {
+// && ..., at most limit bytes long.
+func undeclared(n, limit int) string {
 	var b strings.Builder
 	for i := range n {
 		next := fmt.Sprintf("nope%d", i)
 		if i > 0 {
 			next = " && " + next
 		}
-		if b.Len()+len(next) > max {
+		if b.Len()+len(next) > limit {
 			break
 		}
 		b.WriteString(next)

@@ -60,12 +60,11 @@ func NormalizeScores(raw []float64, normalization schedv1alpha1.ScoreNormalizati
 // all three keeps hi-lo finite for any finite values; infinite ones sit at
 // the ends.
 func fraction(v, lo, hi float64) float64 {
-	switch {
-	case math.IsInf(lo, -1) || math.IsInf(hi, 1):
-		switch {
-		case v == hi:
+	if math.IsInf(lo, -1) || math.IsInf(hi, 1) {
+		switch v {
+		case hi:
 			return 1
-		case v == lo:
+		case lo:
 			return 0
 		default:
 			return 0.5

@@ -68,7 +68,9 @@ type PodSignature struct {
 func (s *Snapshot) Signature(ctx context.Context, in *PodInput) (*PodSignature, bool) {
 	sig := &PodSignature{}
 	var reads podReads
-	for _, m := range s.Match(ctx, in, nil) {
+	matches := s.Match(ctx, in, nil)
+	for i := range matches {
+		m := &matches[i]
 		p := m.Decision.Policy
 		sig.Policies = append(sig.Policies, fmt.Sprintf("%s/%s/%d/%s", p.Name, p.UID, p.Generation, m.Decision.Verdict))
 		if m.Decision.Verdict != Pass {

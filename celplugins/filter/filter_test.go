@@ -150,8 +150,8 @@ func TestTimeBudget(t *testing.T) {
 			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{tc.policy, fast}, plugintest.Namespace("ns", nil))
 			pl := &Filter{rt: rt}
 			state := framework.NewCycleState()
-			if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
-				t.Fatal(st)
+			if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+				t.Fatal(status)
 			}
 			ni := framework.NewNodeInfo()
 			ni.SetNode(st.MakeNode().Name("n1").Obj())
@@ -189,8 +189,8 @@ func TestMessagesBounded(t *testing.T) {
 	pl := &Filter{rt: plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))}
 	pl.args.EvaluationBudget.Duration = time.Minute // so that only the messages bound them, even under -race
 	state := framework.NewCycleState()
-	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
-		t.Fatal(st)
+	if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+		t.Fatal(status)
 	}
 	big := strings.Repeat("x", 160<<10)
 	distinct := map[string]int{}
@@ -224,8 +224,8 @@ func BenchmarkFilterNodeOnlyPolicies(b *testing.B) {
 	pl.args.EvaluationBudget.Duration = time.Minute
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
 	state := framework.NewCycleState()
-	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
-		b.Fatal(st)
+	if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+		b.Fatal(status)
 	}
 	node := st.MakeNode().Name("n1").Label("topology.kubernetes.io/zone", "a").Obj()
 	node.ResourceVersion = "1"
@@ -234,8 +234,8 @@ func BenchmarkFilterNodeOnlyPolicies(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if st := pl.Filter(ctx, state, pod, ni); !st.IsSuccess() {
-			b.Fatal(st)
+		if status := pl.Filter(ctx, state, pod, ni); !status.IsSuccess() {
+			b.Fatal(status)
 		}
 	}
 }

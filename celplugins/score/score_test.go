@@ -96,10 +96,10 @@ func TestStatusCodes(t *testing.T) {
 			}
 			scores := make(fwk.NodeScoreList, len(nodes))
 			for i, ni := range nodes {
-				_, st := pl.Score(ctx, state, pod, ni)
-				if st.Code() != fwk.Success {
-					if st.Code() != tc.wantScore {
-						t.Fatalf("Score on %s: %v, want %v", ni.Node().Name, st, tc.wantScore)
+				_, status := pl.Score(ctx, state, pod, ni)
+				if status.Code() != fwk.Success {
+					if status.Code() != tc.wantScore {
+						t.Fatalf("Score on %s: %v, want %v", ni.Node().Name, status, tc.wantScore)
 					}
 					return
 				}
@@ -108,8 +108,8 @@ func TestStatusCodes(t *testing.T) {
 			if tc.wantScore != fwk.Success {
 				t.Fatalf("Score succeeded on every node, want %v", tc.wantScore)
 			}
-			if st := pl.NormalizeScore(ctx, state, pod, scores); !st.IsSuccess() {
-				t.Fatal(st)
+			if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
+				t.Fatal(status)
 			}
 			got := make([]int64, len(scores))
 			for i, s := range scores {

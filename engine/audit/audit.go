@@ -61,6 +61,22 @@ func Violation(d *engine.Decision, pod *corev1.Pod, node string, now metav1.Time
 	}
 }
 
+// Log collects what Audit policies would have done until the status
+// writer takes it.
+type Log struct {
+	mu      sync.Mutex
+	pending map[string]*Delta
+}
+
+// Delta is what one policy gained since the last status write.
+type Delta struct {
+	// Generation is the policy generation the counts are for.
+	Generation             int64
+	Evaluated, WouldReject int64
+	// Violations are the newest first, at most MaxAuditViolations.
+	Violations []schedv1alpha1.AuditViolation
+}
+
 // Report records, for one Audit policy and one bound pod, what the policy
 // would have done: violations (none when it would have let the placement
 // be) are counted, noted in one event on the pod with the policy as the
@@ -85,22 +101,6 @@ func (l *Log) Report(recorder events.EventRecorder, p *engine.CompiledPolicy, po
 		recorder.Eventf(pod, related, corev1.EventTypeNormal, ReasonWouldReject, "Scheduling", "%s", engine.Truncate(note, maxEventNote))
 	}
 	l.record(p, violations)
-}
-
-// Log collects what Audit policies would have done until the status
-// writer takes it.
-type Log struct {
-	mu      sync.Mutex
-	pending map[string]*Delta
-}
-
-// Delta is what one policy gained since the last status write.
-type Delta struct {
-	// Generation is the policy generation the counts are for.
-	Generation             int64
-	Evaluated, WouldReject int64
-	// Violations are the newest first, at most MaxAuditViolations.
-	Violations []schedv1alpha1.AuditViolation
 }
 
 func (l *Log) record(p *engine.CompiledPolicy, violations []schedv1alpha1.AuditViolation) {

@@ -65,16 +65,19 @@ func (b *PolicyWrapper) HoldMsg(name, expression, message, messageExpression str
 	return b
 }
 
+// Ignore sets failurePolicy Ignore.
 func (b *PolicyWrapper) Ignore() *PolicyWrapper {
 	b.p.Spec.FailurePolicy = schedv1alpha1.Ignore
 	return b
 }
 
+// Audit sets enforcement Audit.
 func (b *PolicyWrapper) Audit() *PolicyWrapper {
 	b.p.Spec.Enforcement = schedv1alpha1.Audit
 	return b
 }
 
+// SchedulerNames sets the profiles that evaluate the policy.
 func (b *PolicyWrapper) SchedulerNames(names ...string) *PolicyWrapper {
 	b.p.Spec.SchedulerNames = names
 	return b
@@ -87,36 +90,43 @@ func (b *PolicyWrapper) match() *schedv1alpha1.MatchResources {
 	return b.p.Spec.Match
 }
 
+// NamespaceLabels sets a namespaceSelector matching these labels.
 func (b *PolicyWrapper) NamespaceLabels(kv map[string]string) *PolicyWrapper {
 	b.match().NamespaceSelector = &metav1.LabelSelector{MatchLabels: kv}
 	return b
 }
 
+// PodLabels sets a podSelector matching these labels.
 func (b *PolicyWrapper) PodLabels(kv map[string]string) *PolicyWrapper {
 	b.match().PodSelector = &metav1.LabelSelector{MatchLabels: kv}
 	return b
 }
 
+// Condition appends a match condition.
 func (b *PolicyWrapper) Condition(name, expression string) *PolicyWrapper {
 	b.match().Conditions = append(b.match().Conditions, schedv1alpha1.MatchCondition{Name: name, Expression: expression})
 	return b
 }
 
+// Variable appends a variable.
 func (b *PolicyWrapper) Variable(name, expression string) *PolicyWrapper {
 	b.p.Spec.Variables = append(b.p.Spec.Variables, schedv1alpha1.Variable{Name: name, Expression: expression})
 	return b
 }
 
+// PreEnqueue appends a preEnqueue rule.
 func (b *PolicyWrapper) PreEnqueue(name, expression, message string) *PolicyWrapper {
 	b.p.Spec.PreEnqueue = append(b.p.Spec.PreEnqueue, schedv1alpha1.Rule{Name: name, Expression: expression, Message: message})
 	return b
 }
 
+// Filter appends a filter.
 func (b *PolicyWrapper) Filter(name, expression string) *PolicyWrapper {
 	b.p.Spec.Filters = append(b.p.Spec.Filters, schedv1alpha1.Rule{Name: name, Expression: expression})
 	return b
 }
 
+// FilterMsg appends a filter with a message and a messageExpression.
 func (b *PolicyWrapper) FilterMsg(name, expression, message, messageExpression string) *PolicyWrapper {
 	b.p.Spec.Filters = append(b.p.Spec.Filters, schedv1alpha1.Rule{
 		Name: name, Expression: expression, Message: message, MessageExpression: messageExpression,
@@ -124,6 +134,7 @@ func (b *PolicyWrapper) FilterMsg(name, expression, message, messageExpression s
 	return b
 }
 
+// Score appends a score rule.
 func (b *PolicyWrapper) Score(name, expression string, weight int32, n schedv1alpha1.ScoreNormalization) *PolicyWrapper {
 	b.p.Spec.Scores = append(b.p.Spec.Scores, schedv1alpha1.ScoreRule{Name: name, Expression: expression, Weight: weight, Normalization: n})
 	return b

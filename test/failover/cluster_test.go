@@ -294,7 +294,8 @@ func placed(ctx context.Context, namespace string) (placement, error) {
 		return placement{}, err
 	}
 	p := placement{pods: len(list.Items), zones: map[string]int{}, nodeOf: map[string]string{}}
-	for _, pod := range list.Items {
+	for i := range list.Items {
+		pod := &list.Items[i]
 		if pod.Spec.NodeName == "" {
 			p.pending = append(p.pending, pod.Name)
 			continue

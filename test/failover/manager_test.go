@@ -258,7 +258,7 @@ func (m *managerProcess) waitReady(t *testing.T) {
 		if !m.running() {
 			return false, fmt.Errorf("manager %s exited (%s)", m.name, m.exitStatus())
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
 		if err != nil {
 			return false, err
 		}

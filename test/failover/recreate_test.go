@@ -37,7 +37,8 @@ func TestRecreatedPolicyTakesEffect(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := k8sClient.Delete(context.WithoutCancel(t.Context()), policy); client.IgnoreNotFound(err) != nil {
+		err := k8sClient.Delete(context.WithoutCancel(t.Context()), policy)
+		if client.IgnoreNotFound(err) != nil {
 			t.Errorf("deleting policy %s: %v", policy.Name, err)
 		}
 	})

@@ -206,7 +206,7 @@ func TestSlowPolicyIsCutOff(t *testing.T) {
 	start, _ := created.Load(slow.Name)
 	t.Logf("slow pod: unschedulable, seen %v after its creation: %s", time.Since(start.(time.Time)), cond.Message)
 	if !strings.Contains(cond.Message, "SchedulingPolicy slow-images, rule images") ||
-		!(strings.Contains(cond.Message, "time budget") || strings.Contains(cond.Message, "cost limit")) {
+		!strings.Contains(cond.Message, "time budget") && !strings.Contains(cond.Message, "cost limit") {
 		t.Errorf("slow pod's condition %q, want the policy, the rule and the limit that cut it off", cond.Message)
 	}
 	t.Logf("pod %s (failurePolicy Ignore) bound %v after its creation", ignored.Name, waitBound(t, ignored))
