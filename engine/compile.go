@@ -159,6 +159,9 @@ func ruleNames(rules []*boolRule) []string {
 	return out
 }
 
+// NumScoreRules is len(ScoreRules()), without building them.
+func (p *CompiledPolicy) NumScoreRules() int { return len(p.scores) }
+
 // ScoreRules returns the names, weights and normalizations of the score
 // rules, in order.
 func (p *CompiledPolicy) ScoreRules() []ScoreRuleInfo {

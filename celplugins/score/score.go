@@ -61,8 +61,11 @@ type scoreState struct {
 	rules []rule
 	index map[string]int // node name -> row
 	// raw[node][rule], NaN where the rule failed and was ignored (it takes
-	// no part in the rule's normalization, and scores 0 there).
-	raw [][]float64
+	// no part in the rule's normalization, and scores 0 there). The rows
+	// share one allocation, made in PreScore; scored[node] says whether
+	// Score wrote the row.
+	raw    [][]float64
+	scored []bool
 }
 
 // rule is one score rule of a matching policy.
@@ -99,7 +102,12 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	for i, n := range nodes {
 		s.index[n.Node().Name] = i
 	}
+	flat := make([]float64, len(nodes)*len(s.rules))
 	s.raw = make([][]float64, len(nodes))
+	for i := range s.raw {
+		s.raw[i] = flat[i*len(s.rules) : (i+1)*len(s.rules) : (i+1)*len(s.rules)]
+	}
+	s.scored = make([]bool, len(nodes))
 	state.Write(stateKey, s)
 	return nil
 }
@@ -123,10 +131,10 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	raw := make([]float64, len(s.rules))
+	raw := s.raw[row]
 	offset := 0
 	for _, p := range s.cycle.Scores {
-		values := raw[offset : offset+len(p.ScoreRules())]
+		values := raw[offset : offset+p.NumScoreRules()]
 		offset += len(values)
 		d := p.Score(s.cycle.Ctx, s.cycle.Pod, &in, values)
 		pl.rt.Count(&d)
@@ -145,7 +153,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 			}
 		}
 	}
-	s.raw[row] = raw
+	s.scored[row] = true
 	return 0, nil
 }
 
@@ -163,7 +171,7 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	rows := make([]int, len(scores))
 	for i, ns := range scores {
 		row, ok := s.index[ns.Name]
-		if !ok || s.raw[row] == nil {
+		if !ok || !s.scored[row] {
 			return fwk.AsStatus(fmt.Errorf("node %s was not scored", ns.Name))
 		}
 		rows[i] = row

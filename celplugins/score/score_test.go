@@ -2,6 +2,7 @@ package score
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 
@@ -130,4 +131,32 @@ func nodeInfo(name, rack string) fwk.NodeInfo {
 	ni := framework.NewNodeInfo()
 	ni.SetNode(n.Obj())
 	return ni
+}
+
+// BenchmarkScoreNodeOnlyPolicies: CELScore's Score on a node for a pod that
+// ten node-only policies (a label score each) match, once their results are
+// cached for the node's version: what a scheduling cycle pays per node.
+func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
+	var policies []*schedv1alpha1.SchedulingPolicy
+	for i := range 10 {
+		policies = append(policies, builder.MakePolicy(fmt.Sprintf("p%02d", i)).
+			Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 1, schedv1alpha1.None).Obj())
+	}
+	pl := &Score{rt: plugintest.Runtime(b, policies, plugintest.Namespace("ns", nil))}
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+	node := st.MakeNode().Name("n1").Label("spot", "true").Obj()
+	node.ResourceVersion = "1"
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	state := framework.NewCycleState()
+	if status := pl.PreScore(context.Background(), state, pod, []fwk.NodeInfo{ni}); !status.IsSuccess() {
+		b.Fatal(status)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+	}
 }
