@@ -29,6 +29,12 @@ TEST_FUZZTIME ?= 5s
 FUZZTIME ?= 2m
 FUZZ_TARGETS := FuzzCompile FuzzEvaluate
 BENCHFLAGS ?= -count=5
+# `make perf`: the node counts to run (1000, 5000, or empty for both), and
+# where the runs go (one directory per run: DataItems JSON, go test output,
+# logs of failed workloads).
+PERF_NODES ?=
+PERF_DIR ?= $(BIN)/perf
+PERF_TIMEOUT ?= 60m
 
 .PHONY: all
 all: build
@@ -104,6 +110,25 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 2m).
 bench: $(BENCHSTAT) ## Run the Go benchmarks (-count=5) and print their medians with benchstat.
 	$(GO) test -run='^$$' -bench=. -benchmem $(BENCHFLAGS) ./engine/... | tee bin/bench.txt
 	$(BENCHSTAT) bin/bench.txt
+
+.PHONY: perf
+perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 nodes (PERF_NODES=1000 for one size) and print pods/s and the ratios to the stock profile (docs/performance.md).
+	@assets=$$(hack/envtest-assets.sh); \
+	filter=performance; \
+	case "$(PERF_NODES)" in \
+	  "") ;; \
+	  1000|5000) filter="performance,$(PERF_NODES)Nodes" ;; \
+	  *) echo "make perf: PERF_NODES must be 1000, 5000 or empty (both), not $(PERF_NODES)"; exit 2 ;; \
+	esac; \
+	out="$(PERF_DIR)/$$(date -u +%Y%m%dT%H%M%SZ)"; mkdir -p "$$out/logs"; \
+	echo "make perf: workloads labelled $$filter; output in $$out (go test output: $$out/go-test.txt)"; \
+	start=$$(date +%s); status=0; \
+	PATH="$(CURDIR)/$$assets:$$PATH" ARTIFACTS="$$out/logs" $(GO) test ./test/performance -run '^$$' -bench '^BenchmarkPerfScheduling$$' \
+		-benchtime 1x -timeout $(PERF_TIMEOUT) -args -perf-scheduling-label-filter="$$filter" -data-items-dir="$$out" \
+		> "$$out/go-test.txt" 2>&1 || status=$$?; \
+	echo "make perf: go test took $$(( $$(date +%s) - start ))s, exit status $$status"; \
+	if [ $$status -ne 0 ]; then grep -E -e '^--- FAIL' -e 'FATAL|ERROR' "$$out/go-test.txt" | head -n 40; fi; \
+	$(GO) run ./test/performance/perftable "$$out" && exit $$status
 
 ##@ Build
 

@@ -1,0 +1,366 @@
+package performance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	benchmark "k8s.io/kubernetes/test/integration/scheduler_perf"
+	"k8s.io/kubernetes/test/utils/ktesting"
+	"sigs.k8s.io/yaml"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/preenqueue"
+	"github.com/celsched/celsched/celplugins/score"
+	"github.com/celsched/celsched/engine"
+)
+
+// Files the harness reads, relative to this package (go test runs in it).
+const (
+	configFile = "performance-config.yaml"
+	crdFile    = "../../config/crd/bases/scheduling.celsched.io_schedulingpolicies.yaml"
+	policyDir  = "testdata"
+)
+
+// placementsFile, when set, is where each workload appends, as one JSON
+// line, where its pods landed (placement), before its control plane stops:
+// what TestPerfSmoke checks.
+var placementsFile = flag.String("celsched-placements", "", "append a JSON line per workload with where its pods landed (for TestPerfSmoke)")
+
+// perfOptions are the harness options of every run: a fresh celsched
+// runtime per workload, and the CRD and the workload's policies installed
+// and compiled before its first pod.
+func perfOptions() []benchmark.SchedulerPerfOption {
+	return []benchmark.SchedulerPerfOption{
+		benchmark.WithPreRunFn(func(ktesting.TContext, *benchmark.Workload) (func(), error) {
+			current.Store(&workloadRuntime{})
+			return nil, nil
+		}),
+		benchmark.WithPrepareFn(prepare),
+	}
+}
+
+// outOfTreeRegistry registers the three CEL plugins. scheduler_perf starts
+// a new scheduler per workload with the same registry, so the plugins find
+// their runtime in current, which the pre-run hook replaces per workload.
+func outOfTreeRegistry() frameworkruntime.Registry {
+	return frameworkruntime.Registry{
+		preenqueue.Name: pluginFactory(preenqueue.New),
+		filter.Name:     pluginFactory(filter.New),
+		score.Name:      pluginFactory(score.New),
+	}
+}
+
+// current is the runtime of the workload being run; scheduler_perf runs
+// workloads one after another.
+var current atomic.Pointer[workloadRuntime]
+
+func pluginFactory[T fwk.Plugin](newPlugin func(context.Context, runtime.Object, fwk.Handle, *celplugins.Runtime) (T, error)) frameworkruntime.PluginFactory {
+	return func(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+		w := current.Load()
+		if w == nil {
+			return nil, errors.New("no celsched runtime: the pre-run hook of perfOptions did not run")
+		}
+		rt, err := w.runtime(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		return newPlugin(ctx, obj, h, rt)
+	}
+}
+
+// workloadRuntime is the celsched runtime of one workload's scheduler,
+// built by the first CEL plugin that scheduler_perf constructs.
+type workloadRuntime struct {
+	once     sync.Once
+	rt       *celplugins.Runtime
+	err      error
+	registry atomic.Pointer[engine.Registry]
+}
+
+func (w *workloadRuntime) runtime(ctx context.Context, h fwk.Handle) (*celplugins.Runtime, error) {
+	w.once.Do(func() { w.rt, w.err = w.start(ctx, h) })
+	return w.rt, w.err
+}
+
+// start builds the runtime and its policy feed, as the manager does
+// (cmd/manager/app), except for one thing: scheduler_perf creates the
+// scheduler without a dynamic informer factory (util.StartScheduler passes
+// nil), so kube-scheduler watches no SchedulingPolicy and there is no
+// informer of its own for the feed to ride on. The feed gets an informer
+// of its own here instead, started and synced before this returns. Plugins
+// are constructed inside scheduler.New, before the scheduling loop starts,
+// so no pod is scheduled before the policies stored at that point are
+// compiled. The CRD must exist for the informer to sync, and plugin
+// construction comes before the harness's prepare hook, so this installs it.
+func (w *workloadRuntime) start(ctx context.Context, h fwk.Handle) (*celplugins.Runtime, error) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	registry := engine.NewRegistry(engine.NewCompiler(env))
+	rt := celplugins.NewRuntime(registry, engine.NewConverter(env, engine.DefaultMaxCachedNodes))
+
+	cfg := h.KubeConfig()
+	if err := installCRD(ctx, cfg); err != nil {
+		return nil, err
+	}
+	dynClient, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the policy informer's client: %w", err)
+	}
+	factory := dynamicinformer.NewDynamicSharedInformerFactory(dynClient, 0)
+	feed := &celplugins.PolicyFeed{Registry: registry, Logger: klog.FromContext(ctx).WithName("policy-feed")}
+	reg, err := factory.ForResource(celplugins.PolicyGVR).Informer().AddEventHandler(feed.Handler())
+	if err != nil {
+		return nil, fmt.Errorf("watching SchedulingPolicies: %w", err)
+	}
+	factory.Start(ctx.Done())
+	go func() {
+		<-ctx.Done()
+		factory.Shutdown() // waits for the informer's goroutines: scheduler_perf checks for leaks
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), reg.HasSynced) {
+		return nil, fmt.Errorf("waiting for the SchedulingPolicy informer to sync: %w", context.Cause(ctx))
+	}
+	w.registry.Store(registry)
+	return rt, nil
+}
+
+// installCRD creates the SchedulingPolicy CRD of config/crd/bases, unless it
+// exists, and waits until SchedulingPolicies can be listed.
+func installCRD(ctx context.Context, cfg *rest.Config) error {
+	data, err := os.ReadFile(crdFile)
+	if err != nil {
+		return fmt.Errorf("reading the CRD: %w", err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
+		return fmt.Errorf("decoding %s: %w", crdFile, err)
+	}
+	client, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the CRD client: %w", err)
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, &crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the SchedulingPolicy CRD: %w", err)
+	}
+	dynClient, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating a dynamic client: %w", err)
+	}
+	var lastErr error
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, lastErr = dynClient.Resource(celplugins.PolicyGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		return lastErr == nil, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the SchedulingPolicy CRD to be served: %w (last error: %v)", err, lastErr)
+	}
+	return nil
+}
+
+// prepare runs after the workload's control plane and scheduler started and
+// before its first op: it installs the CRD and creates the SchedulingPolicies
+// of testdata/<test case>.yaml, and waits until the celsched registry holds
+// every one of them, compiled without error; so the first pod meets them all.
+func prepare(tCtx ktesting.TContext) error {
+	testCase, workload, err := names(tCtx.Name())
+	if err != nil {
+		return err
+	}
+	policies, err := readPolicies(testCase)
+	if err != nil {
+		return err
+	}
+	if err := installCRD(tCtx, tCtx.RESTConfig()); err != nil {
+		return err
+	}
+	created := map[string]types.UID{}
+	for _, p := range policies {
+		obj, err := tCtx.Dynamic().Resource(celplugins.PolicyGVR).Create(tCtx, p, metav1.CreateOptions{FieldValidation: "Strict"})
+		if err != nil {
+			return fmt.Errorf("creating SchedulingPolicy %s: %w", p.GetName(), err)
+		}
+		created[obj.GetName()] = obj.GetUID()
+	}
+	if *placementsFile != "" {
+		// Cleanups run last-in first-out: this one after the workload and
+		// before the control plane stops.
+		tCtx.Cleanup(func() { recordPlacement(tCtx, testCase, workload, len(created)) })
+	}
+	w := current.Load()
+	if w == nil || w.registry.Load() == nil {
+		tCtx.Logf("No profile runs the CEL plugins: %d SchedulingPolicies stored, none in force", len(created))
+		return nil
+	}
+	registry := w.registry.Load()
+	if err := wait.PollUntilContextTimeout(tCtx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return holdsAll(registry.Snapshot(), created), nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the registry to compile the %d SchedulingPolicies of %s: %w", len(created), testCase, err)
+	}
+	var errs []error
+	for name := range created {
+		if p := registry.Snapshot().Get(name); len(p.Errors) > 0 {
+			errs = append(errs, fmt.Errorf("SchedulingPolicy %s: %w", name, p.Errors.ToAggregate()))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	tCtx.Logf("%d SchedulingPolicies of %s compiled", len(created), testCase)
+	return nil
+}
+
+// holdsAll says whether s holds the created version of every policy.
+func holdsAll(s *engine.Snapshot, created map[string]types.UID) bool {
+	for name, uid := range created {
+		if p := s.Get(name); p == nil || p.UID != uid {
+			return false
+		}
+	}
+	return true
+}
+
+// names splits a workload's test name, BenchmarkPerfScheduling/<test
+// case>/<workload>, into the test case and the workload.
+func names(testName string) (testCase, workload string, err error) {
+	parts := strings.Split(testName, "/")
+	if len(parts) < 3 {
+		return "", "", fmt.Errorf("test name %q is not BenchmarkPerfScheduling/<test case>/<workload>", testName)
+	}
+	return parts[len(parts)-2], parts[len(parts)-1], nil
+}
+
+// readPolicies reads the SchedulingPolicies of a test case,
+// testdata/<test case>.yaml.
+func readPolicies(testCase string) ([]*unstructured.Unstructured, error) {
+	return readPolicyFile(filepath.Join(policyDir, testCase+".yaml"))
+}
+
+// readPolicyFile reads the objects of a multi-document YAML file.
+func readPolicyFile(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the workload's policies: %w", err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if obj == nil {
+			continue // an empty document
+		}
+		u := &unstructured.Unstructured{Object: obj}
+		if gvk := u.GroupVersionKind(); gvk.GroupVersion() != celplugins.PolicyGVR.GroupVersion() || gvk.Kind != "SchedulingPolicy" {
+			return nil, fmt.Errorf("%s: %s %s is not a SchedulingPolicy", path, gvk, u.GetName())
+		}
+		objs = append(objs, u)
+	}
+}
+
+// placement is where a workload's pods landed, per namespace, read from the
+// API server when the workload is done.
+type placement struct {
+	TestCase string `json:"testCase"`
+	Workload string `json:"workload"`
+	// Policies is the number of SchedulingPolicies stored.
+	Policies   int                       `json:"policies"`
+	Namespaces map[string]namespacePlace `json:"namespaces"`
+}
+
+type namespacePlace struct {
+	Pods      int `json:"pods"`
+	Scheduled int `json:"scheduled"`
+	// OnBlockedNodes counts the scheduled pods whose node has a label
+	// with the value "blocked" (templates/node.yaml), which the policies
+	// of NodeOnly10 and Mixed100 keep the celsched profile's pods off.
+	OnBlockedNodes int `json:"onBlockedNodes"`
+}
+
+// recordPlacement appends the workload's placement to placementsFile. A
+// failure fails the workload.
+func recordPlacement(tCtx ktesting.TContext, testCase, workload string, policies int) {
+	if err := appendPlacement(tCtx, testCase, workload, policies); err != nil {
+		tCtx.Errorf("recording where the pods landed: %v", err)
+	}
+}
+
+func appendPlacement(tCtx ktesting.TContext, testCase, workload string, policies int) error {
+	nodes, err := tCtx.Client().CoreV1().Nodes().List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	blocked := map[string]bool{}
+	for i := range nodes.Items {
+		n := &nodes.Items[i]
+		for _, v := range n.Labels {
+			if v == "blocked" {
+				blocked[n.Name] = true
+			}
+		}
+	}
+	pods, err := tCtx.Client().CoreV1().Pods(corev1.NamespaceAll).List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	p := placement{TestCase: testCase, Workload: workload, Policies: policies, Namespaces: map[string]namespacePlace{}}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		ns := p.Namespaces[pod.Namespace]
+		ns.Pods++
+		if pod.Spec.NodeName != "" {
+			ns.Scheduled++
+			if blocked[pod.Spec.NodeName] {
+				ns.OnBlockedNodes++
+			}
+		}
+		p.Namespaces[pod.Namespace] = ns
+	}
+	line, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(*placementsFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
