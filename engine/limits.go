@@ -8,6 +8,13 @@ import (
 // the Kubernetes limits are calibrated so that celconfig.PerCallLimit is about
 // 0.1 s of CPU).
 //
+// Cost bounds each expression and each policy evaluation; what bounds a
+// whole scheduling cycle in wall time (every policy on every node) is the
+// cycle's time budget, celplugins.Args.EvaluationBudget (default 100 ms):
+// the evaluation running when it is spent is cut off (ErrTimeBudgetExceeded)
+// and the cycle's later ones are not evaluated (ErrNotEvaluated), each
+// following its policy's failurePolicy.
+//
 // How an expression's cost is bounded, and why:
 //
 //   - Every function whose work grows with its input is priced by that
