@@ -27,9 +27,6 @@ import (
 // needs a *testing.B for the out-of-tree registry), so this runs the test
 // binary itself with -test.bench, as `make perf` does.
 func TestPerfSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts etcd and a kube-apiserver twice")
-	}
 	path := os.Getenv("PATH")
 	if _, err := exec.LookPath("etcd"); err != nil {
 		assets := os.Getenv("KUBEBUILDER_ASSETS")
