@@ -51,6 +51,19 @@ func TestSignPod(t *testing.T) {
 			policy: builder.MakePolicy("tier").Filter("tier", "pod.metadata.labels['tier'] == node.metadata.?labels[?'tier'].orValue('')").Obj(),
 			a:      replica("web-1", "gold"), b: replica("web-2", "gold"), wantSame: true,
 		},
+		"an optional selection of the pod's labels": {
+			policy: builder.MakePolicy("tier").Filter("tier", "pod.metadata.?labels[?'tier'].orValue('') == node.metadata.?labels[?'tier'].orValue('')").Obj(),
+			a:      replica("web-1", "gold"), b: replica("web-2", "silver"),
+		},
+		"an optional selection of the pod's labels, replicas": {
+			policy: builder.MakePolicy("tier").Filter("tier", "pod.metadata.?labels[?'tier'].orValue('') == node.metadata.?labels[?'tier'].orValue('')").Obj(),
+			a:      replica("web-1", "gold"), b: replica("web-2", "gold"), wantSame: true,
+		},
+		"an optional selection of the pod's spec": {
+			policy: builder.MakePolicy("prio").Filter("prio", "pod.?spec.priority.orValue(0) < 100 || node.metadata.name != ''").Obj(),
+			a:      replica("web-1", "gold"), b: st.MakePod().Namespace("ns").Name("web-2").UID("web-2").SchedulerName("celsched").
+				Label("app", "web").Label("tier", "gold").Priority(1000).Obj(),
+		},
 		"a filter reads the pod's name": {
 			policy: builder.MakePolicy("name").Filter("name", "pod.metadata.name != node.metadata.name").Obj(),
 			a:      replica("web-1", "gold"), b: replica("web-2", "gold"),

@@ -46,7 +46,7 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 	conv := NewConverter(env, 0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"a", "b", "zone-a", "10.0.0.1", "1.2.3", "http://x", "", "[", "100m"}
-	compared, cachedNodeOnly := 0, 0
+	compared, cachedNodeOnly, cachedPodAndNode := 0, 0, 0
 	for i := range 400 {
 		choices := make([]byte, 32)
 		for j := range choices {
@@ -57,8 +57,11 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 			continue
 		}
 		for _, f := range p.filters {
-			if f.nodeOnly {
+			switch f.memo {
+			case memoNode:
 				cachedNodeOnly++
+			case memoPodAndNode:
+				cachedPodAndNode++
 			}
 		}
 		// Node versions: the same name, updated twice.
@@ -71,8 +74,10 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 			uncachedNode := node.DeepCopy()
 			uncachedNode.ResourceVersion = ""
 			info := manyPods(rng.IntN(20))
-			for _, podLabel := range []string{"a", "b", strs[rng.IntN(len(strs))]} {
-				pod, err := conv.Pod(makePod("ns", "p-"+podLabel, map[string]string{"app": podLabel}), makeNamespace("ns", nil))
+			// Replicas: pods that differ only in their names share the
+			// results of rules that read their labels.
+			for j, podLabel := range []string{"a", "b", "a", strs[rng.IntN(len(strs))], "b"} {
+				pod, err := conv.Pod(makePod("ns", fmt.Sprintf("p-%s-%d", podLabel, j), map[string]string{"app": podLabel}), makeNamespace("ns", nil))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -106,8 +111,8 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 			}
 		}
 	}
-	if compared < 1000 || cachedNodeOnly < 50 {
-		t.Errorf("only %d comparisons, %d node-only filters: the generator does not reach the cache", compared, cachedNodeOnly)
+	if compared < 1000 || cachedNodeOnly < 50 || cachedPodAndNode < 50 {
+		t.Errorf("only %d comparisons, %d node-only and %d pod-and-node filters: the generator does not reach the cache", compared, cachedNodeOnly, cachedPodAndNode)
 	}
-	t.Logf("%d comparisons, %d node-only filters", compared, cachedNodeOnly)
+	t.Logf("%d comparisons, %d node-only and %d pod-and-node filters", compared, cachedNodeOnly, cachedPodAndNode)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common"
 	celast "github.com/google/cel-go/common/ast"
+	"github.com/google/cel-go/common/operators"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -82,11 +83,13 @@ type CompiledPolicy struct {
 type expr struct {
 	path *field.Path // e.g. spec.filters[2].expression
 	prg  program
-	// nodeOnly: the expression reads nothing but node and constants,
-	// directly or through variables, so its result is a function of the
-	// node's version: evaluated once per node version and policy version,
-	// and looked up for every other pod (see evaluation.eval).
-	nodeOnly bool
+	// memo says whether the expression's results are kept per node
+	// version (memo.go): when it reads nothing but node and constants,
+	// directly or through variables, or only node and the pod fields its
+	// policy's podReads name.
+	memo memoKind
+	// slot is the expression's index in the nodes' memo tables.
+	slot int
 }
 
 type variable struct {
@@ -222,7 +225,24 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		out.Errors = append(out.Errors, field.Forbidden(field.NewPath("spec"),
 			fmt.Sprintf("too many errors: the first %d are listed, the other expressions were not checked", opts.MaxErrors)))
 	}
+	if out.Err() == nil {
+		out.memoizeFor()
+		c.env.slots.assignSlots(out)
+	}
 	return out
+}
+
+// memoizeFor keeps per-pod-field memoization for the expressions of a
+// policy whose podReads key their results.
+func (p *CompiledPolicy) memoizeFor() {
+	if p.signs&podReadsUnkeyable == 0 {
+		return
+	}
+	for _, e := range p.exprs() {
+		if e.memo == memoPodAndNode {
+			e.memo = notMemoized
+		}
+	}
 }
 
 // storedExpressions returns a predicate saying which expression texts compile
@@ -348,7 +368,7 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()},
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo()},
 			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
 	}
 
@@ -409,7 +429,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()}
+	return &expr{path: path, prg: prg, memo: c.refs.memo()}
 }
 
 // checked is a type-checked expression.
@@ -596,8 +616,21 @@ type reference struct {
 	what string
 }
 
-// nodeOnly says whether the expression reads nothing but node.
-func (r *references) nodeOnly() bool { return r.reads&^readsNode == 0 }
+// memo says how the expression's results can be memoized: per node
+// version when it reads nothing but node; per node version and pod fields
+// when it reads the pod, its namespace and the node, but not nodeInfo
+// (which changes with the pods on the node). A policy whose podReads
+// cannot key its results (podReadsUnkeyable) memoizes only the former
+// (memoizeFor).
+func (r *references) memo() memoKind {
+	switch {
+	case r.reads&^readsNode == 0:
+		return memoNode
+	case r.reads&^(readsPod|readsNamespace|readsNode) == 0:
+		return memoPodAndNode
+	}
+	return notMemoized
+}
 
 func (r *references) nodeScoped() bool {
 	return r.node != nil || r.nodeInfo != nil || r.nodeVariable != nil
@@ -623,8 +656,31 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
 		case celast.CallKind:
-			if e.AsCall().FunctionName() == "flatten" {
+			call := e.AsCall()
+			switch call.FunctionName() {
+			case "flatten":
 				refs.unboundedCall = true
+			case operators.OptSelect:
+				// pod.?field and pod.metadata.?field read one field, as
+				// the plain selections below do.
+				args := call.Args()
+				if len(args) != 2 || args[1].Kind() != celast.LiteralKind {
+					return
+				}
+				name, ok := args[1].AsLiteral().Value().(string)
+				if !ok {
+					return
+				}
+				op := args[0]
+				switch {
+				case op.Kind() == celast.IdentKind && op.AsIdent() == PodVar && name != "metadata":
+					podSelects++
+					refs.podFields[name] = true
+				case op.Kind() == celast.SelectKind && op.AsSelect().FieldName() == "metadata" &&
+					op.AsSelect().Operand().Kind() == celast.IdentKind && op.AsSelect().Operand().AsIdent() == PodVar:
+					metadataFieldSelects++
+					refs.podFields["metadata."+name] = true
+				}
 			}
 		case celast.IdentKind:
 			// A comprehension variable of the same name counts as the

@@ -32,6 +32,7 @@ type Converter struct {
 	nodeCount  atomic.Int64
 	maxNodes   int64
 	namespaces *lru.Cache
+	podKeys    podKeys
 }
 
 // NewConverter returns a converter whose caches hold up to maxCached nodes
@@ -40,7 +41,7 @@ func NewConverter(env *Environment, maxCached int) *Converter {
 	if maxCached <= 0 {
 		maxCached = DefaultMaxCachedNodes
 	}
-	return &Converter{env: env, maxNodes: int64(maxCached), namespaces: lru.New(maxCached)}
+	return &Converter{env: env, maxNodes: int64(maxCached), namespaces: lru.New(maxCached), podKeys: podKeys{ids: lru.New(maxCached)}}
 }
 
 // cachedValue is an object's CEL value for one version of the object.
@@ -58,6 +59,11 @@ type PodInput struct {
 
 	pod, namespace ref.Val
 	schedulerName  string
+
+	// keys are the pod's memo keys (memo.go) by podReads, interned in
+	// podKeys on first use; 0 when not computed yet.
+	keys    [podReadsUnkeyable]atomic.Uint64
+	podKeys *podKeys
 }
 
 // NodeInput is a node (and, lazily, the scheduler's view of it) for the
@@ -69,10 +75,10 @@ type NodeInput struct {
 	Node *corev1.Node
 
 	node ref.Val
-	// memo holds the results of node-only expressions on this node
-	// version, keyed by *expr; nil when the node is not cached (it has no
+	// memo holds the results of the memoized expressions on this node
+	// version; nil when the node is not cached (it has no
 	// resourceVersion).
-	memo *sync.Map
+	memo *memoTable
 	// info builds nodeInfo on first use; nil when the caller has none.
 	// infoFrom(infoSource) does the same without a closure.
 	info       func() *NodeInfo
@@ -112,6 +118,7 @@ func (c *Converter) Pod(pod *corev1.Pod, ns *corev1.Namespace) (*PodInput, error
 		Namespace:     ns,
 		pod:           podVal,
 		schedulerName: pod.Spec.SchedulerName,
+		podKeys:       &c.podKeys,
 	}
 	if ns != nil {
 		in.namespace, err = c.cached(c.namespaces, ns.Name, ns.UID, ns.ResourceVersion, ns, c.env.namespaceValues)
@@ -153,13 +160,13 @@ func (c *Converter) NodeValue(node *corev1.Node) (ref.Val, error) {
 	return entry.val, nil
 }
 
-// nodeEntry is a node version's CEL value and the results of the node-only
+// nodeEntry is a node version's CEL value and the results of the memoized
 // expressions evaluated on it.
 type nodeEntry struct {
 	uid             ktypes.UID
 	resourceVersion string
 	val             ref.Val
-	memo            *sync.Map // *expr -> *memoResult
+	memo            *memoTable
 }
 
 func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
@@ -179,7 +186,7 @@ func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 	if node.ResourceVersion == "" {
 		return e, nil
 	}
-	e.memo = &sync.Map{}
+	e.memo = &memoTable{}
 	if _, loaded := c.nodes.Swap(node.Name, e); !loaded && c.nodeCount.Add(1) > c.maxNodes {
 		// More names than any cluster should have, e.g. nodes deleted
 		// while nobody called ForgetNode: start over.

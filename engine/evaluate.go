@@ -365,33 +365,48 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	if ev.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
 	}
-	if !e.nodeOnly || ev.node == nil || ev.node.memo == nil {
+	key, ok := memoKey(ev.policy, ev.pod, ev.node, e)
+	if !ok {
 		return ev.run(e)
 	}
-	// A node-only expression: its result is a function of the node version
-	// and of the compiled expression (a new policy version is a new expr),
-	// so it is computed once per node version, by whichever pod comes
-	// first, and read by the others without evaluating.
-	if r := cached(ev.node, e); r != nil {
+	// A memoized expression: its result is a function of the node version,
+	// of the compiled expression (a new policy version is a new expr) and,
+	// for memoPodAndNode, of what the policy reads of the pod (key), so it
+	// is computed once per such input, by whichever pod comes first, and
+	// read by the others without evaluating.
+	if r := ev.node.memo.load(e, key); r != nil {
 		return r.val, r.err
 	}
 	val, err := ev.run(e)
 	if err == nil || memoizable(err) {
-		ev.node.memo.Store(e, &memoResult{val: val, err: err})
+		ev.node.memo.store(e, key, val, err)
 	}
 	return val, err
 }
 
-// cached returns the result of a node-only expression on the node's
+// memoKey returns the key of e's results on the node, or false when they
+// are not memoized.
+func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (uint64, bool) {
+	if node == nil || node.memo == nil {
+		return 0, false
+	}
+	switch e.memo {
+	case memoNode:
+		return 0, true
+	case memoPodAndNode:
+		return pod.key(p.signs)
+	}
+	return 0, false
+}
+
+// cached returns the result of a memoized expression on the node's
 // version, if it was evaluated.
-func cached(node *NodeInput, e *expr) *memoResult {
-	if !e.nodeOnly || node == nil || node.memo == nil {
+func cached(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) *memoResult {
+	key, ok := memoKey(p, pod, node, e)
+	if !ok {
 		return nil
 	}
-	if m, ok := node.memo.Load(e); ok {
-		return m.(*memoResult)
-	}
-	return nil
+	return node.memo.load(e, key)
 }
 
 // lazy evaluates a policy's rules for a pod (and a node), building the
@@ -415,7 +430,7 @@ func (l *lazy) evaluation(node *NodeInput) *evaluation {
 }
 
 func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
-	if r := cached(node, e); r != nil {
+	if r := cached(l.policy, l.pod, node, e); r != nil {
 		return r.val, r.err
 	}
 	return l.evaluation(node).eval(e)
@@ -423,12 +438,6 @@ func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
 
 func (l *lazy) evalBool(node *NodeInput, e *expr) (bool, error) {
 	return asBool(l.eval(node, e))
-}
-
-// memoResult is a node-only expression's result on one node version.
-type memoResult struct {
-	val ref.Val
-	err error
 }
 
 // memoizable says whether an error is the expression's own on the node,

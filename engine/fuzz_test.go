@@ -115,6 +115,9 @@ var (
 		"node.metadata.labels[?{s}].or(optional.of('x')).value() != ''",
 		"cel.bind(z, node.metadata.?annotations[?'big'].orValue(''), size(z) + size(z) >= 0)",
 		"node == node",
+		"pod.metadata.?labels[?'app'].orValue('') == node.metadata.labels[?'app'].orValue('-')",
+		"pod.metadata.?labels[?'app'].orValue('') in ['a', {s}] || node.metadata.labels[?'zone'].orValue('') == {s}",
+		"pod.spec.containers.exists(c, node.metadata.name.contains(c.name))",
 	}
 	numberFragments = []string{
 		"nodeInfo.podCount",
@@ -128,6 +131,7 @@ var (
 		"nodeInfo.allocatable['memory'] - nodeInfo.requested['memory']",
 		"lists.range({k}).size()",
 		"node.metadata.?annotations[?'big'].orValue('').indexOf({s})",
+		"pod.metadata.?labels[?'app'].orValue('') == node.metadata.labels[?'app'].orValue('') ? 10 : {n}",
 	}
 	stringFragments = []string{
 		"'node ' + node.metadata.name",
@@ -139,6 +143,7 @@ var (
 		"node.metadata.labels[?{s}].orValue('default')",
 		"node.metadata.?annotations[?'big'].orValue('').upperAscii()",
 		"node.metadata.?annotations[?'big'].orValue('').replace('', {s})",
+		"pod.metadata.?labels[?'app'].orValue('none') + ' on ' + node.metadata.name",
 	}
 )
 

@@ -8,41 +8,73 @@ import (
 )
 
 // podReads is what a policy's filters, scores and variables read of a pod
-// and its namespace.
-type podReads struct {
-	labels, annotations, name, ownerReferences, spec bool
-	namespace                                        bool
-	// unsignable: a read the signature cannot capture (the whole pod, its
-	// status or another metadata field, nodeInfo.pods, which changes with
-	// every pod placed).
-	unsignable bool
-}
+// and its namespace: a set of the pod*Read bits.
+type podReads uint8
+
+const (
+	podLabelsRead podReads = 1 << iota
+	podAnnotationsRead
+	podNameRead
+	podOwnerReferencesRead
+	podSpecRead
+	podNamespaceRead
+	// podReadsUnkeyable: a read that neither the signature nor a memo key
+	// can capture (the whole pod, its status or another metadata field,
+	// nodeInfo.pods, which changes with every pod placed).
+	podReadsUnkeyable
+)
 
 func (r *podReads) add(refs *references) {
 	if refs.podWhole || refs.nodeInfoPods {
-		r.unsignable = true
+		*r |= podReadsUnkeyable
 	}
 	if refs.reads&readsNamespace != 0 {
-		r.namespace = true
+		*r |= podNamespaceRead
 	}
 	for f := range refs.podFields {
 		switch f {
 		case "metadata.labels":
-			r.labels = true
+			*r |= podLabelsRead
 		case "metadata.annotations":
-			r.annotations = true
+			*r |= podAnnotationsRead
 		case "metadata.name", "metadata.generateName":
-			r.name = true
+			*r |= podNameRead
 		case "metadata.ownerReferences":
-			r.ownerReferences = true
+			*r |= podOwnerReferencesRead
 		case "metadata.namespace", "apiVersion", "kind":
 			// The same for every pod the signature compares (the
 			// namespace is in it when read), or constant.
 		case "spec":
-			r.spec = true
+			*r |= podSpecRead
 		default:
-			r.unsignable = true
+			*r |= podReadsUnkeyable
 		}
+	}
+}
+
+// fill copies what r names of a pod and its namespace into sig.
+func (r podReads) fill(sig *PodSignature, in *PodInput) {
+	pod := in.Pod
+	if r&podLabelsRead != 0 {
+		sig.Labels = pod.Labels
+	}
+	if r&podAnnotationsRead != 0 {
+		sig.Annotations = pod.Annotations
+	}
+	if r&podNameRead != 0 {
+		sig.Name = pod.GenerateName + "|" + pod.Name
+	}
+	if r&podOwnerReferencesRead != 0 {
+		for _, o := range pod.OwnerReferences {
+			sig.OwnerReferences = append(sig.OwnerReferences, o)
+		}
+	}
+	if r&podSpecRead != 0 {
+		sig.Spec = &pod.Spec
+	}
+	if r&podNamespaceRead != 0 && in.Namespace != nil {
+		sig.NamespaceMeta = map[string]any{"name": in.Namespace.Name, "uid": in.Namespace.UID,
+			"resourceVersion": in.Namespace.ResourceVersion}
 	}
 }
 
@@ -76,38 +108,11 @@ func (s *Snapshot) Signature(ctx context.Context, in *PodInput) (*PodSignature, 
 		if m.Decision.Verdict != Pass {
 			continue // rejects on every node, whatever the pod
 		}
-		r := p.signs
-		reads.labels = reads.labels || r.labels
-		reads.annotations = reads.annotations || r.annotations
-		reads.name = reads.name || r.name
-		reads.ownerReferences = reads.ownerReferences || r.ownerReferences
-		reads.spec = reads.spec || r.spec
-		reads.namespace = reads.namespace || r.namespace
-		if r.unsignable {
+		if p.signs&podReadsUnkeyable != 0 {
 			return nil, false
 		}
+		reads |= p.signs
 	}
-	pod := in.Pod
-	if reads.labels {
-		sig.Labels = pod.Labels
-	}
-	if reads.annotations {
-		sig.Annotations = pod.Annotations
-	}
-	if reads.name {
-		sig.Name = pod.GenerateName + "|" + pod.Name
-	}
-	if reads.ownerReferences {
-		for _, o := range pod.OwnerReferences {
-			sig.OwnerReferences = append(sig.OwnerReferences, o)
-		}
-	}
-	if reads.spec {
-		sig.Spec = &pod.Spec
-	}
-	if reads.namespace && in.Namespace != nil {
-		sig.NamespaceMeta = map[string]any{"name": in.Namespace.Name, "uid": in.Namespace.UID,
-			"resourceVersion": in.Namespace.ResourceVersion}
-	}
+	reads.fill(sig, in)
 	return sig, true
 }

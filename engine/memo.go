@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"encoding/json"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/cel-go/common/types/ref"
+	"k8s.io/utils/lru"
+)
+
+// This file is the memo of expression results per node version: each rule
+// is evaluated at most once per distinct input (design.md, Performance).
+//
+//   - An expression that reads only node (directly or through variables)
+//     has one result per node version: the first pod to need it evaluates
+//     it, every other pod reads it.
+//   - An expression that reads the pod (or its namespace) and the node, but
+//     not nodeInfo, has one result per node version and per value of what
+//     its policy reads of the pod (podReads: the labels, the spec, ...): the
+//     replicas of a workload share it. Those values are interned into a
+//     podKey once per pod and cycle (PodInput.key).
+//
+// The memo lives beside the node's CEL value (nodeEntry), so a new node
+// version starts empty. Each memoized expression has a slot, an index into
+// the node's table; a slot is reused when its policy version is garbage
+// collected, and every entry records its expression, so an entry of a
+// slot's previous owner is never returned. Reads take no lock and allocate
+// nothing.
+
+// memoKind says how an expression's results are memoized.
+type memoKind uint8
+
+const (
+	// notMemoized: the expression reads nodeInfo (which changes with the
+	// pods on the node, not with the node's version) or what no key
+	// captures.
+	notMemoized memoKind = iota
+	// memoNode: reads only node and constants.
+	memoNode
+	// memoPodAndNode: reads node and the pod's fields named by its policy's
+	// podReads.
+	memoPodAndNode
+)
+
+// maxPodKeys bounds the results kept per node and expression of kind
+// memoPodAndNode: the distinct workloads whose results a node keeps. The
+// oldest goes first.
+const maxPodKeys = 16
+
+// memoResult is an expression's result on a node version, for a podKey
+// (0 for node-only expressions).
+type memoResult struct {
+	e   *expr
+	key uint64
+	val ref.Val
+	err error
+}
+
+// memoSet is the results of one slot on one node version. Immutable: a
+// store replaces it.
+type memoSet struct {
+	results []memoResult
+}
+
+// memoTable is the memo of one node version.
+type memoTable struct {
+	slots atomic.Pointer[[]atomic.Pointer[memoSet]]
+}
+
+// load returns the result of e on the node for key, or nil.
+func (t *memoTable) load(e *expr, key uint64) *memoResult {
+	slots := t.slots.Load()
+	if slots == nil || e.slot >= len(*slots) {
+		return nil
+	}
+	set := (*slots)[e.slot].Load()
+	if set == nil {
+		return nil
+	}
+	for i := range set.results {
+		if r := &set.results[i]; r.e == e && r.key == key {
+			return r
+		}
+	}
+	return nil
+}
+
+// store records the result of e on the node for key. A store that races
+// with another may be lost; the result is then computed again.
+func (t *memoTable) store(e *expr, key uint64, val ref.Val, err error) {
+	slot := t.slot(e.slot)
+	for {
+		old := slot.Load()
+		set := &memoSet{results: make([]memoResult, 0, maxPodKeys)}
+		if old != nil {
+			for _, r := range old.results {
+				// Drop the results of the slot's previous owner, and the
+				// oldest when the set is full.
+				if r.e == e && (r.key != key) {
+					set.results = append(set.results, r)
+				}
+			}
+			if len(set.results) >= maxPodKeys {
+				set.results = set.results[len(set.results)-maxPodKeys+1:]
+			}
+		}
+		set.results = append(set.results, memoResult{e: e, key: key, val: val, err: err})
+		if slot.CompareAndSwap(old, set) {
+			return
+		}
+	}
+}
+
+// slot returns the table's slot i, growing the table when needed.
+func (t *memoTable) slot(i int) *atomic.Pointer[memoSet] {
+	for {
+		old := t.slots.Load()
+		if old != nil && i < len(*old) {
+			return &(*old)[i]
+		}
+		n := 2 * (i + 1)
+		if old != nil {
+			n = max(n, 2*len(*old))
+		}
+		grown := make([]atomic.Pointer[memoSet], n)
+		if old != nil {
+			for j := range *old {
+				grown[j].Store((*old)[j].Load())
+			}
+		}
+		if t.slots.CompareAndSwap(old, &grown) {
+			return &grown[i]
+		}
+	}
+}
+
+// slotAllocator hands out the memo slots of an Environment's policies.
+type slotAllocator struct {
+	mu   sync.Mutex
+	free []int
+	next int
+}
+
+func (a *slotAllocator) get() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if n := len(a.free); n > 0 {
+		s := a.free[n-1]
+		a.free = a.free[:n-1]
+		return s
+	}
+	a.next++
+	return a.next - 1
+}
+
+func (a *slotAllocator) put(slots []int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.free = append(a.free, slots...)
+}
+
+// assignSlots gives each memoized expression of a compiled policy a slot,
+// returned to the allocator when the policy is garbage collected (no
+// scheduling cycle holds it any more). Entries of a returned slot stay in
+// the nodes' tables until overwritten, but name their expression, which
+// keeps them from being read for another.
+func (a *slotAllocator) assignSlots(p *CompiledPolicy) {
+	var slots []int
+	for _, e := range p.exprs() {
+		if e.memo == notMemoized {
+			continue
+		}
+		e.slot = a.get()
+		slots = append(slots, e.slot)
+	}
+	if len(slots) > 0 {
+		runtime.AddCleanup(p, a.put, slots)
+	}
+}
+
+// exprs returns the policy's expressions that are evaluated per node.
+func (p *CompiledPolicy) exprs() []*expr {
+	var out []*expr
+	for _, v := range p.variables {
+		out = append(out, &v.expr)
+	}
+	for _, r := range p.filters {
+		out = append(out, &r.expr)
+	}
+	for _, s := range p.scores {
+		out = append(out, &s.expr)
+	}
+	return out
+}
+
+// podKeys interns the values of what policies read of pods (a
+// PodSignature's JSON) into memo keys: equal values, equal keys. Keys are
+// never reused, so a key evicted and interned again gets a new one, and
+// only misses the results kept for the old.
+type podKeys struct {
+	ids  *lru.Cache // JSON -> uint64
+	next atomic.Uint64
+}
+
+// key returns the memo key of what r names of the pod, or false when it
+// cannot be computed.
+func (in *PodInput) key(r podReads) (uint64, bool) {
+	if r >= podReadsUnkeyable || in.podKeys == nil {
+		return 0, false
+	}
+	if k := in.keys[r].Load(); k != 0 {
+		return k, true
+	}
+	var sig PodSignature
+	r.fill(&sig, in)
+	b, err := json.Marshal(&sig)
+	if err != nil {
+		return 0, false
+	}
+	k := in.podKeys.intern(string(b))
+	in.keys[r].Store(k)
+	return k, true
+}
+
+func (p *podKeys) intern(s string) uint64 {
+	if v, ok := p.ids.Get(s); ok {
+		return v.(uint64)
+	}
+	k := p.next.Add(1)
+	p.ids.Add(s, k)
+	return k
+}
