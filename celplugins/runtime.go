@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -54,7 +55,10 @@ type Runtime struct {
 	// (a rule cut off by the time budget). It must not block.
 	Notify func(name string)
 
-	counters   metrics.Counters
+	counters metrics.Counters
+	// tallies are the current cycle's tallies of filter and score
+	// decisions (Tally).
+	tallies    [2]atomic.Pointer[metrics.Tally]
 	lastSigned lastSigned
 	once       sync.Once
 	namespaces *namespaces
@@ -92,6 +96,22 @@ func (rt *Runtime) NoteErrors(ctx context.Context, budget time.Duration, d *engi
 
 // Count counts a decision's rule evaluations in celsched_policy_evaluations_total.
 func (rt *Runtime) Count(d *engine.Decision) { rt.counters.Count(d) }
+
+// Tally returns the tally of a new cycle's decisions at point (PointFilter
+// or PointScore) for policies, and flushes the previous cycle's: the
+// plugins flush a cycle's tally when its evaluations are done (Reserve,
+// NormalizeScore), and a cycle that ended otherwise (no node fits, an
+// error) is flushed here. kube-scheduler runs one scheduling cycle at a
+// time, so the previous cycle's evaluations are done.
+func (rt *Runtime) Tally(point engine.Point, policies []*engine.CompiledPolicy) *metrics.Tally {
+	t := rt.counters.Tally(point, policies)
+	i := 0
+	if point == engine.PointScore {
+		i = 1
+	}
+	rt.tallies[i].Swap(t).Flush()
+	return t
+}
 
 // Factory adapts a plugin constructor that needs the Runtime to
 // kube-scheduler's PluginFactory, for app.WithPlugin or an out-of-tree

@@ -12,6 +12,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/metrics"
 )
 
 // StateKey is the CycleState key under which the policies matching the pod
@@ -39,6 +40,9 @@ type Cycle struct {
 	// scores, in name order (Audit ones included).
 	Filters []*engine.CompiledPolicy
 	Scores  []*engine.CompiledPolicy
+	// FilterTally counts the filter decisions of the cycle (nil when no
+	// policy with filters applies).
+	FilterTally *metrics.Tally
 	// Audit are the matching Audit policies, reported on when the pod is
 	// bound (ReportAudit).
 	Audit []*engine.CompiledPolicy
@@ -109,6 +113,9 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		if p.HasScores() {
 			c.Scores = append(c.Scores, p)
 		}
+	}
+	if len(c.Filters) > 0 {
+		c.FilterTally = rt.Tally(engine.PointFilter, c.Filters)
 	}
 	return c, nil
 }

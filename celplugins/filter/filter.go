@@ -14,6 +14,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine/metrics"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -30,6 +31,7 @@ var (
 	_ fwk.PreFilterPlugin   = &Filter{}
 	_ fwk.FilterPlugin      = &Filter{}
 	_ fwk.PostBindPlugin    = &Filter{}
+	_ fwk.ReservePlugin     = &Filter{}
 	_ fwk.EnqueueExtensions = &Filter{}
 	_ fwk.SignPlugin        = &Filter{}
 )
@@ -90,9 +92,17 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return fwk.AsStatus(err)
 	}
 	logger := klog.FromContext(ctx)
-	for _, p := range c.Filters {
+	// passing is the first of the policies that passed plainly on the
+	// node since the last that did not: they are counted as a run.
+	passing := 0
+	for i, p := range c.Filters {
 		d := p.Filter(c.Ctx, c.Pod, &in)
-		pl.rt.Count(&d)
+		if metrics.Plain(&d) {
+			continue
+		}
+		c.FilterTally.Passed(passing, i)
+		c.FilterTally.Add(i, &d)
+		passing = i + 1
 		pl.rt.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
 		if len(d.Ignored) > 0 {
 			if v := logger.V(4); v.Enabled() {
@@ -116,8 +126,21 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 			c.DenyAudit(node.Name, d)
 		}
 	}
+	c.FilterTally.Passed(passing, len(c.Filters))
 	return nil
 }
+
+// Reserve implements fwk.ReservePlugin: the cycle's filters are done, and
+// their counts go to celsched_policy_evaluations_total.
+func (pl *Filter) Reserve(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ string) *fwk.Status {
+	if c := celplugins.ReadCycle(state); c != nil {
+		c.FilterTally.Flush()
+	}
+	return nil
+}
+
+// Unreserve implements fwk.ReservePlugin.
+func (pl *Filter) Unreserve(context.Context, fwk.CycleState, *corev1.Pod, string) {}
 
 // PostBind reports what the matching Audit policies would have done with
 // the placement.

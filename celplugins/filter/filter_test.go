@@ -3,6 +3,7 @@ package filter
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -238,4 +239,54 @@ func BenchmarkFilterNodeOnlyPolicies(b *testing.B) {
 			b.Fatal(status)
 		}
 	}
+}
+
+// BenchmarkFilterPodFieldPolicy: CELFilter on a node for a rule that reads
+// a pod label and a node label. "hit": another replica (the same labels,
+// another name) was filtered on this node version, so the result is a
+// lookup; "miss": every iteration is a new node version, so the rule is
+// evaluated.
+func BenchmarkFilterPodFieldPolicy(b *testing.B) {
+	policy := builder.MakePolicy("rack").
+		Filter("rack", "pod.metadata.?labels[?'rack'].orValue('') == node.metadata.?labels[?'rack'].orValue('')").Obj()
+	pl := &Filter{rt: plugintest.Runtime(b, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))}
+	pl.args.EvaluationBudget.Duration = time.Minute
+	cycle := func(name string) (*corev1.Pod, fwk.CycleState) {
+		pod := st.MakePod().Namespace("ns").Name(name).SchedulerName("celsched").Label("rack", "r1").Obj()
+		state := framework.NewCycleState()
+		if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+		return pod, state
+	}
+	node := st.MakeNode().Name("n1").Label("rack", "r1").Obj()
+	node.ResourceVersion = "1"
+	ni := framework.NewNodeInfo()
+	ni.SetNode(node)
+	ctx := context.Background()
+	b.Run("hit", func(b *testing.B) {
+		first, firstState := cycle("web-1")
+		if status := pl.Filter(ctx, firstState, first, ni); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+		pod, state := cycle("web-2")
+		b.ReportAllocs()
+		for b.Loop() {
+			if status := pl.Filter(ctx, state, pod, ni); !status.IsSuccess() {
+				b.Fatal(status)
+			}
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		pod, state := cycle("web-3")
+		version := 1
+		b.ReportAllocs()
+		for b.Loop() {
+			version++
+			node.ResourceVersion = strconv.Itoa(version)
+			if status := pl.Filter(ctx, state, pod, ni); !status.IsSuccess() {
+				b.Fatal(status)
+			}
+		}
+	})
 }

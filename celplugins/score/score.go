@@ -16,6 +16,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/metrics"
 )
 
 // Name is the plugin's name in a KubeSchedulerConfiguration.
@@ -58,6 +59,7 @@ func (pl *Score) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragme
 // its node only, so concurrent Score calls do not race.
 type scoreState struct {
 	cycle *celplugins.Cycle
+	tally *metrics.Tally
 	rules []rule
 	index map[string]int // node name -> row
 	// raw[node][rule], NaN where the rule failed and was ignored (it takes
@@ -93,7 +95,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	if len(c.Scores) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	s := &scoreState{cycle: c, index: make(map[string]int, len(nodes))}
+	s := &scoreState{cycle: c, tally: pl.rt.Tally(engine.PointScore, c.Scores), index: make(map[string]int, len(nodes))}
 	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Enforcement == schedv1alpha1.Audit})
@@ -133,11 +135,19 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	}
 	raw := s.raw[row]
 	offset := 0
-	for _, p := range s.cycle.Scores {
+	// passing is the first of the policies that scored plainly on the
+	// node since the last that did not: they are counted as a run.
+	passing := 0
+	for i, p := range s.cycle.Scores {
 		values := raw[offset : offset+p.NumScoreRules()]
 		offset += len(values)
 		d := p.Score(s.cycle.Ctx, s.cycle.Pod, &in, values)
-		pl.rt.Count(&d)
+		if metrics.Plain(&d) {
+			continue
+		}
+		s.tally.Passed(passing, i)
+		s.tally.Add(i, &d)
+		passing = i + 1
 		pl.rt.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
 		if d.Acts() {
 			return 0, fwk.AsStatus(errors.New(d.String()))
@@ -153,6 +163,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 			}
 		}
 	}
+	s.tally.Passed(passing, len(s.cycle.Scores))
 	s.scored[row] = true
 	return 0, nil
 }
@@ -168,6 +179,7 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	s.tally.Flush()
 	rows := make([]int, len(scores))
 	for i, ns := range scores {
 		row, ok := s.index[ns.Name]
