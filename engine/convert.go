@@ -137,7 +137,7 @@ func (c *Converter) Node(node *corev1.Node, info func() *NodeInfo) (*NodeInput, 
 	if err != nil {
 		return nil, err
 	}
-	return &NodeInput{Node: node, node: entry.val, memo: entry.memo, info: info}, nil
+	return &NodeInput{Node: node, node: entry.val, memo: entry.memoTable(), info: info}, nil
 }
 
 // NodeInput is Node for the per-(pod, node) path, by value: source is the
@@ -147,7 +147,7 @@ func (c *Converter) NodeInput(node *corev1.Node, source any, info NodeInfoSource
 	if err != nil {
 		return NodeInput{}, err
 	}
-	return NodeInput{Node: node, node: entry.val, memo: entry.memo, infoFrom: info, infoSource: source}, nil
+	return NodeInput{Node: node, node: entry.val, memo: entry.memoTable(), infoFrom: info, infoSource: source}, nil
 }
 
 // NodeValue returns the CEL value of a node, converting it only when this
@@ -166,7 +166,18 @@ type nodeEntry struct {
 	uid             ktypes.UID
 	resourceVersion string
 	val             ref.Val
-	memo            *memoTable
+	// memo is kept in the entry, so that reading it costs no other cache
+	// line than the entry's, already read to check the version.
+	memo memoTable
+}
+
+// memoTable returns the entry's memo, or nil for a node that is not cached
+// (it has no resourceVersion).
+func (e *nodeEntry) memoTable() *memoTable {
+	if e.resourceVersion == "" {
+		return nil
+	}
+	return &e.memo
 }
 
 func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
@@ -186,7 +197,6 @@ func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 	if node.ResourceVersion == "" {
 		return e, nil
 	}
-	e.memo = &memoTable{}
 	if _, loaded := c.nodes.Swap(node.Name, e); !loaded && c.nodeCount.Add(1) > c.maxNodes {
 		// More names than any cluster should have, e.g. nodes deleted
 		// while nobody called ForgetNode: start over.

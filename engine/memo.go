@@ -50,23 +50,19 @@ const (
 const maxPodKeys = 16
 
 // memoResult is an expression's result on a node version, for a podKey
-// (0 for node-only expressions).
+// (0 for node-only expressions): a list, newest first, of the results of
+// one slot. Immutable: a store replaces the list.
 type memoResult struct {
-	e   *expr
-	key uint64
-	val ref.Val
-	err error
-}
-
-// memoSet is the results of one slot on one node version. Immutable: a
-// store replaces it.
-type memoSet struct {
-	results []memoResult
+	e    *expr
+	key  uint64
+	val  ref.Val
+	err  error
+	next *memoResult
 }
 
 // memoTable is the memo of one node version.
 type memoTable struct {
-	slots atomic.Pointer[[]atomic.Pointer[memoSet]]
+	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
 }
 
 // load returns the result of e on the node for key, or nil.
@@ -75,46 +71,40 @@ func (t *memoTable) load(e *expr, key uint64) *memoResult {
 	if slots == nil || e.slot >= len(*slots) {
 		return nil
 	}
-	set := (*slots)[e.slot].Load()
-	if set == nil {
-		return nil
-	}
-	for i := range set.results {
-		if r := &set.results[i]; r.e == e && r.key == key {
+	for r := (*slots)[e.slot].Load(); r != nil; r = r.next {
+		if r.e == e && r.key == key {
 			return r
 		}
 	}
 	return nil
 }
 
-// store records the result of e on the node for key. A store that races
-// with another may be lost; the result is then computed again.
+// store records the result of e on the node for key, before the others of
+// e kept in the slot (at most maxPodKeys in all); the results of the
+// slot's previous owner go. A store that races with another may be lost;
+// the result is then computed again.
 func (t *memoTable) store(e *expr, key uint64, val ref.Val, err error) {
 	slot := t.slot(e.slot)
 	for {
 		old := slot.Load()
-		set := &memoSet{results: make([]memoResult, 0, maxPodKeys)}
-		if old != nil {
-			for _, r := range old.results {
-				// Drop the results of the slot's previous owner, and the
-				// oldest when the set is full.
-				if r.e == e && (r.key != key) {
-					set.results = append(set.results, r)
-				}
-			}
-			if len(set.results) >= maxPodKeys {
-				set.results = set.results[len(set.results)-maxPodKeys+1:]
+		head := &memoResult{e: e, key: key, val: val, err: err}
+		last, kept := head, 1
+		for r := old; r != nil && kept < maxPodKeys; r = r.next {
+			if r.e == e && r.key != key {
+				c := *r
+				last.next, last = &c, &c
+				kept++
 			}
 		}
-		set.results = append(set.results, memoResult{e: e, key: key, val: val, err: err})
-		if slot.CompareAndSwap(old, set) {
+		last.next = nil
+		if slot.CompareAndSwap(old, head) {
 			return
 		}
 	}
 }
 
 // slot returns the table's slot i, growing the table when needed.
-func (t *memoTable) slot(i int) *atomic.Pointer[memoSet] {
+func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
 	for {
 		old := t.slots.Load()
 		if old != nil && i < len(*old) {
@@ -124,7 +114,7 @@ func (t *memoTable) slot(i int) *atomic.Pointer[memoSet] {
 		if old != nil {
 			n = max(n, 2*len(*old))
 		}
-		grown := make([]atomic.Pointer[memoSet], n)
+		grown := make([]atomic.Pointer[memoResult], n)
 		if old != nil {
 			for j := range *old {
 				grown[j].Store((*old)[j].Load())
