@@ -107,18 +107,11 @@ func (r *StatusReconciler) setSlow(status *schedv1alpha1.SchedulingPolicyStatus,
 		return
 	}
 	report, ok := r.Slow.Get(name)
-	if !ok || report.Generation != generation {
-		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionSlow)
-		return
-	}
-	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type:   schedv1alpha1.ConditionSlow,
-		Status: metav1.ConditionTrue,
-		Reason: schedv1alpha1.ReasonTimeBudgetExceeded,
-		Message: fmt.Sprintf("%s was cut off by the CEL time budget of a pod's scheduling cycle (%s), and the policy's failurePolicy applied: "+
-			"make it cheaper. The pods and nodes are in the scheduler's log; celsched_policy_time_budget_exceeded_total counts them.", report.Rule, report.Budget),
-		ObservedGeneration: generation,
-	})
+	setReported(status, schedv1alpha1.ConditionSlow, schedv1alpha1.ReasonTimeBudgetExceeded, generation,
+		ok && report.Generation == generation, func() string {
+			return fmt.Sprintf("%s was cut off by the CEL time budget of a pod's scheduling cycle (%s), and the policy's failurePolicy applied: "+
+				"make it cheaper. The pods and nodes are in the scheduler's log; celsched_policy_time_budget_exceeded_total counts them.", report.Rule, report.Budget)
+		})
 }
 
 // setEvaluationError sets the EvaluationError condition with the last
@@ -129,15 +122,25 @@ func (r *StatusReconciler) setEvaluationError(status *schedv1alpha1.SchedulingPo
 		return
 	}
 	report, ok := r.Errors.Get(name)
-	if !ok || report.Generation != generation {
-		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionEvaluationError)
+	setReported(status, schedv1alpha1.ConditionEvaluationError, schedv1alpha1.ReasonRuleFailed, generation,
+		ok && report.Generation == generation, func() string {
+			return engine.Truncate(fmt.Sprintf("%s failed (last at %s): %s", report.Rule, report.Time.UTC().Format(time.RFC3339), report.Error), maxConditionMessage)
+		})
+}
+
+// setReported sets a condition that the scheduler reported for this
+// generation (True, with the reason and message), or removes it when
+// there is no such report.
+func setReported(status *schedv1alpha1.SchedulingPolicyStatus, conditionType, reason string, generation int64, reported bool, message func() string) {
+	if !reported {
+		meta.RemoveStatusCondition(&status.Conditions, conditionType)
 		return
 	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{
-		Type:               schedv1alpha1.ConditionEvaluationError,
+		Type:               conditionType,
 		Status:             metav1.ConditionTrue,
-		Reason:             schedv1alpha1.ReasonRuleFailed,
-		Message:            engine.Truncate(fmt.Sprintf("%s failed (last at %s): %s", report.Rule, report.Time.UTC().Format(time.RFC3339), report.Error), maxConditionMessage),
+		Reason:             reason,
+		Message:            message(),
 		ObservedGeneration: generation,
 	})
 }
