@@ -40,6 +40,10 @@ type Cycle struct {
 	// scores, in name order (Audit ones included).
 	Filters []*engine.CompiledPolicy
 	Scores  []*engine.CompiledPolicy
+	// FilterList and ScoreList are Filters and Scores as the snapshot's
+	// interned lists (engine.PolicyList): their outcome on a node may be
+	// kept with the node.
+	FilterList, ScoreList *engine.PolicyList
 	// FilterTally counts the filter decisions of the cycle (nil when no
 	// policy with filters applies).
 	FilterTally *metrics.Tally
@@ -85,7 +89,8 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		rt.NoteErrors(ctx, budget, &m.Decision, pod, "")
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}
-	matches := rt.Policies.Snapshot().Match(ctx, in, ignored)
+	snapshot := rt.Policies.Snapshot()
+	matches := snapshot.Match(ctx, in, ignored)
 	for i := range matches {
 		d := matches[i].Decision
 		p := d.Policy
@@ -115,7 +120,11 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		}
 	}
 	if len(c.Filters) > 0 {
+		c.FilterList = snapshot.List(engine.PointFilter, c.Filters)
 		c.FilterTally = rt.Tally(engine.PointFilter, c.Filters)
+	}
+	if len(c.Scores) > 0 {
+		c.ScoreList = snapshot.List(engine.PointScore, c.Scores)
 	}
 	return c, nil
 }

@@ -227,7 +227,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 	}
 	if out.Err() == nil {
 		out.memoizeFor()
-		c.env.slots.assignSlots(out)
+		memoSlots.assignSlots(out)
 	}
 	return out
 }

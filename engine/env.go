@@ -49,9 +49,6 @@ type Environment struct {
 
 	// converters of the objects to CEL values, from their OpenAPI schemas.
 	podValues, nodeValues, namespaceValues *valueConverter
-
-	// slots are the memo slots of the policies compiled in it (memo.go).
-	slots slotAllocator
 }
 
 // NewEnvironment builds the environment for the API server's default

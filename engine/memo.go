@@ -53,10 +53,12 @@ const maxPodKeys = 16
 // (0 for node-only expressions): a list, newest first, of the results of
 // one slot. Immutable: a store replaces the list.
 type memoResult struct {
-	e    *expr
-	key  uint64
-	val  ref.Val
-	err  error
+	e   *expr
+	key uint64
+	val ref.Val
+	err error
+	// list is the outcome when e is a PolicyList's.
+	list *ListOutcome
 	next *memoResult
 }
 
@@ -84,10 +86,14 @@ func (t *memoTable) load(e *expr, key uint64) *memoResult {
 // slot's previous owner go. A store that races with another may be lost;
 // the result is then computed again.
 func (t *memoTable) store(e *expr, key uint64, val ref.Val, err error) {
+	t.storeResult(&memoResult{e: e, key: key, val: val, err: err})
+}
+
+func (t *memoTable) storeResult(head *memoResult) {
+	e, key := head.e, head.key
 	slot := t.slot(e.slot)
 	for {
 		old := slot.Load()
-		head := &memoResult{e: e, key: key, val: val, err: err}
 		last, kept := head, 1
 		for r := old; r != nil && kept < maxPodKeys; r = r.next {
 			if r.e == e && r.key != key {
@@ -126,7 +132,11 @@ func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
 	}
 }
 
-// slotAllocator hands out the memo slots of an Environment's policies.
+// memoSlots hands out the slots of the memoized expressions of every
+// policy compiled in the process, and of the policy lists (PolicyList).
+var memoSlots slotAllocator
+
+// slotAllocator hands out memo slots.
 type slotAllocator struct {
 	mu   sync.Mutex
 	free []int

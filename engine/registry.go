@@ -73,6 +73,10 @@ func (r *Registry) Delete(name string) bool {
 type Snapshot struct {
 	policies []*CompiledPolicy // sorted by name
 	byName   map[string]*CompiledPolicy
+	// lists are the PolicyLists of the snapshot's cycles, by point and
+	// names.
+	lists     sync.Map
+	listCount atomic.Int32
 }
 
 // NewSnapshot returns a snapshot of the given policies, e.g. for dry-run

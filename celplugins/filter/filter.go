@@ -14,6 +14,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/metrics"
 )
 
@@ -91,7 +92,22 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if o := c.FilterList.Cached(&in); o != nil {
+		// Another pod that the same policies apply to was filtered on
+		// this node version: every rule read only the node.
+		c.FilterTally.Passed(0, o.Stop)
+		if o.Stop == len(c.Filters) {
+			return nil
+		}
+		d := o.Decision
+		c.FilterTally.Add(o.Stop, &d)
+		return fwk.NewStatus(rejectionCode(d.Policy), c.Message(&d))
+	}
 	logger := klog.FromContext(ctx)
+	// clean: every decision so far passed plainly, so the outcome is the
+	// same for every pod these policies apply to (when the list is
+	// memoizable) and is kept with the node.
+	clean := true
 	// passing is the first of the policies that passed plainly on the
 	// node since the last that did not: they are counted as a run.
 	passing := 0
@@ -114,20 +130,31 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 			if ctx.Err() != nil {
 				return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx)))
 			}
-			// Evicting pods cannot change a rule that does not read
-			// nodeInfo, so preemption is not tried for it.
-			code := fwk.UnschedulableAndUnresolvable
-			if p.UsesNodeInfo() {
-				code = fwk.Unschedulable
+			if clean {
+				c.FilterList.Remember(&in, engine.ListOutcome{Stop: i, Decision: d})
 			}
-			return fwk.NewStatus(code, c.Message(&d))
+			return fwk.NewStatus(rejectionCode(p), c.Message(&d))
 		case d.WouldAct():
 			logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", d.String())
 			c.DenyAudit(node.Name, d)
 		}
+		clean = false
 	}
 	c.FilterTally.Passed(passing, len(c.Filters))
+	if clean {
+		c.FilterList.Remember(&in, engine.ListOutcome{Stop: len(c.Filters)})
+	}
 	return nil
+}
+
+// rejectionCode is the status code of a node that a policy's filter
+// rejects: evicting pods cannot change a rule that does not read nodeInfo,
+// so preemption is not tried for it.
+func rejectionCode(p *engine.CompiledPolicy) fwk.Code {
+	if p.UsesNodeInfo() {
+		return fwk.Unschedulable
+	}
+	return fwk.UnschedulableAndUnresolvable
 }
 
 // Reserve implements fwk.ReservePlugin: the cycle's filters are done, and

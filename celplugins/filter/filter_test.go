@@ -290,3 +290,74 @@ func BenchmarkFilterPodFieldPolicy(b *testing.B) {
 		}
 	})
 }
+
+// TestListOutcomeAgreesWithEvaluation: for pods that the same policies
+// apply to, CELFilter on node versions whose outcomes are kept
+// (engine.PolicyList, nodes with a resourceVersion) answers exactly as on
+// the same nodes evaluated afresh (no resourceVersion), rejection messages
+// included; and for node-only policies the second pod reads the outcome.
+func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
+	nodeOnly := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("a").FilterMsg("l0", "node.metadata.?labels[?'l0'].orValue('') != 'blocked'", "", "'blocked on ' + node.metadata.name").Obj(),
+		builder.MakePolicy("b").Filter("l1", "node.metadata.?labels[?'l1'].orValue('') != 'blocked'").Obj(),
+		builder.MakePolicy("c").Ignore().Filter("missing", "node.metadata.labels['missing'] == 'x'").Filter("l2", "node.metadata.?labels[?'l2'].orValue('') != 'blocked'").Obj(),
+	}
+	podAndNode := append(nodeOnly[:2:2], builder.MakePolicy("rack").
+		Filter("rack", "pod.metadata.?labels[?'rack'].orValue('') == node.metadata.?labels[?'rack'].orValue('')").Obj())
+	for name, tc := range map[string]struct {
+		policies []*schedv1alpha1.SchedulingPolicy
+		// kept says on which nodes the outcome is kept.
+		kept func(node int) bool
+	}{
+		"node-only policies": {policies: nodeOnly[:2], kept: func(int) bool { return true }},
+		// Kept where a or b rejects before c's failing rule is reached.
+		"a failing rule under Ignore": {policies: nodeOnly, kept: func(n int) bool { return n%7 < 2 }},
+		"a pod-and-node rule":         {policies: podAndNode, kept: func(int) bool { return false }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pl := &Filter{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))}
+			pl.args.EvaluationBudget.Duration = time.Minute
+			var cached, fresh []fwk.NodeInfo
+			for i := range 30 {
+				node := st.MakeNode().Name(fmt.Sprintf("n%02d", i)).Label("rack", fmt.Sprintf("r%d", i%3)).Obj()
+				for l := range 3 {
+					if i%7 == l {
+						node.Labels[fmt.Sprintf("l%d", l)] = "blocked"
+					}
+				}
+				node.ResourceVersion = "1"
+				ni := framework.NewNodeInfo()
+				ni.SetNode(node)
+				cached = append(cached, ni)
+				unversioned := node.DeepCopy()
+				unversioned.ResourceVersion = ""
+				ni = framework.NewNodeInfo()
+				ni.SetNode(unversioned)
+				fresh = append(fresh, ni)
+			}
+			for i, rack := range []string{"r0", "r0", "r1", "r0", "r2"} {
+				pod := st.MakePod().Namespace("ns").Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Label("rack", rack).Obj()
+				state := framework.NewCycleState()
+				if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+					t.Fatal(status)
+				}
+				c := celplugins.ReadCycle(state)
+				for n := range cached {
+					if i > 0 {
+						in, err := pl.rt.Converter.NodeInput(cached[n].Node(), cached[n], celplugins.NodeInfoFrom)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if kept := c.FilterList.Cached(&in) != nil; kept != tc.kept(n) {
+							t.Fatalf("pod %d, node %d: outcome kept=%v, want %v", i, n, kept, tc.kept(n))
+						}
+					}
+					want := pl.Filter(context.Background(), state, pod, fresh[n])
+					if got := pl.Filter(context.Background(), state, pod, cached[n]); !cmp.Equal(got.Code(), want.Code()) || got.Message() != want.Message() {
+						t.Errorf("pod %d, node %d: %v, evaluated afresh %v", i, n, got, want)
+					}
+				}
+			}
+		})
+	}
+}

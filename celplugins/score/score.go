@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -134,6 +135,18 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		return 0, fwk.AsStatus(err)
 	}
 	raw := s.raw[row]
+	if o := s.cycle.ScoreList.Cached(&in); o != nil {
+		// Another pod that the same policies apply to was scored on this
+		// node version: every rule read only the node.
+		copy(raw, o.Raw)
+		s.tally.Passed(0, len(s.cycle.Scores))
+		s.scored[row] = true
+		return 0, nil
+	}
+	// clean: every decision passed plainly, so the raw values are the
+	// same for every pod these policies apply to (when the list is
+	// memoizable) and are kept with the node.
+	clean := true
 	offset := 0
 	// passing is the first of the policies that scored plainly on the
 	// node since the last that did not: they are counted as a run.
@@ -148,6 +161,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		s.tally.Passed(passing, i)
 		s.tally.Add(i, &d)
 		passing = i + 1
+		clean = false
 		pl.rt.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
 		if d.Acts() {
 			return 0, fwk.AsStatus(errors.New(d.String()))
@@ -164,6 +178,9 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 	}
 	s.tally.Passed(passing, len(s.cycle.Scores))
+	if clean {
+		s.cycle.ScoreList.Remember(&in, engine.ListOutcome{Stop: len(s.cycle.Scores), Raw: slices.Clone(raw)})
+	}
 	s.scored[row] = true
 	return 0, nil
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -157,6 +159,78 @@ func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
 	for b.Loop() {
 		if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
 			b.Fatal(status)
+		}
+	}
+}
+
+// TestScoreListAgreesWithEvaluation: for pods that the same node-only
+// score policies apply to, CELScore on node versions whose raw values are
+// kept (engine.PolicyList) gives exactly the scores of the same nodes
+// evaluated afresh (no resourceVersion), and the second pod reads them.
+func TestScoreListAgreesWithEvaluation(t *testing.T) {
+	policies := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
+		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
+			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
+	}
+	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("ns", nil))}
+	var cached, fresh []fwk.NodeInfo
+	for i := range 20 {
+		n := st.MakeNode().Name(fmt.Sprintf("node-%d", i*37)).Label("rack", fmt.Sprintf("r%d", i%3))
+		if i%4 == 0 {
+			n = n.Label("spot", "true")
+		}
+		node := n.Obj()
+		node.ResourceVersion = "1"
+		ni := framework.NewNodeInfo()
+		ni.SetNode(node)
+		cached = append(cached, ni)
+		unversioned := node.DeepCopy()
+		unversioned.ResourceVersion = ""
+		ni = framework.NewNodeInfo()
+		ni.SetNode(unversioned)
+		fresh = append(fresh, ni)
+	}
+	ctx := context.Background()
+	scores := func(pod *corev1.Pod, nodes []fwk.NodeInfo) []int64 {
+		t.Helper()
+		state := framework.NewCycleState()
+		if status := pl.PreScore(ctx, state, pod, nodes); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		list := make(fwk.NodeScoreList, len(nodes))
+		for i, ni := range nodes {
+			if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			list[i].Name = ni.Node().Name
+		}
+		if status := pl.NormalizeScore(ctx, state, pod, list); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		out := make([]int64, len(list))
+		for i := range list {
+			out[i] = list[i].Score
+		}
+		return out
+	}
+	for i := range 3 {
+		pod := st.MakePod().Namespace("ns").Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Obj()
+		if i > 0 {
+			c, err := pl.rt.Prepare(ctx, pod, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in, err := pl.rt.Converter.NodeInput(cached[0].Node(), cached[0], celplugins.NodeInfoFrom)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.ScoreList.Cached(&in) == nil {
+				t.Fatalf("pod %d: the raw values of the first pod were not kept", i)
+			}
+		}
+		if diff := cmp.Diff(scores(pod, fresh), scores(pod, cached)); diff != "" {
+			t.Errorf("pod %d: kept (+) and fresh (-) scores differ:\n%s", i, diff)
 		}
 	}
 }
