@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/google/cel-go/common/types"
@@ -26,11 +25,9 @@ const DefaultMaxCachedNodes = 15000
 // concurrent use.
 type Converter struct {
 	env *Environment
-	// nodes holds a *nodeEntry per node name: read for every pod and node,
-	// without a lock.
-	nodes      sync.Map
-	nodeCount  atomic.Int64
-	maxNodes   int64
+	// nodes holds the entry of each node's current version: read for
+	// every pod and node, without a lock.
+	nodes      nodeCache
 	namespaces *lru.Cache
 	podKeys    podKeys
 }
@@ -41,7 +38,7 @@ func NewConverter(env *Environment, maxCached int) *Converter {
 	if maxCached <= 0 {
 		maxCached = DefaultMaxCachedNodes
 	}
-	return &Converter{env: env, maxNodes: int64(maxCached), namespaces: lru.New(maxCached), podKeys: podKeys{ids: lru.New(maxCached)}}
+	return &Converter{env: env, nodes: nodeCache{max: maxCached}, namespaces: lru.New(maxCached), podKeys: podKeys{ids: lru.New(maxCached)}}
 }
 
 // cachedValue is an object's CEL value for one version of the object.
@@ -181,11 +178,10 @@ func (e *nodeEntry) memoTable() *memoTable {
 }
 
 func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
-	if v, ok := c.nodes.Load(node.Name); ok {
-		e := v.(*nodeEntry)
-		// An object without a resourceVersion (not from an apiserver) is
-		// never taken from the cache: it could be anything.
-		if node.ResourceVersion != "" && e.uid == node.UID && e.resourceVersion == node.ResourceVersion {
+	// An object without a resourceVersion (not from an apiserver) is never
+	// taken from the cache: it could be anything.
+	if node.ResourceVersion != "" {
+		if e := c.nodes.load(node.Name, node.UID, node.ResourceVersion); e != nil {
 			return e, nil
 		}
 	}
@@ -194,24 +190,14 @@ func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 		return nil, fmt.Errorf("converting node %s: %w", node.Name, err)
 	}
 	e := &nodeEntry{uid: node.UID, resourceVersion: node.ResourceVersion, val: val}
-	if node.ResourceVersion == "" {
-		return e, nil
-	}
-	if _, loaded := c.nodes.Swap(node.Name, e); !loaded && c.nodeCount.Add(1) > c.maxNodes {
-		// More names than any cluster should have, e.g. nodes deleted
-		// while nobody called ForgetNode: start over.
-		c.nodes.Clear()
-		c.nodeCount.Store(0)
+	if node.ResourceVersion != "" {
+		c.nodes.store(node.Name, e)
 	}
 	return e, nil
 }
 
 // ForgetNode drops a node's cached value, e.g. when the node is deleted.
-func (c *Converter) ForgetNode(name string) {
-	if _, loaded := c.nodes.LoadAndDelete(name); loaded {
-		c.nodeCount.Add(-1)
-	}
-}
+func (c *Converter) ForgetNode(name string) { c.nodes.store(name, nil) }
 
 // ForgetNamespace drops a namespace's cached value.
 func (c *Converter) ForgetNamespace(name string) { c.namespaces.Remove(name) }

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	ktypes "k8s.io/apimachinery/pkg/types"
+)
+
+// TestNodeCache: a node's entry is found only for its version, a newer
+// version replaces it (before and after the merge into the read map), a
+// forgotten node is gone, the cache starts over past its bound, and
+// concurrent reads and writes are safe (run under -race by make test).
+func TestNodeCache(t *testing.T) {
+	c := &nodeCache{max: 100}
+	entry := func(name, rv string) *nodeEntry {
+		return &nodeEntry{uid: ktypes.UID("uid-" + name), resourceVersion: rv}
+	}
+	for i := range 50 {
+		name := fmt.Sprintf("n%d", i)
+		c.store(name, entry(name, "1"))
+	}
+	for round := range 3 { // the first rounds read the dirty map, then the merged one
+		for i := range 50 {
+			name := fmt.Sprintf("n%d", i)
+			if e := c.load(name, ktypes.UID("uid-"+name), "1"); e == nil {
+				t.Fatalf("round %d: %s not found", round, name)
+			}
+			if e := c.load(name, ktypes.UID("uid-"+name), "2"); e != nil {
+				t.Fatalf("round %d: %s found for another version", round, name)
+			}
+		}
+	}
+	c.store("n1", entry("n1", "2"))
+	if c.load("n1", "uid-n1", "1") != nil || c.load("n1", "uid-n1", "2") == nil {
+		t.Error("a new version does not replace the old one")
+	}
+	c.store("n2", nil)
+	for range 100 { // reads and merges
+		if c.load("n2", "uid-n2", "1") != nil {
+			t.Fatal("a forgotten node is still there")
+		}
+		c.load("n3", "uid-n3", "1")
+	}
+	for i := range 200 {
+		name := fmt.Sprintf("m%d", i)
+		c.store(name, entry(name, "1"))
+	}
+	if read := c.read.Load(); len(*read) > c.max {
+		t.Errorf("%d nodes held, over the bound of %d", len(*read), c.max)
+	}
+
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 500 {
+				name := fmt.Sprintf("c%d", i%30)
+				rv := fmt.Sprint(i % 3)
+				if e := c.load(name, ktypes.UID("uid-"+name), rv); e != nil && e.resourceVersion != rv {
+					t.Errorf("goroutine %d: %s version %s read for %s", g, name, e.resourceVersion, rv)
+				}
+				if i%7 == g {
+					c.store(name, entry(name, rv))
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
