@@ -27,7 +27,8 @@ type nodeCache struct {
 	max int
 }
 
-// load returns the entry of a node's version, or nil.
+// load returns the entry of a node's version, or nil. (An older version
+// may still be found until the next merge: it is that version's value.)
 func (c *nodeCache) load(name string, uid ktypes.UID, resourceVersion string) *nodeEntry {
 	current := func(e *nodeEntry) bool { return e.uid == uid && e.resourceVersion == resourceVersion }
 	if read := c.read.Load(); read != nil {
@@ -37,10 +38,7 @@ func (c *nodeCache) load(name string, uid ktypes.UID, resourceVersion string) *n
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.dirty[name]
-	if !ok {
-		return nil
-	}
+	e := c.dirty[name]
 	c.missed()
 	if e != nil && current(e) {
 		return e
@@ -56,14 +54,13 @@ func (c *nodeCache) store(name string, e *nodeEntry) {
 		c.dirty = map[string]*nodeEntry{}
 	}
 	c.dirty[name] = e
-	c.missed()
 }
 
 // missed counts a read that the read map could not answer, and merges the
 // dirty map into a new read map when they have cost as much as a merge.
 func (c *nodeCache) missed() {
 	c.misses++
-	if c.misses < len(c.dirty) {
+	if c.misses < len(c.dirty) || len(c.dirty) == 0 {
 		return
 	}
 	var read map[string]*nodeEntry
