@@ -156,10 +156,11 @@ func TestTimeBudget(t *testing.T) {
 			}
 			ni := framework.NewNodeInfo()
 			ni.SetNode(st.MakeNode().Name("n1").Obj())
-			// The budget runs out 2ms into Filter, whatever PreFilter took:
+			// The budget runs out 20ms into Filter, whatever PreFilter took (and
+			// however late a loaded machine starts Filter):
 			// the cycle's context as Prepare builds it, with a test's deadline.
 			c := celplugins.ReadCycle(state)
-			ctx, cancel := context.WithTimeoutCause(context.Background(), 2*time.Millisecond,
+			ctx, cancel := context.WithTimeoutCause(context.Background(), 20*time.Millisecond,
 				fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, time.Millisecond))
 			defer cancel()
 			c.Ctx, c.Budget = ctx, time.Millisecond
