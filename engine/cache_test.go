@@ -46,7 +46,11 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 	conv := NewConverter(env, 0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	strs := []string{"a", "b", "zone-a", "10.0.0.1", "1.2.3", "http://x", "", "[", "100m"}
-	compared, cachedNodeOnly, cachedPodAndNode := 0, 0, 0
+	compared, cachedNodeOnly, cachedPodAndNode, cachedNodeInfo := 0, 0, 0, 0
+	// generation numbers the contents of the nodes' NodeInfo, as the
+	// scheduler's does.
+	generation := int64(0)
+	fromInfo := func(source any) *NodeInfo { return source.(*NodeInfo) }
 	for i := range 400 {
 		choices := make([]byte, 32)
 		for j := range choices {
@@ -62,6 +66,8 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 				cachedNodeOnly++
 			case memoPodAndNode:
 				cachedPodAndNode++
+			case memoNodeInfo, memoPodAndNodeInfo:
+				cachedNodeInfo++
 			}
 		}
 		// Node versions: the same name, updated twice.
@@ -74,9 +80,14 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 			uncachedNode := node.DeepCopy()
 			uncachedNode.ResourceVersion = ""
 			info := manyPods(rng.IntN(20))
+			generation++
 			// Replicas: pods that differ only in their names share the
 			// results of rules that read their labels.
 			for j, podLabel := range []string{"a", "b", "a", strs[rng.IntN(len(strs))], "b"} {
+				if rng.IntN(3) == 0 { // a pod placed on the node
+					info = manyPods(rng.IntN(20))
+					generation++
+				}
 				pod, err := conv.Pod(makePod("ns", fmt.Sprintf("p-%s-%d", podLabel, j), map[string]string{"app": podLabel}), makeNamespace("ns", nil))
 				if err != nil {
 					t.Fatal(err)
@@ -90,10 +101,11 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 					o.Scores = append(o.Scores, s.Verdict.String(), s.Rule)
 					return o
 				}
-				cached, err := conv.Node(node, func() *NodeInfo { return info })
+				cachedInput, err := conv.NodeInput(node, generation, info, fromInfo)
 				if err != nil {
 					t.Fatal(err)
 				}
+				cached := &cachedInput
 				if cached.memo == nil {
 					t.Fatal("a node with a resourceVersion has no cache")
 				}
@@ -111,8 +123,9 @@ func TestCachedAgreesWithUncached(t *testing.T) {
 			}
 		}
 	}
-	if compared < 1000 || cachedNodeOnly < 50 || cachedPodAndNode < 50 {
-		t.Errorf("only %d comparisons, %d node-only and %d pod-and-node filters: the generator does not reach the cache", compared, cachedNodeOnly, cachedPodAndNode)
+	if compared < 1000 || cachedNodeOnly < 50 || cachedPodAndNode < 50 || cachedNodeInfo < 50 {
+		t.Errorf("only %d comparisons, %d node-only, %d pod-and-node and %d nodeInfo filters: the generator does not reach the cache",
+			compared, cachedNodeOnly, cachedPodAndNode, cachedNodeInfo)
 	}
-	t.Logf("%d comparisons, %d node-only and %d pod-and-node filters", compared, cachedNodeOnly, cachedPodAndNode)
+	t.Logf("%d comparisons, %d node-only, %d pod-and-node and %d nodeInfo filters", compared, cachedNodeOnly, cachedPodAndNode, cachedNodeInfo)
 }

@@ -239,7 +239,7 @@ func (p *CompiledPolicy) memoizeFor() {
 		return
 	}
 	for _, e := range p.exprs() {
-		if e.memo == memoPodAndNode {
+		if e.memo == memoPodAndNode || e.memo == memoPodAndNodeInfo {
 			e.memo = notMemoized
 		}
 	}
@@ -616,18 +616,22 @@ type reference struct {
 	what string
 }
 
-// memo says how the expression's results can be memoized: per node
-// version when it reads nothing but node; per node version and pod fields
-// when it reads the pod, its namespace and the node, but not nodeInfo
-// (which changes with the pods on the node). A policy whose podReads
-// cannot key its results (podReadsUnkeyable) memoizes only the former
-// (memoizeFor).
+// memo says how the expression's results can be memoized (memo.go): per
+// node version, plus the generation of the scheduler's NodeInfo when it
+// reads nodeInfo, plus the values of the pod fields its policy reads when
+// it reads the pod or its namespace. A policy whose podReads cannot key
+// its results (podReadsUnkeyable) memoizes only the expressions that do
+// not read the pod (memoizeFor).
 func (r *references) memo() memoKind {
 	switch {
 	case r.reads&^readsNode == 0:
 		return memoNode
+	case r.reads&^(readsNode|readsNodeInfo) == 0:
+		return memoNodeInfo
 	case r.reads&^(readsPod|readsNamespace|readsNode) == 0:
 		return memoPodAndNode
+	case r.reads&^readsAll == 0:
+		return memoPodAndNodeInfo
 	}
 	return notMemoized
 }

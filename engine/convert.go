@@ -59,7 +59,7 @@ type PodInput struct {
 
 	// keys are the pod's memo keys (memo.go) by podReads, interned in
 	// podKeys on first use; 0 when not computed yet.
-	keys    [podReadsUnkeyable]atomic.Uint64
+	keys    [podKeyReads + 1]atomic.Uint64
 	podKeys *podKeys
 }
 
@@ -76,6 +76,13 @@ type NodeInput struct {
 	// version; nil when the node is not cached (it has no
 	// resourceVersion).
 	memo *memoTable
+	// generation identifies the contents of the scheduler's view of the
+	// node (fwk.NodeInfo.GetGeneration); 0 when unknown. nodeInfo's value
+	// and the results of expressions reading it are kept per generation.
+	generation int64
+	// infoCache is the node's nodeInfo value of the last generation
+	// converted; nil when the node is not cached.
+	infoCache *atomic.Pointer[infoValue]
 	// info builds nodeInfo on first use; nil when the caller has none.
 	// infoFrom(infoSource) does the same without a closure.
 	info       func() *NodeInfo
@@ -138,13 +145,26 @@ func (c *Converter) Node(node *corev1.Node, info func() *NodeInfo) (*NodeInput, 
 }
 
 // NodeInput is Node for the per-(pod, node) path, by value: source is the
-// scheduler's view of the node, given to info on first use.
-func (c *Converter) NodeInput(node *corev1.Node, source any, info NodeInfoSource) (NodeInput, error) {
+// scheduler's view of the node, given to info on first use, and generation
+// identifies its contents (fwk.NodeInfo.GetGeneration: it changes whenever
+// a pod is added to or removed from the node, or the node changes; 0 when
+// unknown).
+func (c *Converter) NodeInput(node *corev1.Node, generation int64, source any, info NodeInfoSource) (NodeInput, error) {
 	entry, err := c.node(node)
 	if err != nil {
 		return NodeInput{}, err
 	}
-	return NodeInput{Node: node, node: entry.val, memo: entry.memoTable(), infoFrom: info, infoSource: source}, nil
+	in := NodeInput{Node: node, node: entry.val, memo: entry.memoTable(), generation: generation, infoFrom: info, infoSource: source}
+	if in.memo != nil && generation != 0 {
+		in.infoCache = &entry.info
+	}
+	return in, nil
+}
+
+// infoValue is nodeInfo's value for one generation of the scheduler's view.
+type infoValue struct {
+	generation int64
+	val        ref.Val
 }
 
 // NodeValue returns the CEL value of a node, converting it only when this
@@ -166,6 +186,8 @@ type nodeEntry struct {
 	// memo is kept in the entry, so that reading it costs no other cache
 	// line than the entry's, already read to check the version.
 	memo memoTable
+	// info is nodeInfo's value for the last generation converted.
+	info atomic.Pointer[infoValue]
 }
 
 // memoTable returns the entry's memo, or nil for a node that is not cached
@@ -421,6 +443,11 @@ func resourceMap(m map[string]int64) ref.Val {
 
 // nodeInfoValue returns nodeInfo's value, building it on first use.
 func (n *NodeInput) nodeInfoValue() ref.Val {
+	if n.nodeInfo == nil && n.infoCache != nil {
+		if v := n.infoCache.Load(); v != nil && v.generation == n.generation {
+			n.nodeInfo = v.val
+		}
+	}
 	if n.nodeInfo == nil {
 		var info *NodeInfo
 		switch {
@@ -433,6 +460,9 @@ func (n *NodeInput) nodeInfoValue() ref.Val {
 			return types.NewErr("nodeInfo is not available for node %s", n.Node.Name)
 		}
 		n.nodeInfo = info.value()
+		if n.infoCache != nil {
+			n.infoCache.Store(&infoValue{generation: n.generation, val: n.nodeInfo})
+		}
 	}
 	return n.nodeInfo
 }

@@ -365,7 +365,7 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	if ev.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
 	}
-	key, ok := memoKey(ev.policy, ev.pod, ev.node, e)
+	key, gen, ok := memoKey(ev.policy, ev.pod, ev.node, e)
 	if !ok {
 		return ev.run(e)
 	}
@@ -374,39 +374,45 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	// for memoPodAndNode, of what the policy reads of the pod (key), so it
 	// is computed once per such input, by whichever pod comes first, and
 	// read by the others without evaluating.
-	if r := ev.node.memo.load(e, key); r != nil {
+	if r := ev.node.memo.load(e, key, gen); r != nil {
 		return r.val, r.err
 	}
 	val, err := ev.run(e)
 	if err == nil || memoizable(err) {
-		ev.node.memo.store(e, key, val, err)
+		ev.node.memo.store(e, key, gen, val, err)
 	}
 	return val, err
 }
 
-// memoKey returns the key of e's results on the node, or false when they
-// are not memoized.
-func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (uint64, bool) {
+// memoKey returns the key and NodeInfo generation of e's results on the
+// node, or false when they are not memoized.
+func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (key uint64, gen int64, ok bool) {
 	if node == nil || node.memo == nil {
-		return 0, false
+		return 0, 0, false
 	}
 	switch e.memo {
 	case memoNode:
-		return 0, true
+		return 0, 0, true
+	case memoNodeInfo:
+		return 0, node.generation, node.generation != 0
 	case memoPodAndNode:
-		return pod.key(p.signs)
+		key, ok = pod.key(p.signs)
+		return key, 0, ok
+	case memoPodAndNodeInfo:
+		key, ok = pod.key(p.signs)
+		return key, node.generation, ok && node.generation != 0
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // cached returns the result of a memoized expression on the node's
 // version, if it was evaluated.
 func cached(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) *memoResult {
-	key, ok := memoKey(p, pod, node, e)
+	key, gen, ok := memoKey(p, pod, node, e)
 	if !ok {
 		return nil
 	}
-	return node.memo.load(e, key)
+	return node.memo.load(e, key, gen)
 }
 
 // lazy evaluates a policy's rules for a pod (and a node), building the

@@ -90,7 +90,7 @@ func (l *PolicyList) Cached(node *NodeInput) *ListOutcome {
 	if l.memo == nil || node.memo == nil {
 		return nil
 	}
-	if r := node.memo.load(l.memo, 0); r != nil {
+	if r := node.memo.load(l.memo, 0, 0); r != nil {
 		return r.list
 	}
 	return nil

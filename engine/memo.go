@@ -16,11 +16,16 @@ import (
 //   - An expression that reads only node (directly or through variables)
 //     has one result per node version: the first pod to need it evaluates
 //     it, every other pod reads it.
-//   - An expression that reads the pod (or its namespace) and the node, but
-//     not nodeInfo, has one result per node version and per value of what
-//     its policy reads of the pod (podReads: the labels, the spec, ...): the
-//     replicas of a workload share it. Those values are interned into a
-//     podKey once per pod and cycle (PodInput.key).
+//   - An expression that reads the pod (or its namespace) has one result
+//     per node version and per value of what its policy reads of the pod
+//     (podReads: the labels, the spec, ...): the replicas of a workload
+//     share it. Those values are interned into a podKey once per pod and
+//     cycle (PodInput.key).
+//   - An expression that reads nodeInfo also depends on the pods on the
+//     node: its results are kept for the generation of the scheduler's
+//     NodeInfo (which changes whenever a pod is added to or removed from
+//     it, or the node changes), so they serve every pod until one lands
+//     on the node.
 //
 // The memo lives beside the node's CEL value (nodeEntry), so a new node
 // version starts empty. Each memoized expression has a slot, an index into
@@ -39,9 +44,14 @@ const (
 	notMemoized memoKind = iota
 	// memoNode: reads only node and constants.
 	memoNode
+	// memoNodeInfo: reads node and nodeInfo.
+	memoNodeInfo
 	// memoPodAndNode: reads node and the pod's fields named by its policy's
 	// podReads.
 	memoPodAndNode
+	// memoPodAndNodeInfo: reads node, nodeInfo and the pod's fields named
+	// by its policy's podReads.
+	memoPodAndNodeInfo
 )
 
 // maxPodKeys bounds the results kept per node and expression of kind
@@ -50,11 +60,13 @@ const (
 const maxPodKeys = 16
 
 // memoResult is an expression's result on a node version, for a podKey
-// (0 for node-only expressions): a list, newest first, of the results of
-// one slot. Immutable: a store replaces the list.
+// (0 for expressions that do not read the pod) and a NodeInfo generation
+// (0 for those that do not read nodeInfo): a list, newest first, of the
+// results of one slot. Immutable: a store replaces the list.
 type memoResult struct {
 	e   *expr
 	key uint64
+	gen int64
 	val ref.Val
 	err error
 	// list is the outcome when e is a PolicyList's.
@@ -67,36 +79,37 @@ type memoTable struct {
 	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
 }
 
-// load returns the result of e on the node for key, or nil.
-func (t *memoTable) load(e *expr, key uint64) *memoResult {
+// load returns the result of e on the node for key and gen, or nil.
+func (t *memoTable) load(e *expr, key uint64, gen int64) *memoResult {
 	slots := t.slots.Load()
 	if slots == nil || e.slot >= len(*slots) {
 		return nil
 	}
 	for r := (*slots)[e.slot].Load(); r != nil; r = r.next {
-		if r.e == e && r.key == key {
+		if r.e == e && r.key == key && r.gen == gen {
 			return r
 		}
 	}
 	return nil
 }
 
-// store records the result of e on the node for key, before the others of
-// e kept in the slot (at most maxPodKeys in all); the results of the
-// slot's previous owner go. A store that races with another may be lost;
-// the result is then computed again.
-func (t *memoTable) store(e *expr, key uint64, val ref.Val, err error) {
-	t.storeResult(&memoResult{e: e, key: key, val: val, err: err})
+// store records the result of e on the node for key and gen, before the
+// others of e for gen kept in the slot (at most maxPodKeys in all); the
+// results of other generations and of the slot's previous owner go. A
+// store that races with another may be lost; the result is then computed
+// again.
+func (t *memoTable) store(e *expr, key uint64, gen int64, val ref.Val, err error) {
+	t.storeResult(&memoResult{e: e, key: key, gen: gen, val: val, err: err})
 }
 
 func (t *memoTable) storeResult(head *memoResult) {
-	e, key := head.e, head.key
+	e, key, gen := head.e, head.key, head.gen
 	slot := t.slot(e.slot)
 	for {
 		old := slot.Load()
 		last, kept := head, 1
 		for r := old; r != nil && kept < maxPodKeys; r = r.next {
-			if r.e == e && r.key != key {
+			if r.e == e && r.gen == gen && r.key != key {
 				c := *r
 				last.next, last = &c, &c
 				kept++
@@ -207,9 +220,10 @@ type podKeys struct {
 // key returns the memo key of what r names of the pod, or false when it
 // cannot be computed.
 func (in *PodInput) key(r podReads) (uint64, bool) {
-	if r >= podReadsUnkeyable || in.podKeys == nil {
+	if r&podReadsUnkeyable != 0 || in.podKeys == nil {
 		return 0, false
 	}
+	r &= podKeyReads
 	if k := in.keys[r].Load(); k != 0 {
 		return k, true
 	}

@@ -18,15 +18,24 @@ const (
 	podOwnerReferencesRead
 	podSpecRead
 	podNamespaceRead
+	// podNodeInfoPodsRead: nodeInfo.pods, which changes with every pod
+	// placed: no signature captures it (a memo keys it by the NodeInfo's
+	// generation).
+	podNodeInfoPodsRead
 	// podReadsUnkeyable: a read that neither the signature nor a memo key
-	// can capture (the whole pod, its status or another metadata field,
-	// nodeInfo.pods, which changes with every pod placed).
+	// can capture (the whole pod, its status or another metadata field).
 	podReadsUnkeyable
+
+	// podKeyReads are the reads a memo key holds.
+	podKeyReads = podNodeInfoPodsRead - 1
 )
 
 func (r *podReads) add(refs *references) {
-	if refs.podWhole || refs.nodeInfoPods {
+	if refs.podWhole {
 		*r |= podReadsUnkeyable
+	}
+	if refs.nodeInfoPods {
+		*r |= podNodeInfoPodsRead
 	}
 	if refs.reads&readsNamespace != 0 {
 		*r |= podNamespaceRead
@@ -108,7 +117,7 @@ func (s *Snapshot) Signature(ctx context.Context, in *PodInput) (*PodSignature, 
 		if m.Decision.Verdict != Pass {
 			continue // rejects on every node, whatever the pod
 		}
-		if p.signs&podReadsUnkeyable != 0 {
+		if p.signs&(podReadsUnkeyable|podNodeInfoPodsRead) != 0 {
 			return nil, false
 		}
 		reads |= p.signs

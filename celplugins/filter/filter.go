@@ -88,7 +88,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return fwk.AsStatus(fmt.Errorf("reading %s: PreFilter did not run", celplugins.StateKey))
 	}
 	node := nodeInfo.Node()
-	in, err := pl.rt.Converter.NodeInput(node, nodeInfo, celplugins.NodeInfoFrom)
+	in, err := pl.rt.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}

@@ -345,7 +345,7 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 				c := celplugins.ReadCycle(state)
 				for n := range cached {
 					if i > 0 {
-						in, err := pl.rt.Converter.NodeInput(cached[n].Node(), cached[n], celplugins.NodeInfoFrom)
+						in, err := pl.rt.Converter.NodeInput(cached[n].Node(), cached[n].GetGeneration(), cached[n], celplugins.NodeInfoFrom)
 						if err != nil {
 							t.Fatal(err)
 						}

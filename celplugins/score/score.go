@@ -130,7 +130,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if !ok {
 		return 0, fwk.AsStatus(fmt.Errorf("node %s was not in PreScore's list", node.Name))
 	}
-	in, err := pl.rt.Converter.NodeInput(node, nodeInfo, celplugins.NodeInfoFrom)
+	in, err := pl.rt.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}

@@ -221,7 +221,7 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in, err := pl.rt.Converter.NodeInput(cached[0].Node(), cached[0], celplugins.NodeInfoFrom)
+			in, err := pl.rt.Converter.NodeInput(cached[0].Node(), cached[0].GetGeneration(), cached[0], celplugins.NodeInfoFrom)
 			if err != nil {
 				t.Fatal(err)
 			}
