@@ -61,6 +61,9 @@ type Cycle struct {
 	// most maxDistinctMessages (see Message).
 	messages sync.Map
 	distinct atomic.Int32
+	// rejections are the messages of the cycle's rejections so far, by
+	// policy, rule and message: formatted once, not per node.
+	rejections sync.Map
 
 	// audit collects what the Audit policies would have rejected: at match
 	// time, and per node; nil when no Audit policy matches.
@@ -143,6 +146,25 @@ const maxDistinctMessages = 16
 // in which case the rule's static message replaces its messageExpression's
 // result. Reading a message seen before takes no lock.
 func (c *Cycle) Message(d *engine.Decision) string {
+	if d.Verdict != engine.Reject {
+		return c.message(d)
+	}
+	key := rejectionKey{policy: d.Policy, rule: d.Rule, message: d.Message}
+	if msg, ok := c.rejections.Load(key); ok {
+		return msg.(string)
+	}
+	msg := c.message(d)
+	c.rejections.Store(key, msg)
+	return msg
+}
+
+// rejectionKey is what a rejection's message is made of.
+type rejectionKey struct {
+	policy        *engine.CompiledPolicy
+	rule, message string
+}
+
+func (c *Cycle) message(d *engine.Decision) string {
 	msg := d.String()
 	if _, seen := c.messages.Load(msg); seen {
 		return msg

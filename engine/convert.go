@@ -180,6 +180,9 @@ func (c *Converter) NodeValue(node *corev1.Node) (ref.Val, error) {
 // nodeEntry is a node version's CEL value and the results of the memoized
 // expressions evaluated on it.
 type nodeEntry struct {
+	// node is the object converted; another object of the same version
+	// is found by UID and resourceVersion.
+	node            *corev1.Node
 	uid             ktypes.UID
 	resourceVersion string
 	val             ref.Val
@@ -203,7 +206,7 @@ func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 	// An object without a resourceVersion (not from an apiserver) is never
 	// taken from the cache: it could be anything.
 	if node.ResourceVersion != "" {
-		if e := c.nodes.load(node.Name, node.UID, node.ResourceVersion); e != nil {
+		if e := c.nodes.load(node); e != nil {
 			return e, nil
 		}
 	}
@@ -211,7 +214,7 @@ func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("converting node %s: %w", node.Name, err)
 	}
-	e := &nodeEntry{uid: node.UID, resourceVersion: node.ResourceVersion, val: val}
+	e := &nodeEntry{node: node, uid: node.UID, resourceVersion: node.ResourceVersion, val: val}
 	if node.ResourceVersion != "" {
 		c.nodes.store(node.Name, e)
 	}

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	ktypes "k8s.io/apimachinery/pkg/types"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // nodeCache maps node names to the cached value of their current version.
@@ -29,8 +29,13 @@ type nodeCache struct {
 
 // load returns the entry of a node's version, or nil. (An older version
 // may still be found until the next merge: it is that version's value.)
-func (c *nodeCache) load(name string, uid ktypes.UID, resourceVersion string) *nodeEntry {
-	current := func(e *nodeEntry) bool { return e.uid == uid && e.resourceVersion == resourceVersion }
+// The informer's object of a version is one object, whose strings the
+// entry shares: comparing pointers first saves reading the UID.
+func (c *nodeCache) load(node *corev1.Node) *nodeEntry {
+	current := func(e *nodeEntry) bool {
+		return e.resourceVersion == node.ResourceVersion && (e.node == node || e.uid == node.UID)
+	}
+	name := node.Name
 	if read := c.read.Load(); read != nil {
 		if e := (*read)[name]; e != nil && current(e) {
 			return e

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
@@ -15,6 +16,11 @@ import (
 // concurrent reads and writes are safe (run under -race by make test).
 func TestNodeCache(t *testing.T) {
 	c := &nodeCache{max: 100}
+	node := func(name, rv string) *corev1.Node {
+		n := &corev1.Node{}
+		n.Name, n.UID, n.ResourceVersion = name, ktypes.UID("uid-"+name), rv
+		return n
+	}
 	entry := func(name, rv string) *nodeEntry {
 		return &nodeEntry{uid: ktypes.UID("uid-" + name), resourceVersion: rv}
 	}
@@ -25,26 +31,26 @@ func TestNodeCache(t *testing.T) {
 	for round := range 3 { // the first rounds read the dirty map, then the merged one
 		for i := range 50 {
 			name := fmt.Sprintf("n%d", i)
-			if e := c.load(name, ktypes.UID("uid-"+name), "1"); e == nil {
+			if e := c.load(node(name, "1")); e == nil {
 				t.Fatalf("round %d: %s not found", round, name)
 			}
-			if e := c.load(name, ktypes.UID("uid-"+name), "2"); e != nil {
+			if e := c.load(node(name, "2")); e != nil {
 				t.Fatalf("round %d: %s found for another version", round, name)
 			}
 		}
 	}
 	c.store("n1", entry("n1", "2"))
-	if c.load("n1", "uid-n1", "2") == nil {
+	if c.load(node("n1", "2")) == nil {
 		t.Error("a new version is not found")
 	}
 	c.store("n2", nil)
 	for range 10 { // misses, which merge
-		c.load("x", "uid-x", "1")
+		c.load(node("x", "1"))
 	}
-	if c.load("n1", "uid-n1", "1") != nil || c.load("n1", "uid-n1", "2") == nil {
+	if c.load(node("n1", "1")) != nil || c.load(node("n1", "2")) == nil {
 		t.Error("after a merge, the new version does not replace the old one")
 	}
-	if c.load("n2", "uid-n2", "1") != nil {
+	if c.load(node("n2", "1")) != nil {
 		t.Error("a forgotten node is still there after a merge")
 	}
 	for i := range 200 {
@@ -61,7 +67,7 @@ func TestNodeCache(t *testing.T) {
 			for i := range 500 {
 				name := fmt.Sprintf("c%d", i%30)
 				rv := fmt.Sprint(i % 3)
-				if e := c.load(name, ktypes.UID("uid-"+name), rv); e != nil && e.resourceVersion != rv {
+				if e := c.load(node(name, rv)); e != nil && e.resourceVersion != rv {
 					t.Errorf("goroutine %d: %s version %s read for %s", g, name, e.resourceVersion, rv)
 				}
 				if i%7 == g {
