@@ -292,8 +292,10 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, node *NodeInput, rule
 			continue
 		}
 		if !ok {
-			d.Verdict, d.Rule, d.Message = falseVerdict, r.name, ev.evaluation(node).message(r)
-			d.static = r.staticMessage()
+			d.Verdict, d.Rule, d.static = falseVerdict, r.name, r.staticMessage()
+			// The activation is built only for a messageExpression that
+			// is not memoized.
+			d.Message = ev.message(node, r)
 			return
 		}
 	}
@@ -442,6 +444,14 @@ func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
 	return l.evaluation(node).eval(e)
 }
 
+// message is a false rule's message on the node.
+func (l *lazy) message(node *NodeInput, r *boolRule) string {
+	if r.messageExpression == nil {
+		return r.staticMessage()
+	}
+	return r.messageOf(l.eval(node, r.messageExpression))
+}
+
 func (l *lazy) evalBool(node *NodeInput, e *expr) (bool, error) {
 	return asBool(l.eval(node, e))
 }
@@ -496,12 +506,17 @@ func asBool(val ref.Val, err error) (bool, error) {
 // message is a false rule's message: its messageExpression, else its
 // message, else a generic one.
 func (ev *evaluation) message(r *boolRule) string {
-	if r.messageExpression != nil {
-		if v, err := ev.eval(r.messageExpression); err == nil {
-			if s, ok := v.(types.String); ok && s != "" {
-				return string(s)
-			}
-		}
+	if r.messageExpression == nil {
+		return r.staticMessage()
+	}
+	return r.messageOf(ev.eval(r.messageExpression))
+}
+
+// messageOf is a false rule's message given its messageExpression's result:
+// the static one when the expression failed or gave "".
+func (r *boolRule) messageOf(v ref.Val, err error) string {
+	if s, ok := v.(types.String); ok && err == nil && s != "" {
+		return string(s)
 	}
 	return r.staticMessage()
 }
