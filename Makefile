@@ -108,7 +108,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 2m).
 
 .PHONY: bench
 bench: $(BENCHSTAT) ## Run the Go benchmarks (-count=5) and print their medians with benchstat.
-	$(GO) test -run='^$$' -bench=. -benchmem $(BENCHFLAGS) ./engine/... | tee bin/bench.txt
+	$(GO) test -run='^$$' -bench=. -benchmem $(BENCHFLAGS) ./engine/... ./celplugins/... | tee bin/bench.txt
 	$(BENCHSTAT) bin/bench.txt
 
 .PHONY: perf
