@@ -22,13 +22,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/testenv"
 )
 
@@ -81,20 +78,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)
-		return 1
-	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)
-		return 1
-	}
 	// The tests create hundreds of objects at once.
 	cfg.QPS, cfg.Burst = 1000, 2000
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating the client: %v\n", err)
+	if k8sClient, err = testenv.Client(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 

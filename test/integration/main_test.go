@@ -13,17 +13,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/manager/app"
 	"github.com/celsched/celsched/test/testenv"
 )
@@ -70,18 +67,8 @@ func run(m *testing.M) int {
 	}
 
 	testConfig = cfg
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)
-		return 1
-	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)
-		return 1
-	}
-	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating the client: %v\n", err)
+	if k8sClient, err = testenv.Client(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	clientset, err = kubernetes.NewForConfig(cfg)
@@ -101,23 +88,16 @@ func run(m *testing.M) int {
 	}
 	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
-	mgr, err := app.New(ctx, serviceAccountConfig(cfg), opts)
+	stop, err := testenv.RunManager(ctx, serviceAccountConfig(cfg), k8sClient, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
-		return 1
-	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			fmt.Fprintf(os.Stderr, "the manager stopped with an error: %v\n", err)
-		}
-	}()
-	if err := testenv.WaitWebhook(ctx, k8sClient, true, time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() {
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
 	return m.Run()
 }
 

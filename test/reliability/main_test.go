@@ -10,17 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/manager/app"
 	"github.com/celsched/celsched/test/testenv"
 )
@@ -46,16 +42,7 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "stopping the envtest control plane: %v\n", err)
 		}
 	}()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	if k8sClient, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if k8sClient, err = testenv.Client(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -71,22 +58,15 @@ func run(m *testing.M) int {
 		HealthProbeBindAddress: "0",
 	}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
-	mgr, err := app.New(ctx, cfg, opts)
+	stop, err := testenv.RunManager(ctx, cfg, k8sClient, opts)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "creating the manager: %v\n", err)
-		return 1
-	}
-	stopped := make(chan error, 1)
-	go func() { stopped <- mgr.Start(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-stopped; err != nil {
-			fmt.Fprintf(os.Stderr, "the manager stopped with an error: %v\n", err)
-		}
-	}()
-	if err := testenv.WaitWebhook(ctx, k8sClient, true, time.Minute); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	defer func() {
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
+	}()
 	return m.Run()
 }

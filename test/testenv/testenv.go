@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,7 +14,9 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -131,4 +134,47 @@ func validatingWebhooks(dir string) ([]*admissionregistrationv1.ValidatingWebhoo
 		return nil, fmt.Errorf("%s renders no ValidatingWebhookConfiguration", dir)
 	}
 	return out, nil
+}
+
+// Client returns a client of the control plane that knows the built-in
+// kinds and SchedulingPolicy.
+func Client(cfg *rest.Config) (client.Client, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
+	}
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("creating the client: %w", err)
+	}
+	return c, nil
+}
+
+// RunManager runs the manager in-process with opts (whose webhook serves
+// where the control plane of Start calls it: SelfSignedWebhook) and waits
+// until its webhook answers. stop cancels it and returns the error it
+// stopped with.
+func RunManager(ctx context.Context, cfg *rest.Config, c client.Client, opts app.Options) (stop func() error, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	mgr, err := app.New(ctx, cfg, opts)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("creating the manager: %w", err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- mgr.Start(ctx) }()
+	stop = func() error {
+		cancel()
+		if err := <-stopped; err != nil {
+			return fmt.Errorf("the manager stopped with an error: %w", err)
+		}
+		return nil
+	}
+	if err := WaitWebhook(ctx, c, true, time.Minute); err != nil {
+		return nil, errors.Join(err, stop())
+	}
+	return stop, nil
 }
