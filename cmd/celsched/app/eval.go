@@ -119,21 +119,26 @@ func checkOutput(format string) error {
 }
 
 func printReport(w io.Writer, r *dryrun.Report, format string) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
-		return err
+	if format != "table" {
+		return printStructured(w, r, format)
 	}
 	printTable(w, r)
 	return nil
+}
+
+// printStructured prints a report as JSON or YAML.
+func printStructured(w io.Writer, r any, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	data, err := yaml.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }
 
 func printTable(out io.Writer, r *dryrun.Report) {

@@ -267,6 +267,8 @@ func (s *Scheduler) Reschedule(ctx context.Context, pod *corev1.Pod) (*Report, e
 }
 
 func (s *Scheduler) run(ctx context.Context, pod, evicted *corev1.Pod) (*Report, error) {
+	pod = pod.DeepCopy()
+	defaults.Default(pod)
 	p, err := pickProfile(s.cfg, pod)
 	if err != nil {
 		return nil, err
