@@ -8,10 +8,12 @@ package dryrun
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -111,13 +113,21 @@ type Cluster struct {
 	// nodeInfos are the snapshot's nodes in name order, for a stable
 	// report (the scheduler's order does not change feasibility or scores).
 	nodeInfos []fwk.NodeInfo
+	// EvaluationBudget, when longer than the profile's, is the CEL
+	// plugins' time budget per pod (celplugins.Args) in the Schedulers
+	// built afterwards. The budget bounds the wall time of a cycle; a dry
+	// run filters every node one after the other (and several pods at
+	// once), where the scheduler samples nodes and filters them in
+	// parallel, so the scheduler's budget would cut off rules that the
+	// scheduler runs in time.
+	EvaluationBudget time.Duration
 }
 
 // NewCluster defaults the objects as the API server would and builds the
 // scheduler's snapshot of them. Pods on no node of nodes are ignored, as in
 // the scheduler's cache.
 func NewCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
-	c := &Cluster{nodes: defaulted(nodes), namespaces: defaulted(namespaces), objects: objects}
+	c := &Cluster{nodes: versioned(defaulted(nodes)), namespaces: versioned(defaulted(namespaces)), objects: objects}
 	c.pods = defaulted(onNodes(pods, c.nodes))
 	c.snapshot = internalcache.NewSnapshot(c.pods, c.nodes)
 	infos, _ := c.snapshot.NodeInfos().List() // a snapshot's List does not fail
@@ -206,6 +216,10 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 	metrics.Register() // the framework records into kube-scheduler's metrics; idempotent
 	for i := range cfg.Profiles {
 		prof := profile(&cfg.Profiles[i])
+		if err := withBudget(prof, c.EvaluationBudget); err != nil {
+			s.cancel()
+			return nil, err
+		}
 		fw, err := frameworkruntime.NewFramework(ctx, pluginRegistry, prof,
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(factory),
@@ -297,6 +311,21 @@ func onNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {
 		known[n.Name] = true
 	}
 	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !known[p.Spec.NodeName] })
+}
+
+// versioned gives the objects (copies) without a resourceVersion, read from
+// files, a version and a UID: they do not change during a dry run, and the
+// engine caches the CEL values of nodes and namespaces per version only.
+func versioned[T metav1.Object](objs []T) []T {
+	for _, o := range objs {
+		if o.GetResourceVersion() == "" {
+			o.SetResourceVersion("1")
+		}
+		if o.GetUID() == "" {
+			o.SetUID(ktypes.UID("dry-run-" + o.GetName()))
+		}
+	}
+	return objs
 }
 
 func defaulted[T runtime.Object](objs []T) []T {
@@ -469,4 +498,31 @@ func evict(ctx context.Context, fw framework.Framework, state fwk.CycleState, po
 	out := slices.Clone(nodeInfos)
 	out[i] = ni
 	return out, nil
+}
+
+// withBudget sets the CEL plugins' time budget in a profile, when longer
+// than the profile's own.
+func withBudget(prof *schedulerconfig.KubeSchedulerProfile, budget time.Duration) error {
+	if budget <= 0 {
+		return nil
+	}
+	i := slices.IndexFunc(prof.PluginConfig, func(pc schedulerconfig.PluginConfig) bool { return pc.Name == filter.Name })
+	if i < 0 {
+		prof.PluginConfig = append(prof.PluginConfig, schedulerconfig.PluginConfig{Name: filter.Name})
+		i = len(prof.PluginConfig) - 1
+	}
+	args := celplugins.Args{}
+	if prof.PluginConfig[i].Args != nil {
+		var err error
+		if args, err = celplugins.DecodeArgs(prof.PluginConfig[i].Args); err != nil {
+			return fmt.Errorf("profile %s: %w", prof.SchedulerName, err)
+		}
+	}
+	args.EvaluationBudget.Duration = max(args.EvaluationBudget.Duration, budget)
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return err
+	}
+	prof.PluginConfig[i].Args = &runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}
+	return nil
 }

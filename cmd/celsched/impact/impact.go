@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
@@ -155,6 +156,13 @@ type Outcome struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// EvaluationBudget is the CEL time budget of one pod's evaluation
+// (dryrun.Cluster.EvaluationBudget): impact evaluates every node, one after
+// the other, for several pods at once. It is a guard against a stall, not
+// a limit the scheduler would apply; the cost limits apply as in the
+// scheduler.
+const EvaluationBudget = time.Minute
+
 // Run evaluates the change.
 func Run(ctx context.Context, in Input) (*Report, error) {
 	draft, changes, err := dryrun.ApplyDrafts(in.Live, in.Drafts, in.Deletions)
@@ -219,6 +227,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 
 	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
+	cluster.EvaluationBudget = EvaluationBudget
 	now, err := cluster.Scheduler(ctx, in.Live, in.Config)
 	if err != nil {
 		return nil, err
