@@ -87,6 +87,9 @@ type expr struct {
 	// node's version: evaluated once per node version and policy version,
 	// and looked up for every other pod (see evaluation.eval).
 	nodeOnly bool
+	// checked is the type-checked expression, for dry-run explanations
+	// (why.go) only.
+	checked *checked
 }
 
 type variable struct {
@@ -409,7 +412,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()}
+	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly(), checked: c}
 }
 
 // checked is a type-checked expression.

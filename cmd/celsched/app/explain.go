@@ -26,6 +26,7 @@ type explainOptions struct {
 	kube           *genericclioptions.ConfigFlags
 	drafts         []string
 	config, output string
+	why            bool
 }
 
 func newExplainCommand(s *streams) *cobra.Command {
@@ -55,6 +56,7 @@ where would it go with this change. Nothing in the cluster is changed.`,
 	f.StringSliceVarP(&o.drafts, "filename", "f", nil, "draft SchedulingPolicy files or directories, added to or replacing the live ones")
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.BoolVar(&o.why, "why", false, whyUsage)
 	return cmd
 }
 
@@ -98,7 +100,7 @@ func runExplain(ctx context.Context, s *streams, o *explainOptions, arg string) 
 	if err != nil {
 		return nil, err
 	}
-	in.Config = cfg
+	in.Config, in.Why = cfg, o.why
 	report, err := dryrun.Run(ctx, *in)
 	if err != nil {
 		return nil, err

@@ -70,6 +70,10 @@ func TestEval(t *testing.T) {
 		"table": {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--pods-on-nodes", filepath.Join(dir, "pods-on-nodes.yaml")}},
 		"json":  {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "-o", "json"}},
 		"yaml":  {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "-o", "yaml"}},
+		// --why: the sub-expressions of the false filters, in the table
+		// and in JSON.
+		"why":      {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--why"}},
+		"why-json": {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--why", "-o", "json"}},
 		// Without the namespace file, the namespace has only its name
 		// label: no cost-center, so the pod is held.
 		"held":                  {},

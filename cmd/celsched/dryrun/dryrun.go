@@ -63,6 +63,9 @@ type Input struct {
 	// Config is the scheduler configuration; it must be defaulted (as
 	// loaded by the manager).
 	Config *schedulerconfig.KubeSchedulerConfiguration
+	// Why adds, to every preEnqueue rule and filter that is false or
+	// fails, the values of its sub-expressions (RuleResult.Why).
+	Why bool
 }
 
 // notEvaluated are plugins of the profile that a dry run cannot run, and why.
@@ -95,7 +98,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := r.explain(ctx, s.rt, s.compiled, pod, cluster.snapshot); err != nil {
+	var why *engine.Why
+	if in.Why {
+		why = &engine.Why{}
+	}
+	if err := r.explain(ctx, s.rt, s.compiled, pod, cluster.snapshot, why); err != nil {
 		return nil, err
 	}
 	return r, nil
