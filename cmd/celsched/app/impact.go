@@ -29,6 +29,7 @@ type impactOptions struct {
 	nodes, pods, namespaces, policies []string
 	dump                              []string
 	config, output                    string
+	prune                             bool
 }
 
 // offline says whether the cluster comes from files.
@@ -74,6 +75,7 @@ change. Changes: ` + changeNames() + `.
 	o.kube.AddFlags(f)
 	f.StringSliceVarP(&o.drafts, "filename", "f", nil, "draft SchedulingPolicy files or directories, added to or replacing the live ones")
 	f.StringSliceVar(&o.deletions, "delete", nil, "names of live SchedulingPolicies the change deletes")
+	f.BoolVar(&o.prune, "prune", false, "the drafts are the whole set of policies: live policies that are not among them are deleted (GitOps)")
 	f.StringSliceVar(&o.nodes, "nodes", nil, "offline: node files (documents or a List)")
 	f.StringSliceVar(&o.pods, "pods", nil, "offline: pod files, pending and bound")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "offline: namespace files")
@@ -126,6 +128,9 @@ func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Repor
 	}
 	if err != nil {
 		return nil, err
+	}
+	if o.prune {
+		in.Deletions = append(in.Deletions, pruned(in.Live, in.Drafts, in.Deletions)...)
 	}
 	if _, _, err := dryrun.ApplyDrafts(in.Live, in.Drafts, in.Deletions); err != nil {
 		return nil, inputError(err)
@@ -205,6 +210,19 @@ func readCluster(ctx context.Context, kube *genericclioptions.ConfigFlags, in *i
 	return nil
 }
 
+// pruned names the live policies that neither a draft nor a deletion
+// names.
+func pruned(live, drafts []*schedv1alpha1.SchedulingPolicy, deletions []string) []string {
+	var out []string
+	for _, p := range live {
+		named := func(d *schedv1alpha1.SchedulingPolicy) bool { return d.Name == p.Name }
+		if !slices.ContainsFunc(drafts, named) && !slices.Contains(deletions, p.Name) {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
 func hasClaims(p *corev1.Pod) bool {
 	return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil })
 }
@@ -238,10 +256,22 @@ func printImpact(w io.Writer, r *impact.Report, format string) error {
 		return printStructured(w, r, format)
 	}
 	var changes []string
+	unchanged := 0
 	for _, c := range r.Policies {
+		if c.Change == dryrun.PolicyUnchanged {
+			unchanged++
+			continue
+		}
 		changes = append(changes, c.Name+" "+c.Change)
 	}
-	fmt.Fprintf(w, "Draft: SchedulingPolicy %s\n", strings.Join(changes, ", "))
+	switch {
+	case len(changes) == 0:
+		fmt.Fprintf(w, "Draft: no SchedulingPolicy changes (%d unchanged)\n", unchanged)
+	case unchanged > 0:
+		fmt.Fprintf(w, "Draft: SchedulingPolicy %s (%d unchanged)\n", strings.Join(changes, ", "), unchanged)
+	default:
+		fmt.Fprintf(w, "Draft: SchedulingPolicy %s\n", strings.Join(changes, ", "))
+	}
 	sum := r.Summary
 	fmt.Fprintf(w, "Pods: %d pending and %d bound of the scheduler's profiles; %d not affected (no changed policy applies to them); %d of other schedulers, not evaluated\n",
 		sum.Pending, sum.Bound, sum.NotAffected, sum.OtherSchedulers)

@@ -189,10 +189,14 @@ func TestImpact(t *testing.T) {
 		args     []string
 		wantCode int
 	}{
-		"table":           {args: shop},
-		"json":            {args: append(slices.Clone(shop), "-o", "json")},
-		"yaml":            {args: append(slices.Clone(shop), "-o", "yaml")},
-		"loosen":          {args: loosen},
+		"table":  {args: shop},
+		"json":   {args: append(slices.Clone(shop), "-o", "json")},
+		"yaml":   {args: append(slices.Clone(shop), "-o", "yaml")},
+		"loosen": {args: loosen},
+		// --prune: the drafts are the whole set; the samples not among
+		// them are deleted.
+		"prune": {args: []string{"-f", filepath.Join("..", "..", "..", "config", "samples", "scheduling_v1alpha1_zone-preference.yaml"),
+			"-f", filepath.Join(dir, "shop-in-zone-a.yaml"), "--prune"}},
 		"fail-on":         {args: append(slices.Clone(shop), "--fail-on", "stranded,evicted-would-not-return"), wantCode: 1},
 		"fail-on-other":   {args: append(slices.Clone(shop), "--fail-on", "stranded,held")},
 		"no-draft":        {wantCode: 2},
