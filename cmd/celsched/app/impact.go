@@ -79,7 +79,7 @@ change. Changes: ` + changeNames() + `.
 	f.StringSliceVar(&o.nodes, "nodes", nil, "offline: node files (documents or a List)")
 	f.StringSliceVar(&o.pods, "pods", nil, "offline: pod files, pending and bound")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "offline: namespace files")
-	f.StringSliceVar(&o.policies, "policies", nil, "offline: the live SchedulingPolicy files or directories")
+	f.StringSliceVar(&o.policies, "policies", nil, "offline: the live SchedulingPolicy files or directories (instead of those of --dump)")
 	f.StringSliceVar(&o.dump, "dump", nil, "offline: files of Nodes, Pods, Namespaces, SchedulingPolicies and volume objects, or Lists of them")
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit 1 when a pod has one of these changes: "+changeNames())
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
@@ -169,7 +169,9 @@ func readDump(s *streams, o *impactOptions, in *impact.Input) error {
 			case *corev1.Namespace:
 				in.Namespaces = append(in.Namespaces, obj)
 			case *schedv1alpha1.SchedulingPolicy:
-				in.Live = append(in.Live, obj)
+				if len(o.policies) == 0 { // --policies takes precedence
+					in.Live = append(in.Live, obj)
+				}
 			case *corev1.PersistentVolumeClaim, *corev1.PersistentVolume, *storagev1.StorageClass, *storagev1.CSINode:
 				in.Objects = append(in.Objects, obj)
 			default:
