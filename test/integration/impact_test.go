@@ -145,9 +145,9 @@ func impactReport(t *testing.T, args ...string) *impact.Report {
 // changes are the changed pods of the namespaces, by namespace/name.
 func changes(r *impact.Report, namespaces ...string) map[string]impact.Change {
 	out := map[string]impact.Change{}
-	for _, p := range r.Pods {
-		if ns, _, _ := strings.Cut(p.Pod, "/"); slices.Contains(namespaces, ns) {
-			out[p.Pod] = p.Change
+	for i := range r.Pods {
+		if ns, _, _ := strings.Cut(r.Pods[i].Pod, "/"); slices.Contains(namespaces, ns) {
+			out[r.Pods[i].Pod] = r.Pods[i].Change
 		}
 	}
 	return out

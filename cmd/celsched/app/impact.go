@@ -300,7 +300,8 @@ func printImpact(w io.Writer, r *impact.Report, format string) error {
 	fmt.Fprintln(w, "\nPods that change:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  POD\tNODE\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
-	for _, p := range r.Pods {
+	for i := range r.Pods {
+		p := &r.Pods[i]
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, orDash(p.Node), p.Change, outcome(p.Now), outcome(p.Draft), strings.Join(p.Policies, ", "))
 	}
 	return tw.Flush()
