@@ -153,9 +153,7 @@ func printTable(out io.Writer, r *dryrun.Report) {
 	for _, n := range r.Plugins.NotEvaluated {
 		fmt.Fprintf(out, "  not evaluated: %s\n", n)
 	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(out, "Note: %s\n", n)
-	}
+	printNotes(out, r.Notes)
 
 	fmt.Fprintln(out, "\nPolicies:")
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -209,6 +207,12 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		ranking[i] = fmt.Sprintf("%s (%d)", n.Node, n.Score)
 	}
 	fmt.Fprintf(out, "Ranking:  %s\n", orNone(strings.Join(ranking, ", ")))
+}
+
+func printNotes(w io.Writer, notes []string) {
+	for _, n := range notes {
+		fmt.Fprintf(w, "Note: %s\n", n)
+	}
 }
 
 // printRules prints every CEL rule of the matching policies.

@@ -277,9 +277,7 @@ func printImpact(w io.Writer, r *impact.Report, format string) error {
 	sum := r.Summary
 	fmt.Fprintf(w, "Pods: %d pending and %d bound of the scheduler's profiles; %d not affected (no changed policy applies to them); %d of other schedulers, not evaluated\n",
 		sum.Pending, sum.Bound, sum.NotAffected, sum.OtherSchedulers)
-	for _, n := range r.Notes {
-		fmt.Fprintf(w, "Note: %s\n", n)
-	}
+	printNotes(w, r.Notes)
 
 	fmt.Fprintln(w, "\nChanges:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

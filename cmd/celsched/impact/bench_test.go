@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -48,12 +47,16 @@ func largeCluster(nodes, pods, pending int) Input {
 //
 //	go test ./cmd/celsched/impact -run '^$' -bench Run1000Nodes3000Pods -benchtime 1x
 func BenchmarkRun1000Nodes3000Pods(b *testing.B) {
-	cfg, err := defaultconfig.Load("")
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := largeCluster(1000, 3000, 500)
-	in.Config = cfg
+	benchmarkRun(b, largeCluster(1000, 3000, 500))
+}
+
+// BenchmarkRunSmall is the same at a tenth of the size, for profiles.
+func BenchmarkRunSmall(b *testing.B) {
+	benchmarkRun(b, largeCluster(300, 300, 50))
+}
+
+func benchmarkRun(b *testing.B, in Input) {
+	in.Config = config(b)
 	in.Drafts = []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("home-zones").Condition("labelled", "has(namespaceObject.metadata.labels) && 'zone' in namespaceObject.metadata.labels").
 			Filter("zone", "node.metadata.labels['"+zoneLabel+"'] == namespaceObject.metadata.labels['zone'] || namespaceObject.metadata.labels['zone'] == 'b'").Obj(),
@@ -64,29 +67,9 @@ func BenchmarkRun1000Nodes3000Pods(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if r.Summary.Pending+r.Summary.Bound != 3000 || r.Summary.NotAffected != 0 || len(r.Pods) == 0 {
-			b.Fatalf("summary %+v, %d changed pods: want 3000 pods, all affected, some changed", r.Summary, len(r.Pods))
+		if r.Summary.Pending+r.Summary.Bound != len(in.Pods) || r.Summary.NotAffected != 0 || len(r.Pods) == 0 {
+			b.Fatalf("summary %+v, %d changed pods: want %d pods, all affected, some changed", r.Summary, len(r.Pods), len(in.Pods))
 		}
 		b.ReportMetric(float64(len(r.Pods)), "changed-pods")
-	}
-}
-
-// BenchmarkRunSmall is BenchmarkRun1000Nodes3000Pods at a tenth of the
-// size, for profiles.
-func BenchmarkRunSmall(b *testing.B) {
-	cfg, err := defaultconfig.Load("")
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := largeCluster(300, 300, 50)
-	in.Config = cfg
-	in.Drafts = []*schedv1alpha1.SchedulingPolicy{
-		builder.MakePolicy("home-zones").Filter("zone", "node.metadata.labels['"+zoneLabel+"'] != 'c'").Obj(),
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := Run(context.Background(), in); err != nil {
-			b.Fatal(err)
-		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -56,11 +57,18 @@ func hold(name, ns string) *schedv1alpha1.SchedulingPolicy {
 		PreEnqueue("approved", "namespaceObject.metadata.?labels[?'approved'].orValue('') == 'true'", "namespace not approved").Obj()
 }
 
-func TestRun(t *testing.T) {
+// config is the built-in scheduler configuration.
+func config(tb testing.TB) *schedulerconfig.KubeSchedulerConfiguration {
+	tb.Helper()
 	cfg, err := defaultconfig.Load("")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return cfg
+}
+
+func TestRun(t *testing.T) {
+	cfg := config(t)
 	nodes := []*corev1.Node{node("a1", "a"), node("a2", "a"), node("b1", "b"), node("c1", "c")}
 	namespaces := []*corev1.Namespace{namespace("web", nil), namespace("api", nil), namespace("batch", nil), namespace("other", nil)}
 	pods := []*corev1.Pod{
@@ -188,10 +196,7 @@ func TestRun(t *testing.T) {
 
 // TestRefusalNamesTheRule: a refused node says which policy and rule.
 func TestRefusalNamesTheRule(t *testing.T) {
-	cfg, err := defaultconfig.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := config(t)
 	r, err := Run(context.Background(), Input{
 		Drafts: []*schedv1alpha1.SchedulingPolicy{zoneFilter("web-zones", "web", "['b']")},
 		Nodes:  []*corev1.Node{node("a1", "a"), node("b1", "b")}, Pods: []*corev1.Pod{pod("web", "p", "a1", nil)}, Config: cfg,
@@ -219,10 +224,7 @@ func TestRefusalNamesTheRule(t *testing.T) {
 // its node: a node it fills is still feasible, and its own anti-affinity
 // does not refuse it.
 func TestEvictedPodLeavesItsNode(t *testing.T) {
-	cfg, err := defaultconfig.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := config(t)
 	full := pod("web", "big", "a1", map[string]string{"app": "web"})
 	full.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
 	full.Spec.Affinity = st.MakePod().PodAntiAffinityExists("app", corev1.LabelHostname, st.PodAntiAffinityWithRequiredReq).Obj().Spec.Affinity
@@ -239,11 +241,7 @@ func TestEvictedPodLeavesItsNode(t *testing.T) {
 }
 
 func TestBadDeletion(t *testing.T) {
-	cfg, err := defaultconfig.Load("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Run(context.Background(), Input{Deletions: []string{"nope"}, Config: cfg})
+	_, err := Run(context.Background(), Input{Deletions: []string{"nope"}, Config: config(t)})
 	if err == nil || err.Error() != "--delete nope: no live SchedulingPolicy of that name" {
 		t.Errorf("error %v", err)
 	}
