@@ -405,11 +405,10 @@ func (r *Report) schedule(ctx context.Context, fw framework.Framework, pod *core
 		}
 	}
 	var feasible []fwk.NodeInfo
-	byName := make(map[string]*NodeResult, len(nodeInfos))
+	var feasibleResults []*NodeResult // in the order of feasible
 	for _, ni := range nodeInfos {
 		n := &NodeResult{Name: ni.Node().Name}
 		r.Nodes = append(r.Nodes, n)
-		byName[n.Name] = n
 		if !result.AllNodes() && !result.NodeNames.Has(n.Name) {
 			n.RejectedBy = &Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"}
 			continue
@@ -420,6 +419,7 @@ func (r *Report) schedule(ctx context.Context, fw framework.Framework, pod *core
 		}
 		n.Feasible = true
 		feasible = append(feasible, ni)
+		feasibleResults = append(feasibleResults, n)
 		r.Feasible = append(r.Feasible, n.Name)
 	}
 	if len(feasible) == 0 {
@@ -432,10 +432,10 @@ func (r *Report) schedule(ctx context.Context, fw framework.Framework, pod *core
 	if !st.IsSuccess() {
 		return fmt.Errorf("running the score plugins: %w", st.AsError())
 	}
-	for _, s := range scores {
-		n := byName[s.Name]
+	for i, s := range scores { // in the order of feasible
+		n := feasibleResults[i]
 		n.Score = s.TotalScore
-		n.PluginScores = map[string]int64{}
+		n.PluginScores = make(map[string]int64, len(s.Scores))
 		for _, ps := range s.Scores {
 			n.PluginScores[ps.Name] = ps.Score
 		}
