@@ -193,6 +193,9 @@ func TestImpact(t *testing.T) {
 		"json":   {args: append(slices.Clone(shop), "-o", "json")},
 		"yaml":   {args: append(slices.Clone(shop), "-o", "yaml")},
 		"loosen": {args: loosen},
+		// A draft that does not compile rejects what it matches; a note
+		// says why.
+		"broken-draft": {args: []string{"-f", filepath.Join(dir, "broken-draft.yaml")}},
 		// --prune: the drafts are the whole set; the samples not among
 		// them are deleted.
 		"prune": {args: []string{"-f", filepath.Join("..", "..", "..", "config", "samples", "scheduling_v1alpha1_zone-preference.yaml"),

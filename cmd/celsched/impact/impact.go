@@ -240,7 +240,8 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	defer next.Close()
 	for _, p := range next.Policies() {
 		if changed.Has(p.Name) && p.Err() != nil {
-			r.Notes = append(r.Notes, fmt.Sprintf("draft SchedulingPolicy %s does not compile: %v", p.Name, p.Err()))
+			first, _, _ := strings.Cut(p.Err().Error(), "\n")
+			r.Notes = append(r.Notes, "draft "+first+" (celsched validate shows every error)")
 		}
 	}
 
