@@ -29,7 +29,7 @@ type impactOptions struct {
 	nodes, pods, namespaces, policies []string
 	dump                              []string
 	config, output                    string
-	prune                             bool
+	prune, why                        bool
 }
 
 // offline says whether the cluster comes from files.
@@ -84,6 +84,7 @@ change. Changes: ` + changeNames() + `.
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit 1 when a pod has one of these changes: "+changeNames())
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.BoolVar(&o.why, "why", false, "for pods the draft holds or refuses their node: the false rules' sub-expressions and their values")
 	return cmd
 }
 
@@ -120,7 +121,7 @@ func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Repor
 	if err != nil {
 		return nil, inputError(err)
 	}
-	in := &impact.Input{Drafts: drafts, Deletions: o.deletions, Config: cfg}
+	in := &impact.Input{Drafts: drafts, Deletions: o.deletions, Config: cfg, Why: o.why}
 	if o.offline() {
 		err = readDump(s, o, in)
 	} else {
@@ -302,7 +303,37 @@ func printImpact(w io.Writer, r *impact.Report, format string) error {
 		p := &r.Pods[i]
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, orDash(p.Node), p.Change, outcome(p.Now), outcome(p.Draft), strings.Join(p.Policies, ", "))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printWhy(w, r)
+	return nil
+}
+
+// printWhy prints the false rules of the pods that have them (--why).
+func printWhy(w io.Writer, r *impact.Report) {
+	header := false
+	for i := range r.Pods {
+		p := &r.Pods[i]
+		for _, pr := range p.Why {
+			if !header {
+				fmt.Fprintln(w, "\nWhy, with the draft:")
+				header = true
+			}
+			if msg := pr.CompileError + pr.MatchError; msg != "" {
+				fmt.Fprintf(w, "  %s: SchedulingPolicy %s: %s\n", p.Pod, pr.Name, msg)
+			}
+			rules := map[string][]dryrun.RuleResult{"preEnqueue": pr.PreEnqueue, "filters": pr.Filters[p.Node]}
+			for _, point := range []string{"preEnqueue", "filters"} {
+				for _, v := range rules[point] {
+					fmt.Fprintf(w, "  %s: SchedulingPolicy %s, %s/%s: %s\n", p.Pod, pr.Name, point, v.Rule, verdict(v))
+					for _, s := range v.Why {
+						fmt.Fprintf(w, "      %s\n", s)
+					}
+				}
+			}
+		}
+	}
 }
 
 func printCounts(w io.Writer, what string, counts map[string]map[impact.Change]int) {

@@ -193,6 +193,9 @@ func TestImpact(t *testing.T) {
 		"json":   {args: append(slices.Clone(shop), "-o", "json")},
 		"yaml":   {args: append(slices.Clone(shop), "-o", "yaml")},
 		"loosen": {args: loosen},
+		// --why: the false rules behind refusals and holds.
+		"why":      {args: append(slices.Clone(shop), "--why")},
+		"why-held": {args: []string{"-f", filepath.Join(dir, "shop-in-zone-a.yaml"), "-f", filepath.Join(dir, "hold-shop.yaml"), "--why", "-o", "yaml"}},
 		// A draft that does not compile rejects what it matches; a note
 		// says why.
 		"broken-draft": {args: []string{"-f", filepath.Join(dir, "broken-draft.yaml")}},

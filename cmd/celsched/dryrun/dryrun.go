@@ -100,9 +100,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 	var why *engine.Why
 	if in.Why {
-		why = &engine.Why{}
+		why = s.why
 	}
-	if err := r.explain(ctx, s.rt, s.compiled, pod, cluster.snapshot, why); err != nil {
+	if err := r.explain(ctx, s.rt, s.compiled, pod, cluster.snapshot.NodeInfos().Get, why); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -171,6 +171,7 @@ type Scheduler struct {
 	cfg        *schedulerconfig.KubeSchedulerConfiguration
 	frameworks map[string]framework.Framework
 	cancel     context.CancelFunc
+	why        *engine.Why
 }
 
 // Scheduler builds the frameworks of every profile of cfg with the
@@ -196,6 +197,7 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 		compiled:   snap.Policies(), // later policies of a name replace earlier ones
 		cfg:        cfg,
 		frameworks: map[string]framework.Framework{},
+		why:        &engine.Why{},
 	}
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.nodes)+len(c.pods)+len(c.objects))
 	objects = append(objects, c.objects...)
@@ -285,6 +287,55 @@ func (s *Scheduler) Reschedule(ctx context.Context, pod *corev1.Pod) (*Report, e
 	again := pod.DeepCopy()
 	again.Spec.NodeName = ""
 	return s.run(ctx, again, pod)
+}
+
+// Why explains what holds a pod, or refuses it a node: of the policies
+// that apply to it, the preEnqueue rules and (with a node) the filters on
+// that node that are false or fail, with the values of their
+// sub-expressions (engine.Why). A pod bound to the node is explained as
+// Reschedule evaluates it: off its node. Policies with nothing false are
+// left out.
+func (s *Scheduler) Why(ctx context.Context, pod *corev1.Pod, node string) ([]*PolicyResult, error) {
+	pod = pod.DeepCopy()
+	defaults.Default(pod)
+	r := &Report{}
+	var ni fwk.NodeInfo
+	if node != "" {
+		i := slices.IndexFunc(s.cluster.nodeInfos, func(ni fwk.NodeInfo) bool { return ni.Node().Name == node })
+		if i < 0 {
+			return nil, fmt.Errorf("no node %s", node)
+		}
+		ni = s.cluster.nodeInfos[i]
+		if pod.Spec.NodeName == node {
+			ni = ni.Snapshot()
+			if err := ni.RemovePod(klog.FromContext(ctx), pod); err != nil {
+				return nil, fmt.Errorf("removing pod %s/%s from its node: %w", pod.Namespace, pod.Name, err)
+			}
+		}
+		r.Nodes = []*NodeResult{{Name: node}}
+	}
+	pod.Spec.NodeName = ""
+	if err := r.explain(ctx, s.rt, s.compiled, pod, func(string) (fwk.NodeInfo, error) { return ni, nil }, s.why); err != nil {
+		return nil, err
+	}
+	var out []*PolicyResult
+	for _, p := range r.Policies {
+		p.PreEnqueue = falseRules(p.PreEnqueue)
+		if rules := falseRules(p.Filters[node]); len(rules) > 0 {
+			p.Filters = map[string][]RuleResult{node: rules}
+		} else {
+			p.Filters = nil
+		}
+		p.Scores = nil
+		if len(p.PreEnqueue) > 0 || len(p.Filters) > 0 || p.CompileError != "" || p.MatchError != "" {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func falseRules(rules []RuleResult) []RuleResult {
+	return slices.DeleteFunc(rules, func(r RuleResult) bool { return r.Passed })
 }
 
 func (s *Scheduler) run(ctx context.Context, pod, evicted *corev1.Pod) (*Report, error) {

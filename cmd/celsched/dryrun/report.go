@@ -6,7 +6,7 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
-	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -114,7 +114,7 @@ func (r *Report) Node(name string) *NodeResult {
 }
 
 // explain fills Policies with every policy's detail.
-func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, snapshot *internalcache.Snapshot, why *engine.Why) error {
+func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
 	in, err := rt.PodInput(pod)
 	if err != nil {
 		return err
@@ -154,7 +154,7 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 			pr.Scores = map[string][]ScoreResult{}
 		}
 		for _, n := range r.Nodes {
-			ni, err := snapshot.NodeInfos().Get(n.Name)
+			ni, err := nodeInfo(n.Name)
 			if err != nil {
 				return err
 			}

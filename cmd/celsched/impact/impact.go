@@ -45,6 +45,9 @@ type Input struct {
 	// Parallelism is how many pods are evaluated at once; 0 means
 	// GOMAXPROCS.
 	Parallelism int
+	// Why explains, for a pod the draft holds or whose node it refuses,
+	// the false rules and their sub-expressions' values (PodImpact.Why).
+	Why bool
 }
 
 // Change is what the draft does to a pod.
@@ -138,6 +141,11 @@ type PodImpact struct {
 	// Policies are the added, changed or deleted policies that apply to
 	// the pod now or with the draft.
 	Policies []string `json:"policies"`
+	// Why are, when asked for (Input.Why), the policies whose rules hold
+	// the pod or refuse its node with the draft, with the false rules and
+	// their sub-expressions' values; for the changes held and
+	// evicted-would-not-return.
+	Why []*dryrun.PolicyResult `json:"why,omitempty"`
 }
 
 // Outcome is a pod's outcome with one set of policies.
@@ -249,6 +257,15 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	err = parallel(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
 		var err error
 		results[i], err = evaluatePod(ctx, now, next, changed, evaluate[i])
+		if err != nil || !in.Why || results[i] == nil {
+			return err
+		}
+		switch results[i].Change {
+		case Held:
+			results[i].Why, err = next.Why(ctx, evaluate[i], "")
+		case EvictedWouldNotReturn:
+			results[i].Why, err = next.Why(ctx, evaluate[i], evaluate[i].Spec.NodeName)
+		}
 		return err
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -200,10 +201,24 @@ func TestRefusalNamesTheRule(t *testing.T) {
 	r, err := Run(context.Background(), Input{
 		Drafts: []*schedv1alpha1.SchedulingPolicy{zoneFilter("web-zones", "web", "['b']")},
 		Nodes:  []*corev1.Node{node("a1", "a"), node("b1", "b")}, Pods: []*corev1.Pod{pod("web", "p", "a1", nil)}, Config: cfg,
+		Why: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	// --why: the false filter on the pod's node, and the values.
+	if len(r.Pods) != 1 || len(r.Pods[0].Why) != 1 {
+		t.Fatalf("pods %+v: want one with one policy in why", r.Pods)
+	}
+	why := r.Pods[0].Why[0]
+	wantWhy := []dryrun.RuleResult{{Rule: "zone", Message: "not in the namespace's zones", Why: []engine.Step{
+		{Expr: `node.metadata.labels["topology.kubernetes.io/zone"] in ["b"]`, Value: "false"},
+		{Expr: `node.metadata.labels["topology.kubernetes.io/zone"]`, Value: `"a"`},
+	}}}
+	if diff := cmp.Diff(wantWhy, why.Filters["a1"]); why.Name != "web-zones" || diff != "" {
+		t.Errorf("why of %s (-want +got):\n%s", why.Name, diff)
+	}
+	r.Pods[0].Why = nil
 	want := []PodImpact{{
 		Pod: "web/p", Node: "a1", Change: EvictedWouldNotReturn, Policies: []string{"web-zones"},
 		Now:   Outcome{State: StateAccepted, Rank: 1, Feasible: 2},
