@@ -41,8 +41,9 @@ type Step struct {
 
 func (s Step) String() string { return s.Expr + " = " + s.Value }
 
-// Why explains rules. It keeps the state-tracking program of each rule it
-// explained, and is safe for concurrent use.
+// Why explains the rules of policies compiled with CompileOptions.Explain
+// (others get no explanation). It keeps the state-tracking program of each
+// rule it explained, and is safe for concurrent use.
 type Why struct {
 	programs sync.Map // *expr -> cel.Program or error
 }

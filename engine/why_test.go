@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -54,7 +55,7 @@ func TestWhy(t *testing.T) {
 			} else {
 				b = b.Filter("r", tc.expression)
 			}
-			p := compileOK(t, b.Obj())
+			p := compileExplained(t, b.Obj())
 			conv := NewConverter(testEnv(t), 0)
 			in := podInput(t, conv, nil, nil)
 			w := &Why{}
@@ -82,7 +83,7 @@ func TestWhyIsBounded(t *testing.T) {
 	for range 30 {
 		terms = append(terms, "node.metadata.name + '"+long+"' == ''")
 	}
-	p := compileOK(t, builder.MakePolicy("p").Filter("r", strings.Join(terms, " || ")).Obj())
+	p := compileExplained(t, builder.MakePolicy("p").Filter("r", strings.Join(terms, " || ")).Obj())
 	conv := NewConverter(testEnv(t), 0)
 	got, err := (&Why{}).Filter(context.Background(), p, podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil), "r")
 	if err != nil {
@@ -99,4 +100,27 @@ func TestWhyIsBounded(t *testing.T) {
 	if none, err := (&Why{}).Filter(context.Background(), p, podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil), "no-such-rule"); none != nil || err != nil {
 		t.Errorf("an unknown rule: %v, %v", none, err)
 	}
+}
+
+// TestWhyNeedsExplain: a policy compiled as the scheduler compiles it keeps
+// no checked expressions, and gets no explanation.
+func TestWhyNeedsExplain(t *testing.T) {
+	p := compileOK(t, builder.MakePolicy("p").Filter("r", "node.metadata.name == 'x'").Obj())
+	conv := NewConverter(testEnv(t), 0)
+	got, err := (&Why{}).Filter(context.Background(), p, podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil), "r")
+	if got != nil || err != nil {
+		t.Errorf("Why of a policy compiled without Explain: %v, %v", got, err)
+	}
+	if p.filters[0].checked != nil {
+		t.Error("a policy compiled without Explain keeps its checked expressions")
+	}
+}
+
+func compileExplained(t *testing.T, p *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
+	t.Helper()
+	compiled := NewCompiler(testEnv(t)).Compile(p, CompileOptions{Explain: true})
+	if err := compiled.Err(); err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	return compiled
 }

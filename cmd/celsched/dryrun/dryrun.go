@@ -188,7 +188,7 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 		if p.UID == "" {
 			p.UID = ktypes.UID(fmt.Sprintf("dry-run-%d", i))
 		}
-		compiled = append(compiled, compiler.Compile(p, engine.CompileOptions{Stored: true}))
+		compiled = append(compiled, compiler.Compile(p, engine.CompileOptions{Stored: true, Explain: true}))
 	}
 	snap := engine.NewSnapshot(compiled...)
 	s := &Scheduler{
