@@ -198,7 +198,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	var bound, evaluate []*corev1.Pod
 	offNodes := 0
 	for i, p := range in.Pods {
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue // the scheduler neither places nor counts them
 		}
 		p = p.DeepCopy()
@@ -214,6 +214,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 				continue
 			}
 			bound = append(bound, p)
+		}
+		if p.DeletionTimestamp != nil {
+			continue // on its node until it is gone; it is not placed again
 		}
 		if !profiles.Has(p.Spec.SchedulerName) {
 			r.Summary.OtherSchedulers++

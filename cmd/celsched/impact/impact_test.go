@@ -84,7 +84,11 @@ func TestRun(t *testing.T) {
 	}
 	foreign := pod("other", "foreign", "", nil)
 	foreign.Spec.SchedulerName = corev1.DefaultSchedulerName
-	pods = append(pods, foreign)
+	terminating := pod("web", "terminating", "a1", nil)
+	terminating.DeletionTimestamp = &metav1.Time{}
+	done := pod("web", "done", "a1", nil)
+	done.Status.Phase = corev1.PodSucceeded
+	pods = append(pods, foreign, terminating, done) // neither is evaluated
 
 	live := []*schedv1alpha1.SchedulingPolicy{
 		zoneFilter("web-zones", "web", "['a', 'c']"),
@@ -288,5 +292,26 @@ func TestClassify(t *testing.T) {
 				t.Errorf("classify = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestTerminatingPodsTakeRoom: a terminating pod is not evaluated, but
+// stays on its node until it is gone, as in the scheduler's cache.
+func TestTerminatingPodsTakeRoom(t *testing.T) {
+	big := pod("other", "big", "a1", nil)
+	big.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
+	big.DeletionTimestamp = &metav1.Time{}
+	r, err := Run(context.Background(), Input{
+		Drafts: []*schedv1alpha1.SchedulingPolicy{zoneFilter("web-zones", "web", "['a']")},
+		Nodes:  []*corev1.Node{node("a1", "a"), node("b1", "b")},
+		Pods:   []*corev1.Pod{big, pod("web", "p", "", nil)},
+		Config: config(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a1 is full: web/p can go to b1 now, and nowhere with the draft.
+	if s := r.Summary; s.Pending != 1 || s.Bound != 0 || len(r.Pods) != 1 || r.Pods[0].Change != Stranded {
+		t.Errorf("summary %+v, pods %+v: want web/p alone, stranded", s, r.Pods)
 	}
 }
