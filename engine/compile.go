@@ -44,6 +44,10 @@ type CompileOptions struct {
 	// webhook's denial stays small and quick. Zero compiles every
 	// expression.
 	MaxErrors int
+	// Explain keeps each expression's type-checked form (its AST and
+	// environment, about 25 KB per policy), so that Why can explain its
+	// rules: for dry runs, not for the scheduler.
+	Explain bool
 }
 
 // CompiledPolicy is a SchedulingPolicy compiled for evaluation. It is
@@ -90,6 +94,9 @@ type expr struct {
 	memo memoKind
 	// slot is the expression's index in the nodes' memo tables.
 	slot int
+	// checked is the type-checked expression, for dry-run explanations
+	// (why.go): kept only under CompileOptions.Explain.
+	checked *checked
 }
 
 type variable struct {
@@ -215,7 +222,8 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"), err))
 		return out
 	}
-	cc := &policyCompiler{ctx: ctx, env: pe, out: out, stored: storedExpressions(opts), scalarVariables: map[string]bool{}, maxErrors: opts.MaxErrors}
+	cc := &policyCompiler{ctx: ctx, env: pe, out: out, stored: storedExpressions(opts), scalarVariables: map[string]bool{}, maxErrors: opts.MaxErrors,
+		explain: opts.Explain}
 	cc.compile(spec)
 	switch {
 	case cc.cancelled != nil:
@@ -289,6 +297,8 @@ type policyCompiler struct {
 	// reached, cancelled that ctx was done, and with what cause; either
 	// skips every expression after.
 	maxErrors int
+	// explain is CompileOptions.Explain.
+	explain   bool
 	truncated bool
 	cancelled error
 }
@@ -429,7 +439,11 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	return &expr{path: path, prg: prg, memo: c.refs.memo()}
+	e := &expr{path: path, prg: prg, memo: c.refs.memo()}
+	if pc.explain {
+		e.checked = c
+	}
+	return e
 }
 
 // checked is a type-checked expression.

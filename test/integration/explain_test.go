@@ -36,6 +36,7 @@ func TestExplain(t *testing.T) {
 	}{
 		"held":          {args: []string{"pod/scratch", "-n", sandbox}},
 		"held-json":     {args: []string{"pod/scratch", "-n", sandbox, "-o", "json"}},
+		"held-why":      {args: []string{"pod/scratch", "-n", sandbox, "--why"}},
 		"draft-audit":   {args: []string{"scratch", "--namespace", sandbox, "-f", draft, "-o", "yaml"}},
 		"bound":         {args: []string{"pods/app", "-n", accounted}},
 		"missing-pod":   {args: []string{"pod/nope", "-n", sandbox}, wantCode: 2},

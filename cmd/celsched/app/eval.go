@@ -20,6 +20,7 @@ import (
 type evalOptions struct {
 	policies, nodes, namespaces, podsOnNodes []string
 	pod, config, output                      string
+	why                                      bool
 }
 
 func newEvalCommand(s *streams) *cobra.Command {
@@ -52,8 +53,12 @@ CEL filter and score rule per node, the feasible nodes and the ranking.`,
 	f.StringSliceVar(&o.podsOnNodes, "pods-on-nodes", nil, "files of pods already on the nodes (spec.nodeName set)")
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.BoolVar(&o.why, "why", false, whyUsage)
 	return cmd
 }
+
+// whyUsage describes --why of eval and explain.
+const whyUsage = "for each rule that is false or fails, show its sub-expressions and their values"
 
 func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, error) {
 	if err := checkOutput(o.output); err != nil {
@@ -90,7 +95,7 @@ func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, e
 	if err != nil {
 		return nil, inputError(err)
 	}
-	report, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg})
+	report, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg, Why: o.why})
 	if err != nil {
 		return nil, err
 	}
@@ -119,21 +124,26 @@ func checkOutput(format string) error {
 }
 
 func printReport(w io.Writer, r *dryrun.Report, format string) error {
-	switch format {
-	case "json":
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	case "yaml":
-		data, err := yaml.Marshal(r)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(data)
-		return err
+	if format != "table" {
+		return printStructured(w, r, format)
 	}
 	printTable(w, r)
 	return nil
+}
+
+// printStructured prints a report as JSON or YAML.
+func printStructured(w io.Writer, r any, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	data, err := yaml.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
 }
 
 func printTable(out io.Writer, r *dryrun.Report) {
@@ -143,9 +153,7 @@ func printTable(out io.Writer, r *dryrun.Report) {
 	for _, n := range r.Plugins.NotEvaluated {
 		fmt.Fprintf(out, "  not evaluated: %s\n", n)
 	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(out, "Note: %s\n", n)
-	}
+	printNotes(out, r.Notes)
 
 	fmt.Fprintln(out, "\nPolicies:")
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -201,6 +209,12 @@ func printTable(out io.Writer, r *dryrun.Report) {
 	fmt.Fprintf(out, "Ranking:  %s\n", orNone(strings.Join(ranking, ", ")))
 }
 
+func printNotes(w io.Writer, notes []string) {
+	for _, n := range notes {
+		fmt.Fprintf(w, "Note: %s\n", n)
+	}
+}
+
 // printRules prints every CEL rule of the matching policies.
 func printRules(out io.Writer, r *dryrun.Report) {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -213,13 +227,20 @@ func printRules(out io.Writer, r *dryrun.Report) {
 		}
 		fmt.Fprintf(w, format, args...)
 	}
+	why := func(v dryrun.RuleResult) {
+		for _, s := range v.Why {
+			row("  \t\t\t  %s\n", s)
+		}
+	}
 	for _, p := range r.Policies {
 		for _, v := range p.PreEnqueue {
 			row("  %s\tpreEnqueue/%s\t-\t%s\n", p.Name, v.Rule, verdict(v))
+			why(v)
 		}
 		for _, n := range r.Nodes {
 			for _, v := range p.Filters[n.Name] {
 				row("  %s\tfilters/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, verdict(v))
+				why(v)
 			}
 			for _, v := range p.Scores[n.Name] {
 				result := fmt.Sprintf("raw %g", v.Raw)

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -25,6 +26,7 @@ type explainOptions struct {
 	kube           *genericclioptions.ConfigFlags
 	drafts         []string
 	config, output string
+	why            bool
 }
 
 func newExplainCommand(s *streams) *cobra.Command {
@@ -54,6 +56,7 @@ where would it go with this change. Nothing in the cluster is changed.`,
 	f.StringSliceVarP(&o.drafts, "filename", "f", nil, "draft SchedulingPolicy files or directories, added to or replacing the live ones")
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.BoolVar(&o.why, "why", false, whyUsage)
 	return cmd
 }
 
@@ -89,18 +92,7 @@ func runExplain(ctx context.Context, s *streams, o *explainOptions, arg string) 
 	if err != nil {
 		return nil, inputError(err)
 	}
-	restConfig, err := o.kube.ToRESTConfig()
-	if err != nil {
-		return nil, inputError(err)
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	c, err := client.New(restConfig, client.Options{Scheme: scheme})
+	c, err := newClient(o.kube)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +100,7 @@ func runExplain(ctx context.Context, s *streams, o *explainOptions, arg string) 
 	if err != nil {
 		return nil, err
 	}
-	in.Config = cfg
+	in.Config, in.Why = cfg, o.why
 	report, err := dryrun.Run(ctx, *in)
 	if err != nil {
 		return nil, err
@@ -135,50 +127,41 @@ func clusterInput(ctx context.Context, c client.Client, key client.ObjectKey, dr
 		pod.Spec.NodeName = ""
 	}
 
-	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes); err != nil {
+	nodes, err := listAll[*corev1.Node](ctx, c, &corev1.NodeList{})
+	if err != nil {
 		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
-	var namespaces corev1.NamespaceList
-	if err := c.List(ctx, &namespaces); err != nil {
+	namespaces, err := listAll[*corev1.Namespace](ctx, c, &corev1.NamespaceList{})
+	if err != nil {
 		return nil, nil, fmt.Errorf("listing namespaces: %w", err)
 	}
-	var assigned corev1.PodList
-	if err := c.List(ctx, &assigned, client.MatchingFieldsSelector{Selector: fields.AndSelectors(
-		fields.OneTermNotEqualSelector("spec.nodeName", ""),
-		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
-	)}); err != nil {
+	assigned, err := listAll[*corev1.Pod](ctx, c, &corev1.PodList{}, client.MatchingFieldsSelector{Selector: fields.AndSelectors(
+		fields.OneTermNotEqualSelector("spec.nodeName", ""), notTerminated())})
+	if err != nil {
 		return nil, nil, fmt.Errorf("listing the pods on nodes: %w", err)
 	}
-	var policies schedv1alpha1.SchedulingPolicyList
-	if err := c.List(ctx, &policies); err != nil {
+	live, err := listAll[*schedv1alpha1.SchedulingPolicy](ctx, c, &schedv1alpha1.SchedulingPolicyList{})
+	if err != nil {
 		return nil, nil, fmt.Errorf("listing SchedulingPolicies: %w", err)
 	}
 
-	in := &dryrun.Input{Pod: pod}
-	for i := range nodes.Items {
-		in.Nodes = append(in.Nodes, &nodes.Items[i])
-	}
-	for i := range namespaces.Items {
-		in.Namespaces = append(in.Namespaces, &namespaces.Items[i])
-	}
-	for i := range assigned.Items {
-		if p := &assigned.Items[i]; p.UID != pod.UID {
+	in := &dryrun.Input{Pod: pod, Nodes: nodes, Namespaces: namespaces}
+	for _, p := range assigned {
+		if p.UID != pod.UID {
 			in.Pods = append(in.Pods, p)
 		}
 	}
-	for i := range policies.Items {
-		in.Policies = append(in.Policies, &policies.Items[i])
+	merged, changes, err := dryrun.ApplyDrafts(live, drafts, nil)
+	if err != nil {
+		return nil, nil, inputError(err)
 	}
-	for _, d := range drafts {
-		if i := slices.IndexFunc(in.Policies, func(p *schedv1alpha1.SchedulingPolicy) bool { return p.Name == d.Name }); i >= 0 {
-			in.Policies[i] = d
-			notes = append(notes, fmt.Sprintf("draft SchedulingPolicy %s replaces the live one", d.Name))
+	in.Policies = merged
+	for _, c := range changes {
+		if c.Change == dryrun.PolicyAdded {
+			notes = append(notes, fmt.Sprintf("draft SchedulingPolicy %s is added", c.Name))
 			continue
 		}
-		in.Policies = append(in.Policies, d)
-		notes = append(notes, fmt.Sprintf("draft SchedulingPolicy %s is added", d.Name))
+		notes = append(notes, fmt.Sprintf("draft SchedulingPolicy %s replaces the live one", c.Name))
 	}
 	volumes, err := volumeObjects(ctx, c, pod)
 	if err != nil {
@@ -210,22 +193,76 @@ func volumeObjects(ctx context.Context, c client.Client, pod *corev1.Pod) ([]run
 	if len(out) == 0 {
 		return nil, nil
 	}
-	var pvs corev1.PersistentVolumeList
-	var classes storagev1.StorageClassList
-	var csiNodes storagev1.CSINodeList
-	for what, list := range map[string]client.ObjectList{"PersistentVolumes": &pvs, "StorageClasses": &classes, "CSINodes": &csiNodes} {
-		if err := c.List(ctx, list); err != nil {
-			return nil, fmt.Errorf("listing %s: %w", what, err)
+	objs, err := volumeLists(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, objs...), nil
+}
+
+// volumeLists reads, in pages, the cluster's PersistentVolumes,
+// StorageClasses and CSINodes, and the objects of the extra lists: what
+// the volume plugins read.
+func volumeLists(ctx context.Context, c client.Client, extra ...client.ObjectList) ([]runtime.Object, error) {
+	var out []runtime.Object
+	lists := append([]client.ObjectList{&corev1.PersistentVolumeList{}, &storagev1.StorageClassList{}, &storagev1.CSINodeList{}}, extra...)
+	for _, list := range lists {
+		objs, err := listAll[runtime.Object](ctx, c, list)
+		if err != nil {
+			return nil, fmt.Errorf("listing %T: %w", list, err)
 		}
-	}
-	for i := range pvs.Items {
-		out = append(out, &pvs.Items[i])
-	}
-	for i := range classes.Items {
-		out = append(out, &classes.Items[i])
-	}
-	for i := range csiNodes.Items {
-		out = append(out, &csiNodes.Items[i])
+		out = append(out, objs...)
 	}
 	return out, nil
+}
+
+// pageSize is how many objects one list request asks for (kubectl's
+// --chunk-size default).
+const pageSize = 500
+
+// listAll lists every object of a kind in pages of pageSize, and returns
+// them as T. list is an empty list of the kind, used as the type of each
+// page.
+func listAll[T runtime.Object](ctx context.Context, c client.Client, list client.ObjectList, opts ...client.ListOption) ([]T, error) {
+	var out []T
+	for next := ""; ; {
+		page, ok := list.DeepCopyObject().(client.ObjectList)
+		if !ok {
+			return nil, fmt.Errorf("%T is not a list", list)
+		}
+		if err := c.List(ctx, page, append(slices.Clone(opts), client.Limit(pageSize), client.Continue(next))...); err != nil {
+			return nil, err
+		}
+		items, err := meta.ExtractList(page)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range items {
+			t, ok := item.(T)
+			if !ok {
+				return nil, fmt.Errorf("a list item is a %T", item)
+			}
+			out = append(out, t)
+		}
+		if next = page.GetContinue(); next == "" {
+			return out, nil
+		}
+	}
+}
+
+// newClient returns a client of the kubeconfig's cluster that knows the
+// core and celsched types.
+func newClient(kube *genericclioptions.ConfigFlags) (client.Client, error) {
+	restConfig, err := kube.ToRESTConfig()
+	if err != nil {
+		return nil, inputError(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	return client.New(restConfig, client.Options{Scheme: scheme})
 }

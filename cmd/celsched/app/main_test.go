@@ -70,6 +70,10 @@ func TestEval(t *testing.T) {
 		"table": {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--pods-on-nodes", filepath.Join(dir, "pods-on-nodes.yaml")}},
 		"json":  {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "-o", "json"}},
 		"yaml":  {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "-o", "yaml"}},
+		// --why: the sub-expressions of the false filters, in the table
+		// and in JSON.
+		"why":      {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--why"}},
+		"why-json": {args: []string{"--namespace", filepath.Join(dir, "namespace-ml.yaml"), "--why", "-o", "json"}},
 		// Without the namespace file, the namespace has only its name
 		// label: no cost-center, so the pod is held.
 		"held":                  {},
@@ -169,6 +173,55 @@ func TestTestBadInput(t *testing.T) {
 			if code != 2 || !strings.Contains(out, tc.want) || strings.Count(out, "\n") != 1 {
 				t.Errorf("exit code %d, output %q; want 2 and one line with %q", code, out, tc.want)
 			}
+		})
+	}
+}
+
+// TestImpact runs impact on a dump of make run's cluster (testdata/impact)
+// with the samples as the live policies: a draft that moves the shop
+// namespace to zone a, a loosening one, --fail-on and bad input.
+func TestImpact(t *testing.T) {
+	dir := filepath.Join("testdata", "impact")
+	base := []string{"impact", "--dump", filepath.Join(dir, "cluster.yaml"), "--policies", filepath.Join("..", "..", "..", "config", "samples")}
+	shop := []string{"-f", filepath.Join(dir, "shop-in-zone-a.yaml")}
+	loosen := []string{"-f", filepath.Join(dir, "ml-any-namespace.yaml"), "--delete", "require-cost-center"}
+	cases := map[string]struct {
+		args     []string
+		wantCode int
+	}{
+		"table":  {args: shop},
+		"json":   {args: append(slices.Clone(shop), "-o", "json")},
+		"yaml":   {args: append(slices.Clone(shop), "-o", "yaml")},
+		"loosen": {args: loosen},
+		// --why: the false rules behind refusals and holds.
+		"why":      {args: append(slices.Clone(shop), "--why")},
+		"why-held": {args: []string{"-f", filepath.Join(dir, "shop-in-zone-a.yaml"), "-f", filepath.Join(dir, "hold-shop.yaml"), "--why", "-o", "yaml"}},
+		// A draft that does not compile rejects what it matches; a note
+		// says why.
+		"broken-draft": {args: []string{"-f", filepath.Join(dir, "broken-draft.yaml")}},
+		// --prune: the drafts are the whole set; the samples not among
+		// them are deleted.
+		"prune": {args: []string{"-f", filepath.Join("..", "..", "..", "config", "samples", "scheduling_v1alpha1_zone-preference.yaml"),
+			"-f", filepath.Join(dir, "shop-in-zone-a.yaml"), "--prune"}},
+		"fail-on":         {args: append(slices.Clone(shop), "--fail-on", "stranded,evicted-would-not-return"), wantCode: 1},
+		"fail-on-other":   {args: append(slices.Clone(shop), "--fail-on", "stranded,held")},
+		"no-draft":        {wantCode: 2},
+		"unknown-fail-on": {args: append(slices.Clone(shop), "--fail-on", "evicted"), wantCode: 2},
+		"unknown-delete":  {args: []string{"--delete", "nope"}, wantCode: 2},
+		"missing-draft":   {args: []string{"-f", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
+		"wrong-kind":      {args: append(slices.Clone(shop), "--nodes", filepath.Join("testdata", "eval", "pod-trainer.yaml")), wantCode: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Run(append(slices.Clone(base), tc.args...), strings.NewReader(""), &out, &errOut)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s%s", code, tc.wantCode, out.String(), errOut.String())
+			}
+			if tc.wantCode == 2 && (out.Len() != 0 || strings.Count(errOut.String(), "\n") != 1) {
+				t.Errorf("want one error line on stderr and nothing on stdout, got:\n%s\n---\n%s", out.String(), errOut.String())
+			}
+			golden.Compare(t, filepath.Join(dir, name+".golden"), out.String()+errOut.String())
 		})
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
-	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -89,6 +89,9 @@ type RuleResult struct {
 	Passed  bool   `json:"passed"`
 	Message string `json:"message,omitempty"`
 	Error   string `json:"error,omitempty"`
+	// Why are the values of the rule's sub-expressions, when it is false
+	// or fails and they were asked for (Input.Why).
+	Why []engine.Step `json:"why,omitempty"`
 }
 
 // ScoreResult is one score rule's value on a node: raw, and normalized
@@ -111,7 +114,7 @@ func (r *Report) Node(name string) *NodeResult {
 }
 
 // explain fills Policies with every policy's detail.
-func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, snapshot *internalcache.Snapshot) error {
+func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
 	in, err := rt.PodInput(pod)
 	if err != nil {
 		return err
@@ -138,6 +141,11 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 		if p.HasPreEnqueue() {
 			verdicts, _ := p.PreEnqueueRules(ctx, in)
 			pr.PreEnqueue = ruleResults(verdicts)
+			if err := explainFalse(pr.PreEnqueue, func(rule string) ([]engine.Step, error) {
+				return why.PreEnqueue(ctx, p, in, rule)
+			}, why); err != nil {
+				return err
+			}
 		}
 		if p.HasFilters() {
 			pr.Filters = map[string][]RuleResult{}
@@ -146,7 +154,7 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 			pr.Scores = map[string][]ScoreResult{}
 		}
 		for _, n := range r.Nodes {
-			ni, err := snapshot.NodeInfos().Get(n.Name)
+			ni, err := nodeInfo(n.Name)
 			if err != nil {
 				return err
 			}
@@ -157,6 +165,11 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 			if p.HasFilters() {
 				verdicts, _ := p.FilterRules(ctx, in, nin)
 				pr.Filters[n.Name] = ruleResults(verdicts)
+				if err := explainFalse(pr.Filters[n.Name], func(rule string) ([]engine.Step, error) {
+					return why.Filter(ctx, p, in, nin, rule)
+				}, why); err != nil {
+					return err
+				}
 			}
 			if p.HasScores() {
 				pr.Scores[n.Name] = scoreResults(ctx, p, in, nin)
@@ -165,6 +178,25 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 		if p.HasScores() {
 			normalize(pr, p, r.Feasible)
 		}
+	}
+	return nil
+}
+
+// explainFalse adds the sub-expressions' values to the rules that are
+// false or failed, when why is set.
+func explainFalse(results []RuleResult, explain func(rule string) ([]engine.Step, error), why *engine.Why) error {
+	if why == nil {
+		return nil
+	}
+	for i := range results {
+		if results[i].Passed {
+			continue
+		}
+		steps, err := explain(results[i].Rule)
+		if err != nil {
+			return err
+		}
+		results[i].Why = steps
 	}
 	return nil
 }

@@ -1,0 +1,468 @@
+// Package impact says what a change of SchedulingPolicies does to a whole
+// cluster before it is applied: every pending pod of the scheduler's
+// profiles, and every bound one, is evaluated with the live policies and
+// with the drafted ones, side by side, with kube-scheduler's framework (the
+// dry run's), and the pods whose outcome changes are reported. `celsched
+// impact` is built on it.
+package impact
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
+)
+
+// Input is the cluster and the change.
+type Input struct {
+	// Live are the policies in force; Drafts replace those of their name
+	// or are added; Deletions name live policies to remove.
+	Live, Drafts []*schedv1alpha1.SchedulingPolicy
+	Deletions    []string
+	Nodes        []*corev1.Node
+	Namespaces   []*corev1.Namespace
+	// Pods are all the cluster's pods, pending and bound, of every
+	// scheduler: bound pods take room on their nodes.
+	Pods []*corev1.Pod
+	// Objects are other objects built-in plugins read (volumes).
+	Objects []kruntime.Object
+	// Config is the scheduler configuration (defaulted); the pods of its
+	// profiles are evaluated.
+	Config *schedulerconfig.KubeSchedulerConfiguration
+	// Parallelism is how many pods are evaluated at once; 0 means
+	// GOMAXPROCS.
+	Parallelism int
+	// Why explains, for a pod the draft holds or whose node it refuses,
+	// the false rules and their sub-expressions' values (PodImpact.Why).
+	Why bool
+}
+
+// Change is what the draft does to a pod.
+type Change string
+
+// The changes, for pending pods and then for bound pods.
+const (
+	// Placed: a pending pod held or unschedulable now is schedulable with
+	// the draft.
+	Placed Change = "placed"
+	// Stranded: a pending pod schedulable now is unschedulable with the
+	// draft.
+	Stranded Change = "stranded"
+	// Held: a pending pod not held now is held at PreEnqueue with the
+	// draft.
+	Held Change = "held"
+	// Released: a pending pod held now is not held with the draft, but no
+	// node is feasible.
+	Released Change = "released"
+	// Moved: a pending pod schedulable both ways goes to other nodes with
+	// the draft (its best nodes now and with the draft have none in common).
+	Moved Change = "moved"
+	// EvictedWouldNotReturn: a bound pod whose node is accepted now would
+	// be refused with the draft (a filter, or a hold at PreEnqueue): after
+	// an eviction or a rollout it does not come back to that node.
+	EvictedWouldNotReturn Change = "evicted-would-not-return"
+	// Readmitted: a bound pod whose node is refused now would be accepted
+	// with the draft.
+	Readmitted Change = "readmitted"
+	// RankChanged: a bound pod's node is accepted both ways, but its rank
+	// among the feasible nodes changes.
+	RankChanged Change = "rank-changed"
+	// Unchanged: nothing of the above.
+	Unchanged Change = "unchanged"
+)
+
+// Changes are all changes, in the order reports list them.
+var Changes = []Change{Placed, Stranded, Held, Released, Moved, EvictedWouldNotReturn, Readmitted, RankChanged, Unchanged}
+
+// State is a pod's outcome.
+type State string
+
+// States: of a pending pod, and of a bound pod's node.
+const (
+	StateHeld          State = "held"
+	StateUnschedulable State = "unschedulable"
+	StateSchedulable   State = "schedulable"
+	StateAccepted      State = "accepted"
+	StateRefused       State = "refused"
+)
+
+// Report is what a change does.
+type Report struct {
+	// Policies are the policies the draft adds, changes or deletes (and
+	// drafts equal to the live policy, as unchanged).
+	Policies []dryrun.PolicyChange `json:"policies"`
+	Notes    []string              `json:"notes,omitempty"`
+	Summary  Summary               `json:"summary"`
+	// Pods are the pods whose outcome changes, by change and then by name.
+	Pods []PodImpact `json:"pods"`
+}
+
+// Summary counts pods.
+type Summary struct {
+	// Pending and Bound count the pods of the profiles evaluated.
+	Pending int `json:"pending"`
+	Bound   int `json:"bound"`
+	// NotAffected counts the pods (of Pending and Bound) that no added,
+	// changed or deleted policy applies to, now or with the draft: their
+	// outcome cannot change, and they are not evaluated.
+	NotAffected int `json:"notAffected"`
+	// OtherSchedulers counts the pods of schedulers that are not profiles
+	// of the configuration: not evaluated.
+	OtherSchedulers int `json:"otherSchedulers"`
+	// ByChange counts every evaluated pod by change, unchanged included.
+	ByChange map[Change]int `json:"byChange"`
+	// ByNamespace and ByPolicy count the changed pods (not unchanged) per
+	// namespace, and per policy of the draft that applies to them.
+	ByNamespace map[string]map[Change]int `json:"byNamespace"`
+	ByPolicy    map[string]map[Change]int `json:"byPolicy"`
+}
+
+// PodImpact is what the draft does to one pod.
+type PodImpact struct {
+	Pod string `json:"pod"`
+	// Node is a bound pod's node.
+	Node   string  `json:"node,omitempty"`
+	Change Change  `json:"change"`
+	Now    Outcome `json:"now"`
+	Draft  Outcome `json:"draft"`
+	// Policies are the added, changed or deleted policies that apply to
+	// the pod now or with the draft.
+	Policies []string `json:"policies"`
+	// Why are, when asked for (Input.Why), the policies whose rules hold
+	// the pod or refuse its node with the draft, with the false rules and
+	// their sub-expressions' values; for the changes held and
+	// evicted-would-not-return.
+	Why []*dryrun.PolicyResult `json:"why,omitempty"`
+}
+
+// Outcome is a pod's outcome with one set of policies.
+type Outcome struct {
+	State State `json:"state"`
+	// Nodes are a schedulable pending pod's best nodes: the scheduler
+	// picks one of them.
+	Nodes []string `json:"nodes,omitempty"`
+	// Rank is an accepted bound pod's node's rank among the feasible
+	// nodes: 1 + the number of nodes that score higher.
+	Rank int `json:"rank,omitempty"`
+	// Feasible counts the feasible nodes.
+	Feasible int `json:"feasible"`
+	// Reason says why the pod is held or unschedulable, or its node
+	// refused: the plugin and its message.
+	Reason string `json:"reason,omitempty"`
+}
+
+// EvaluationBudget is the CEL time budget of one pod's evaluation
+// (dryrun.Cluster.EvaluationBudget): impact evaluates every node, one after
+// the other, for several pods at once. It is a guard against a stall, not
+// a limit the scheduler would apply; the cost limits apply as in the
+// scheduler.
+const EvaluationBudget = time.Minute
+
+// Run evaluates the change.
+func Run(ctx context.Context, in Input) (*Report, error) {
+	draft, changes, err := dryrun.ApplyDrafts(in.Live, in.Drafts, in.Deletions)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Policies: changes, Pods: []PodImpact{}, Summary: Summary{
+		ByChange: map[Change]int{}, ByNamespace: map[string]map[Change]int{}, ByPolicy: map[string]map[Change]int{},
+	}}
+	changed := sets.New[string]()
+	for _, c := range changes {
+		if c.Change != dryrun.PolicyUnchanged {
+			changed.Insert(c.Name)
+		}
+	}
+
+	profiles := sets.New[string]()
+	for _, p := range in.Config.Profiles {
+		profiles.Insert(p.SchedulerName)
+	}
+	nodes := sets.New[string]()
+	for _, n := range in.Nodes {
+		nodes.Insert(n.Name)
+	}
+	var bound, evaluate []*corev1.Pod
+	offNodes := 0
+	for i, p := range in.Pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue // the scheduler neither places nor counts them
+		}
+		p = p.DeepCopy()
+		if p.UID == "" { // pods of hand-written files
+			p.UID = ktypes.UID(fmt.Sprintf("impact-%d", i))
+		}
+		if p.Spec.SchedulerName == "" {
+			p.Spec.SchedulerName = corev1.DefaultSchedulerName
+		}
+		if p.Spec.NodeName != "" {
+			if !nodes.Has(p.Spec.NodeName) {
+				offNodes++
+				continue
+			}
+			bound = append(bound, p)
+		}
+		if p.DeletionTimestamp != nil {
+			continue // on its node until it is gone; it is not placed again
+		}
+		if !profiles.Has(p.Spec.SchedulerName) {
+			r.Summary.OtherSchedulers++
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			r.Summary.Pending++
+		} else {
+			r.Summary.Bound++
+		}
+		evaluate = append(evaluate, p)
+	}
+	if offNodes > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d pod(s) bound to nodes that are not in the input are left out", offNodes))
+	}
+	namespaces := dryrun.WithNamespaces(in.Namespaces, evaluate...)
+	if n := len(namespaces) - len(in.Namespaces); n > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d namespace(s) of pods are not in the input; assumed with only their name label", n))
+	}
+
+	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
+	cluster.EvaluationBudget = EvaluationBudget
+	now, err := cluster.Scheduler(ctx, in.Live, in.Config)
+	if err != nil {
+		return nil, err
+	}
+	defer now.Close()
+	next, err := cluster.Scheduler(ctx, draft, in.Config)
+	if err != nil {
+		return nil, err
+	}
+	defer next.Close()
+	for _, p := range next.Policies() {
+		if changed.Has(p.Name) && p.Err() != nil {
+			first, _, _ := strings.Cut(p.Err().Error(), "\n")
+			r.Notes = append(r.Notes, "draft "+first+" (celsched validate shows every error)")
+		}
+	}
+
+	results := make([]*PodImpact, len(evaluate))
+	err = parallel(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
+		var err error
+		results[i], err = evaluatePod(ctx, now, next, changed, evaluate[i])
+		if err != nil || !in.Why || results[i] == nil {
+			return err
+		}
+		switch results[i].Change {
+		case Held:
+			results[i].Why, err = next.Why(ctx, evaluate[i], "")
+		case EvictedWouldNotReturn:
+			results[i].Why, err = next.Why(ctx, evaluate[i], evaluate[i].Spec.NodeName)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, res := range results {
+		if res == nil {
+			r.Summary.NotAffected++
+			r.Summary.ByChange[Unchanged]++
+			continue
+		}
+		r.Summary.ByChange[res.Change]++
+		if res.Change == Unchanged {
+			continue
+		}
+		r.Pods = append(r.Pods, *res)
+		namespace, _, _ := strings.Cut(res.Pod, "/")
+		count(r.Summary.ByNamespace, namespace, res.Change)
+		for _, p := range res.Policies {
+			count(r.Summary.ByPolicy, p, res.Change)
+		}
+	}
+	sort.SliceStable(r.Pods, func(i, j int) bool {
+		a, b := slices.Index(Changes, r.Pods[i].Change), slices.Index(Changes, r.Pods[j].Change)
+		if a != b {
+			return a < b
+		}
+		return r.Pods[i].Pod < r.Pods[j].Pod
+	})
+	return r, nil
+}
+
+func count(m map[string]map[Change]int, key string, c Change) {
+	if m[key] == nil {
+		m[key] = map[Change]int{}
+	}
+	m[key][c]++
+}
+
+// evaluatePod evaluates a pod with both policy sets; nil when no changed
+// policy applies to it either way.
+func evaluatePod(ctx context.Context, now, next *dryrun.Scheduler, changed sets.Set[string], pod *corev1.Pod) (*PodImpact, error) {
+	before, err := now.Applies(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	after, err := next.Applies(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	relevant := sets.List(changed.Intersection(sets.New(before...).Insert(after...)))
+	if len(relevant) == 0 {
+		return nil, nil
+	}
+	res := &PodImpact{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName, Policies: relevant}
+	outcome := pending
+	eval := (*dryrun.Scheduler).Schedule
+	if pod.Spec.NodeName != "" {
+		outcome = onNode(pod.Spec.NodeName)
+		eval = (*dryrun.Scheduler).Reschedule
+	}
+	for _, side := range []struct {
+		s   *dryrun.Scheduler
+		out *Outcome
+	}{{now, &res.Now}, {next, &res.Draft}} {
+		report, err := eval(side.s, ctx, pod)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s: %w", res.Pod, err)
+		}
+		*side.out = outcome(report)
+	}
+	res.Change = classify(res.Now, res.Draft)
+	return res, nil
+}
+
+// pending is a pending pod's outcome.
+func pending(r *dryrun.Report) Outcome {
+	o := Outcome{Feasible: len(r.Feasible)}
+	switch {
+	case r.PreEnqueue != nil:
+		o.State, o.Reason = StateHeld, r.PreEnqueue.Plugin+": "+r.PreEnqueue.Message
+	case len(r.Feasible) == 0:
+		o.State, o.Reason = StateUnschedulable, unschedulable(r)
+	default:
+		o.State = StateSchedulable
+		for _, n := range r.Ranking {
+			if n.Score == r.Ranking[0].Score {
+				o.Nodes = append(o.Nodes, n.Node)
+			}
+		}
+	}
+	return o
+}
+
+// onNode is a bound pod's outcome on its node.
+func onNode(node string) func(*dryrun.Report) Outcome {
+	return func(r *dryrun.Report) Outcome {
+		o := Outcome{Feasible: len(r.Feasible)}
+		switch n := r.Node(node); {
+		case r.PreEnqueue != nil:
+			o.State, o.Reason = StateRefused, "held by "+r.PreEnqueue.Plugin+": "+r.PreEnqueue.Message
+		case r.PreFilter != nil:
+			o.State, o.Reason = StateRefused, r.PreFilter.Plugin+": "+r.PreFilter.Message
+		case n == nil || !n.Feasible:
+			o.State, o.Reason = StateRefused, "refused"
+			if n != nil && n.RejectedBy != nil {
+				o.Reason = n.RejectedBy.Plugin + ": " + n.RejectedBy.Message
+			}
+		default:
+			o.State, o.Rank = StateAccepted, 1
+			for _, other := range r.Ranking {
+				if other.Score > n.Score {
+					o.Rank++
+				}
+			}
+		}
+		return o
+	}
+}
+
+// unschedulable says why no node is feasible, as the scheduler's
+// condition does: "0/3 nodes are available: 2 <message>, 1 <message>."
+func unschedulable(r *dryrun.Report) string {
+	if r.PreFilter != nil {
+		return r.PreFilter.Plugin + ": " + r.PreFilter.Message
+	}
+	counts := map[string]int{}
+	for _, n := range r.Nodes {
+		if n.RejectedBy != nil {
+			counts[n.RejectedBy.Plugin+": "+n.RejectedBy.Message]++
+		}
+	}
+	reasons := make([]string, 0, len(counts))
+	for msg, c := range counts {
+		reasons = append(reasons, fmt.Sprintf("%d %s", c, msg))
+	}
+	sort.Strings(reasons)
+	return fmt.Sprintf("0/%d nodes are available: %s.", len(r.Nodes), strings.Join(reasons, ", "))
+}
+
+// classify names the change from one outcome to the other.
+func classify(now, draft Outcome) Change {
+	switch {
+	case now.State == draft.State:
+		switch {
+		case now.State == StateSchedulable && !slices.ContainsFunc(now.Nodes, func(n string) bool { return slices.Contains(draft.Nodes, n) }):
+			return Moved
+		case now.State == StateAccepted && now.Rank != draft.Rank:
+			return RankChanged
+		}
+		return Unchanged
+	case now.State == StateAccepted:
+		return EvictedWouldNotReturn
+	case now.State == StateRefused:
+		return Readmitted
+	case draft.State == StateHeld:
+		return Held
+	case draft.State == StateSchedulable:
+		return Placed
+	case now.State == StateSchedulable:
+		return Stranded
+	default: // held now, unschedulable with the draft
+		return Released
+	}
+}
+
+// parallel runs f for 0..n-1 on at most workers goroutines (0:
+// GOMAXPROCS), and returns the first error, after which the others stop.
+func parallel(ctx context.Context, workers, n int, f func(context.Context, int) error) error {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
