@@ -326,15 +326,8 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 						node.Labels[fmt.Sprintf("l%d", l)] = "blocked"
 					}
 				}
-				node.ResourceVersion = "1"
-				ni := framework.NewNodeInfo()
-				ni.SetNode(node)
-				cached = append(cached, ni)
-				unversioned := node.DeepCopy()
-				unversioned.ResourceVersion = ""
-				ni = framework.NewNodeInfo()
-				ni.SetNode(unversioned)
-				fresh = append(fresh, ni)
+				c, f := plugintest.CachedAndFresh(node)
+				cached, fresh = append(cached, c), append(fresh, f)
 			}
 			for i, rack := range []string{"r0", "r0", "r1", "r0", "r2"} {
 				pod := st.MakePod().Namespace("ns").Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Label("rack", rack).Obj()

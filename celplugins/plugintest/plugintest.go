@@ -10,6 +10,8 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
@@ -55,4 +57,20 @@ func Namespace(name string, labels map[string]string) *corev1.Namespace {
 		ns.Labels[k] = v
 	}
 	return ns
+}
+
+// CachedAndFresh returns the scheduler's view of a node twice: with a
+// resourceVersion, so that the engine keeps its CEL value and memo, and
+// without one, so that every evaluation starts afresh. Tests compare the
+// plugins' answers on both.
+func CachedAndFresh(node *corev1.Node) (cached, fresh fwk.NodeInfo) {
+	versioned := node.DeepCopy()
+	versioned.ResourceVersion = "1"
+	ni := framework.NewNodeInfo()
+	ni.SetNode(versioned)
+	unversioned := node.DeepCopy()
+	unversioned.ResourceVersion = ""
+	fresh = framework.NewNodeInfo()
+	fresh.(*framework.NodeInfo).SetNode(unversioned)
+	return ni, fresh
 }

@@ -180,16 +180,8 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 		if i%4 == 0 {
 			n = n.Label("spot", "true")
 		}
-		node := n.Obj()
-		node.ResourceVersion = "1"
-		ni := framework.NewNodeInfo()
-		ni.SetNode(node)
-		cached = append(cached, ni)
-		unversioned := node.DeepCopy()
-		unversioned.ResourceVersion = ""
-		ni = framework.NewNodeInfo()
-		ni.SetNode(unversioned)
-		fresh = append(fresh, ni)
+		c, f := plugintest.CachedAndFresh(n.Obj())
+		cached, fresh = append(cached, c), append(fresh, f)
 	}
 	ctx := context.Background()
 	scores := func(pod *corev1.Pod, nodes []fwk.NodeInfo) []int64 {
