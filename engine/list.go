@@ -3,32 +3,41 @@ package engine
 import (
 	"runtime"
 	"strings"
-
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
 
 // PolicyList is the policies whose filters (or scores) a scheduling cycle
 // evaluates on every node, in order. When every expression they evaluate
-// at that point reads only the node (memoNode), the list's whole outcome
-// on a node is a function of the node's version: it is kept in the node's
-// memo, and a pod that the same policies apply to reads it in one lookup
-// instead of one per rule. Lists are interned per Snapshot, so
-// consecutive pods of a workload share one.
+// at that point is memoized (memo.go), the list's whole outcome on a node
+// is a function of the node's version, of what the policies read of the
+// pod and of the NodeInfo's generation when they read nodeInfo: it is kept
+// in the node's memo, and a pod that the same policies apply to reads it
+// in one lookup instead of one per rule. Lists are interned per Snapshot,
+// so consecutive pods of a workload share one.
 type PolicyList struct {
 	Policies []*CompiledPolicy
 	// memo is the list's slot in the nodes' memo tables; nil when its
-	// outcome depends on more than the node.
+	// outcome is not kept.
 	memo *expr
+	// reads is what the policies read of the pod (the memo key), and
+	// nodeInfo whether they read nodeInfo (the generation is in the key).
+	reads    podReads
+	nodeInfo bool
 }
 
-// ListOutcome is what a PolicyList decided on a node.
+// ListOutcome is what a PolicyList decided on a node: the decisions that
+// were not plain passes (metrics.Plain), in order, with their policies'
+// indexes; every other policy passed. For filters, the last may be the
+// enforced rejection that ended the evaluation; the others are Audit
+// rejections. For scores, Raw are the raw values, every policy's in order.
 type ListOutcome struct {
-	// Stop is the index of the first policy whose decision was not a plain
-	// pass (Decision), or len(Policies) when all passed.
-	Stop     int
-	Decision Decision
-	// Raw are the scores' raw values, every policy's in order (scores).
-	Raw []float64
+	Decisions []IndexedDecision
+	Raw       []float64
+}
+
+// IndexedDecision is a decision of the policy Policies[Index].
+type IndexedDecision struct {
+	Index int
+	Decision
 }
 
 // maxLists bounds the lists interned per snapshot: the distinct sets of
@@ -51,7 +60,7 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 	if s.listCount.Add(1) > maxLists {
 		return l // a snapshot applied in that many ways: lists are not kept
 	}
-	if listMemoizable(point, policies) {
+	if l.memoizable(point) {
 		l.memo = &expr{memo: memoNode, slot: memoSlots.get()}
 		runtime.AddCleanup(l, func(slot int) { memoSlots.put([]int{slot}) }, l.memo.slot)
 	}
@@ -59,53 +68,91 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 	return actual.(*PolicyList)
 }
 
-// listMemoizable says whether every expression that the policies evaluate
-// at point reads only the node, and every policy is enforced (an Audit
-// policy's denials are recorded per node).
-func listMemoizable(point Point, policies []*CompiledPolicy) bool {
-	for _, p := range policies {
-		if p.Err() != nil || p.Enforcement != schedv1alpha1.Enforce {
+// memoizable says whether every expression that the policies evaluate at
+// point is memoized, and finds what the list's key holds.
+func (l *PolicyList) memoizable(point Point) bool {
+	for _, p := range l.Policies {
+		if p.Err() != nil {
 			return false
 		}
+		var exprs []*expr
 		if point == PointScore {
 			for _, r := range p.scores {
-				if r.memo != memoNode {
-					return false
+				exprs = append(exprs, &r.expr)
+			}
+		} else {
+			for _, r := range p.filters {
+				exprs = append(exprs, &r.expr)
+				if r.messageExpression != nil {
+					exprs = append(exprs, r.messageExpression)
 				}
 			}
-			continue
 		}
-		for _, r := range p.filters {
-			if r.memo != memoNode || (r.messageExpression != nil && r.messageExpression.memo != memoNode) {
+		for _, e := range exprs {
+			switch e.memo {
+			case notMemoized:
 				return false
+			case memoNodeInfo:
+				l.nodeInfo = true
+			case memoPodAndNode:
+				l.reads |= p.signs
+			case memoPodAndNodeInfo:
+				l.reads |= p.signs
+				l.nodeInfo = true
 			}
 		}
 	}
-	return true
+	return l.reads&podReadsUnkeyable == 0
 }
 
-// Cached returns the list's outcome on the node's version, or nil when it
+// Kept says whether the list's outcomes are kept (Remember does anything).
+func (l *PolicyList) Kept() bool { return l != nil && l.memo != nil }
+
+// key returns the memo key and generation of the list's outcome for a pod
+// on a node, or false when it is not kept.
+func (l *PolicyList) key(pod *PodInput, node *NodeInput) (key uint64, gen int64, ok bool) {
+	if l == nil || l.memo == nil || node.memo == nil {
+		return 0, 0, false
+	}
+	if l.nodeInfo {
+		if gen = node.generation; gen == 0 {
+			return 0, 0, false
+		}
+	}
+	if l.reads&podKeyReads != 0 {
+		if key, ok = pod.key(l.reads); !ok {
+			return 0, 0, false
+		}
+	}
+	return key, gen, true
+}
+
+// Cached returns the list's outcome for the pod on the node, or nil when it
 // is not known.
-func (l *PolicyList) Cached(node *NodeInput) *ListOutcome {
-	if l.memo == nil || node.memo == nil {
+func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
+	key, gen, ok := l.key(pod, node)
+	if !ok {
 		return nil
 	}
-	if r := node.memo.load(l.memo, 0, 0); r != nil {
+	if r := node.memo.load(l.memo, key, gen); r != nil {
 		return r.list
 	}
 	return nil
 }
 
-// Remember keeps the list's outcome on the node's version, for the next
-// pod. Only an outcome that every pod would get goes in: all plain passes,
-// or plain passes up to an enforced rejection (no error).
-func (l *PolicyList) Remember(node *NodeInput, o ListOutcome) {
-	if l.memo == nil || node.memo == nil {
+// Remember keeps the list's outcome for the pod on the node, for the next
+// pod that reads it. Only an outcome that every such pod would get goes
+// in: plain passes and rejections, without errors.
+func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
+	key, gen, ok := l.key(pod, node)
+	if !ok {
 		return
 	}
-	if o.Stop < len(l.Policies) && (o.Decision.Verdict != Reject || o.Decision.Err != nil || len(o.Decision.Ignored) > 0) {
-		return
+	for i := range o.Decisions {
+		if d := &o.Decisions[i].Decision; d.Verdict != Reject || d.Err != nil || len(d.Ignored) > 0 {
+			return
+		}
 	}
 	kept := o // on the heap only when kept
-	node.memo.storeResult(&memoResult{e: l.memo, list: &kept})
+	node.memo.storeResult(&memoResult{e: l.memo, key: key, gen: gen, list: &kept})
 }

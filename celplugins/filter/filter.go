@@ -92,22 +92,20 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	if o := c.FilterList.Cached(&in); o != nil {
-		// Another pod that the same policies apply to was filtered on
-		// this node version: every rule read only the node.
-		c.FilterTally.Passed(0, o.Stop)
-		if o.Stop == len(c.Filters) {
-			return nil
+	if o := c.FilterList.Cached(c.Pod, &in); o != nil {
+		// Another pod that the same policies apply to, and that reads the
+		// same of the pod, was filtered on this node version (and
+		// NodeInfo generation): replay its outcome.
+		passing := 0
+		for _, d := range o.Decisions {
+			if status, done := pl.decided(ctx, c, pod, node, &passing, d.Index, d.Decision); done {
+				return status
+			}
 		}
-		d := o.Decision
-		c.FilterTally.Add(o.Stop, &d)
-		return fwk.NewStatus(rejectionCode(d.Policy), c.Message(&d))
+		c.FilterTally.Passed(passing, len(c.Filters))
+		return nil
 	}
-	logger := klog.FromContext(ctx)
-	// clean: every decision so far passed plainly, so the outcome is the
-	// same for every pod these policies apply to (when the list is
-	// memoizable) and is kept with the node.
-	clean := true
+	var outcome engine.ListOutcome
 	// passing is the first of the policies that passed plainly on the
 	// node since the last that did not: they are counted as a run.
 	passing := 0
@@ -116,35 +114,47 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		if metrics.Plain(&d) {
 			continue
 		}
-		c.FilterTally.Passed(passing, i)
-		c.FilterTally.Add(i, &d)
-		passing = i + 1
-		pl.rt.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
-		if len(d.Ignored) > 0 {
-			if v := logger.V(4); v.Enabled() {
-				v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "errs", d.Ignored)
-			}
+		if c.FilterList.Kept() {
+			outcome.Decisions = append(outcome.Decisions, engine.IndexedDecision{Index: i, Decision: d})
 		}
-		switch {
-		case d.Acts():
-			if ctx.Err() != nil {
-				return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx)))
+		if status, done := pl.decided(ctx, c, pod, node, &passing, i, d); done {
+			if ctx.Err() == nil {
+				c.FilterList.Remember(c.Pod, &in, outcome)
 			}
-			if clean {
-				c.FilterList.Remember(&in, engine.ListOutcome{Stop: i, Decision: d})
-			}
-			return fwk.NewStatus(rejectionCode(p), c.Message(&d))
-		case d.WouldAct():
-			logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "reason", d.String())
-			c.DenyAudit(node.Name, d)
+			return status
 		}
-		clean = false
 	}
 	c.FilterTally.Passed(passing, len(c.Filters))
-	if clean {
-		c.FilterList.Remember(&in, engine.ListOutcome{Stop: len(c.Filters)})
-	}
+	c.FilterList.Remember(c.Pod, &in, outcome)
 	return nil
+}
+
+// decided handles a decision of policy i on a node that is not a plain
+// pass: it counts it, records its errors and an Audit policy's would-be
+// rejection, and says whether it ends the node's filtering (an enforced
+// rejection or error), with the status.
+func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, node *corev1.Node, passing *int, i int, d engine.Decision) (*fwk.Status, bool) {
+	c.FilterTally.Passed(*passing, i)
+	c.FilterTally.Add(i, &d)
+	*passing = i + 1
+	pl.rt.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
+	logger := klog.FromContext(ctx)
+	if len(d.Ignored) > 0 {
+		if v := logger.V(4); v.Enabled() {
+			v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "errs", d.Ignored)
+		}
+	}
+	switch {
+	case d.Acts():
+		if ctx.Err() != nil {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx))), true
+		}
+		return fwk.NewStatus(rejectionCode(d.Policy), c.Message(&d)), true
+	case d.WouldAct():
+		logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
+		c.DenyAudit(node.Name, d)
+	}
+	return nil, false
 }
 
 // rejectionCode is the status code of a node that a policy's filter

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -296,7 +297,8 @@ func BenchmarkFilterPodFieldPolicy(b *testing.B) {
 // apply to, CELFilter on node versions whose outcomes are kept
 // (engine.PolicyList, nodes with a resourceVersion) answers exactly as on
 // the same nodes evaluated afresh (no resourceVersion), rejection messages
-// included; and for node-only policies the second pod reads the outcome.
+// included; and a pod that reads the same as an earlier one reads the
+// outcome.
 func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 	nodeOnly := []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("a").FilterMsg("l0", "node.metadata.?labels[?'l0'].orValue('') != 'blocked'", "", "'blocked on ' + node.metadata.name").Obj(),
@@ -307,13 +309,20 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 		Filter("rack", "pod.metadata.?labels[?'rack'].orValue('') == node.metadata.?labels[?'rack'].orValue('')").Obj())
 	for name, tc := range map[string]struct {
 		policies []*schedv1alpha1.SchedulingPolicy
-		// kept says on which nodes the outcome is kept.
-		kept func(node int) bool
+		// kept says for which pod on which node an outcome is kept.
+		kept func(pod, node int) bool
 	}{
-		"node-only policies": {policies: nodeOnly[:2], kept: func(int) bool { return true }},
+		"node-only policies": {policies: nodeOnly[:2], kept: func(int, int) bool { return true }},
 		// Kept where a or b rejects before c's failing rule is reached.
-		"a failing rule under Ignore": {policies: nodeOnly, kept: func(n int) bool { return n%7 < 2 }},
-		"a pod-and-node rule":         {policies: podAndNode, kept: func(int) bool { return false }},
+		"a failing rule under Ignore": {policies: nodeOnly, kept: func(_, n int) bool { return n%7 < 2 }},
+		// An Audit policy's would-be rejections are replayed, and a rule
+		// reading nodeInfo is kept for the NodeInfo's generation.
+		"an Audit policy and a nodeInfo rule": {policies: []*schedv1alpha1.SchedulingPolicy{
+			builder.MakePolicy("audit").Audit().Filter("l2", "node.metadata.?labels[?'l2'].orValue('') != 'blocked'").Obj(),
+			builder.MakePolicy("room").Filter("room", "nodeInfo.podCount < 100").Obj(), nodeOnly[0],
+		}, kept: func(int, int) bool { return true }},
+		// Kept for a pod of a rack seen before (pods 1 and 3).
+		"a pod-and-node rule": {policies: podAndNode, kept: func(p, _ int) bool { return p == 1 || p == 3 }},
 	} {
 		t.Run(name, func(t *testing.T) {
 			pl := &Filter{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))}
@@ -331,9 +340,13 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 			}
 			for i, rack := range []string{"r0", "r0", "r1", "r0", "r2"} {
 				pod := st.MakePod().Namespace("ns").Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Label("rack", rack).Obj()
-				state := framework.NewCycleState()
-				if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
-					t.Fatal(status)
+				// One cycle per view of the nodes, so that each records its
+				// own Audit denials.
+				state, freshState := framework.NewCycleState(), framework.NewCycleState()
+				for _, s := range []fwk.CycleState{state, freshState} {
+					if _, status := pl.PreFilter(context.Background(), s, pod, nil); !status.IsSuccess() {
+						t.Fatal(status)
+					}
 				}
 				c := celplugins.ReadCycle(state)
 				for n := range cached {
@@ -342,16 +355,33 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if kept := c.FilterList.Cached(&in) != nil; kept != tc.kept(n) {
-							t.Fatalf("pod %d, node %d: outcome kept=%v, want %v", i, n, kept, tc.kept(n))
+						if kept := c.FilterList.Cached(c.Pod, &in) != nil; kept != tc.kept(i, n) {
+							t.Fatalf("pod %d, node %d: outcome kept=%v, want %v", i, n, kept, tc.kept(i, n))
 						}
 					}
-					want := pl.Filter(context.Background(), state, pod, fresh[n])
+					want := pl.Filter(context.Background(), freshState, pod, fresh[n])
 					if got := pl.Filter(context.Background(), state, pod, cached[n]); !cmp.Equal(got.Code(), want.Code()) || got.Message() != want.Message() {
 						t.Errorf("pod %d, node %d: %v, evaluated afresh %v", i, n, got, want)
+					}
+					// What Audit policies would have done on the node.
+					if got, want := auditEvents(pl, state, pod, cached[n]), auditEvents(pl, freshState, pod, fresh[n]); !cmp.Equal(got, want) {
+						t.Errorf("pod %d, node %d: Audit events %q, evaluated afresh %q", i, n, got, want)
 					}
 				}
 			}
 		})
 	}
+}
+
+// auditEvents are the events PostBind records for a pod bound to a node.
+func auditEvents(pl *Filter, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) []string {
+	recorder := events.NewFakeRecorder(10)
+	pl.recorder = recorder
+	pl.PostBind(context.Background(), state, pod, ni.Node().Name)
+	close(recorder.Events)
+	var out []string
+	for e := range recorder.Events {
+		out = append(out, e)
+	}
+	return out
 }

@@ -135,17 +135,18 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		return 0, fwk.AsStatus(err)
 	}
 	raw := s.raw[row]
-	if o := s.cycle.ScoreList.Cached(&in); o != nil {
-		// Another pod that the same policies apply to was scored on this
-		// node version: every rule read only the node.
+	if o := s.cycle.ScoreList.Cached(s.cycle.Pod, &in); o != nil {
+		// Another pod that the same policies apply to, and that reads the
+		// same of the pod, was scored on this node version (and NodeInfo
+		// generation): its raw values are this pod's.
 		copy(raw, o.Raw)
 		s.tally.Passed(0, len(s.cycle.Scores))
 		s.scored[row] = true
 		return 0, nil
 	}
 	// clean: every decision passed plainly, so the raw values are the
-	// same for every pod these policies apply to (when the list is
-	// memoizable) and are kept with the node.
+	// same for every pod that reads the same (when the list is memoized)
+	// and are kept with the node.
 	clean := true
 	offset := 0
 	// passing is the first of the policies that scored plainly on the
@@ -179,7 +180,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	}
 	s.tally.Passed(passing, len(s.cycle.Scores))
 	if clean {
-		s.cycle.ScoreList.Remember(&in, engine.ListOutcome{Stop: len(s.cycle.Scores), Raw: slices.Clone(raw)})
+		s.cycle.ScoreList.Remember(s.cycle.Pod, &in, engine.ListOutcome{Raw: slices.Clone(raw)})
 	}
 	s.scored[row] = true
 	return 0, nil

@@ -217,7 +217,7 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.ScoreList.Cached(&in) == nil {
+			if c.ScoreList.Cached(c.Pod, &in) == nil {
 				t.Fatalf("pod %d: the raw values of the first pod were not kept", i)
 			}
 		}
