@@ -43,6 +43,9 @@ type CompileOptions struct {
 	// webhook's denial stays small and quick. Zero compiles every
 	// expression.
 	MaxErrors int
+	// ParamTypes types params for the param kinds it knows (custom
+	// resources); see Environment.paramsDeclType.
+	ParamTypes ParamTypes
 }
 
 // CompiledPolicy is a SchedulingPolicy compiled for evaluation. It is
@@ -73,6 +76,12 @@ type CompiledPolicy struct {
 	filters       []*boolRule
 	scores        []*scoreRule
 	usesNodeInfo  bool
+	// paramSpec is the policy's paramKind and paramRef, nil without;
+	// params, in a copy bound by WithParams, the params object its
+	// evaluations read, and base the policy it was bound from.
+	paramSpec *ParamSpec
+	params    *Params
+	base      *CompiledPolicy
 	// signs is what the filters, scores and variables read of the pod, for
 	// its batching signature (Signature).
 	signs podReads
@@ -199,6 +208,9 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		variableIndex:   map[string]int{},
 	}
 	out.Selectors, out.Errors = NewSelectors(spec)
+	var paramErrs field.ErrorList
+	out.paramSpec, paramErrs = newParamSpec(spec)
+	out.Errors = append(out.Errors, paramErrs...)
 	// Objects that skipped the apiserver's defaulting (files in dry-run).
 	if out.Enforcement == "" {
 		out.Enforcement = schedv1alpha1.Enforce
@@ -207,7 +219,11 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		out.FailurePolicy = schedv1alpha1.Fail
 	}
 
-	pe, err := c.env.newPolicyEnv()
+	paramsType, warning := c.env.paramsDeclType(out.paramSpec, opts.ParamTypes)
+	if warning != "" && len(paramErrs) == 0 {
+		out.Warnings = append(out.Warnings, schedv1alpha1.ExpressionWarning{FieldRef: "spec.paramKind", Warning: warning})
+	}
+	pe, err := c.env.newParamsPolicyEnv(paramsType)
 	if err != nil {
 		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"), err))
 		return out
@@ -562,7 +578,12 @@ const (
 	readsNamespace
 	readsNode
 	readsNodeInfo
-	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo
+	// readsParams: the expression reads params, so its result depends on
+	// the params object (CompiledPolicy.Params) the policy is bound to: it
+	// is never node-only, and a cache of its results must key on
+	// Params.Key().
+	readsParams
+	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo | readsParams
 )
 
 // references are what an expression reads that matters for scoping,
@@ -637,6 +658,10 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 				refs.reads |= readsNamespace
 			case VariablesVar:
 				variablesIdents++
+			case ParamsVar:
+				refs.reads |= readsParams
+				// Params have no declared size bound: tracked.
+				refs.unboundedVariable = true
 			}
 			switch e.AsIdent() {
 			case NodeVar:
