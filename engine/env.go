@@ -265,6 +265,15 @@ func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstim
 	path := element.Path()
 	current := s.declAt(path)
 	if current == nil {
+		if len(path) > 0 && path[0] == ParamsVar {
+			// Untyped (dyn) params: a stored object, at most
+			// MaxObjectSizeBytes; lists and maps typically
+			// TypicalMaxItems long.
+			if s.typical {
+				return &checker.SizeEstimate{Min: 0, Max: TypicalMaxItems}
+			}
+			return &checker.SizeEstimate{Min: 0, Max: MaxObjectSizeBytes}
+		}
 		return nil
 	}
 	if size, ok := validatedSize(path); ok {

@@ -297,7 +297,11 @@ func (p *CompiledPolicy) MatchAll(ctx context.Context, in *PodInput) []MatchResu
 		case b.err != nil:
 			r := res
 			r.why = paramsFailed
-			r.Matches = r.Decision.fail("", b.err)
+			if errors.Is(b.err, ErrParamsNotReady) {
+				r.Matches, r.Decision.Verdict, r.Decision.Err = true, Error, b.err
+			} else {
+				r.Matches = r.Decision.fail("", b.err)
+			}
 			out = append(out, r)
 		case b.missing:
 			r := res

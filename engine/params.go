@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -148,6 +149,13 @@ func (e *ParamsError) Error() string {
 }
 
 func (e *ParamsError) Unwrap() error { return e.Err }
+
+// ErrParamsNotReady is wrapped by the error of a resolver that cannot
+// tell yet which params objects exist (its informer has not listed them):
+// the policy then rejects or holds the pod whatever its failurePolicy,
+// since skipping it under Ignore would place the pod without a policy that
+// exists; the resolver requeues the pod when the objects are listed.
+var ErrParamsNotReady = errors.New("params not listed yet")
 
 // ParamsRule is the Decision.Rule of a parameterized policy that rejects or
 // holds a pod because no params object was found (parameterNotFoundAction

@@ -350,3 +350,11 @@ func TestParamsSignature(t *testing.T) {
 		t.Errorf("signatures of two params versions are equal: %v", a)
 	}
 }
+
+func TestParamsDynCost(t *testing.T) {
+	p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").ParamKind("example.com/v1", "TenantPlacement").ParamRef("x", "", "").
+		Filter("f", "'a' in params.spec.zones").Obj(), CompileOptions{})
+	if err := p.Err(); err != nil {
+		t.Errorf("an expression over dyn params must have a bounded estimate: %v", err)
+	}
+}
