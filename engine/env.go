@@ -263,15 +263,19 @@ type sizeEstimator struct {
 
 func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstimate {
 	path := element.Path()
+	if len(path) > 0 && path[0] == ParamsVar && s.typical {
+		// Params are written by admins, for the scheduler: typically
+		// their strings, lists and maps are at most TypicalMaxItems long
+		// (a ConfigMap's comma-separated list of zones), not a stored
+		// object's worst case. Expressions reading params are tracked at
+		// runtime whatever their estimate (references.unboundedVariable).
+		return &checker.SizeEstimate{Min: 0, Max: TypicalMaxItems}
+	}
 	current := s.declAt(path)
 	if current == nil {
 		if len(path) > 0 && path[0] == ParamsVar {
 			// Untyped (dyn) params: a stored object, at most
-			// MaxObjectSizeBytes; lists and maps typically
-			// TypicalMaxItems long.
-			if s.typical {
-				return &checker.SizeEstimate{Min: 0, Max: TypicalMaxItems}
-			}
+			// MaxObjectSizeBytes.
 			return &checker.SizeEstimate{Min: 0, Max: MaxObjectSizeBytes}
 		}
 		return nil

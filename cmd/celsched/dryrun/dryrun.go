@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -60,6 +61,10 @@ type Input struct {
 	// Config is the scheduler configuration; it must be defaulted (as
 	// loaded by the manager).
 	Config *schedulerconfig.KubeSchedulerConfiguration
+	// Params are the params objects of parameterized policies (ConfigMaps,
+	// custom resources). A kind none of whose objects has a namespace is
+	// taken as cluster-scoped.
+	Params []*unstructured.Unstructured
 }
 
 // notEvaluated are plugins of the profile that a dry run cannot run, and why.
@@ -102,6 +107,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	policies := engine.NewSnapshot(compiled...)
 	compiled = policies.Policies() // later policies of a name replace earlier ones
 	rt := celplugins.NewRuntime(fixed{policies}, engine.NewConverter(env, 0))
+	params, err := engine.NewStaticParams(env, in.Params)
+	if err != nil {
+		return nil, fmt.Errorf("reading the params objects: %w", err)
+	}
+	rt.Params = params
 
 	namespaces := in.Namespaces
 	if !slices.ContainsFunc(namespaces, func(ns *corev1.Namespace) bool { return ns.Name == pod.Namespace }) {
