@@ -19,7 +19,7 @@ import (
 
 type evalOptions struct {
 	policies, nodes, namespaces, podsOnNodes, params []string
-	pod, config, output                      string
+	pod, config, output                              string
 }
 
 func newEvalCommand(s *streams) *cobra.Command {
