@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -19,6 +20,9 @@ var decoder = func() runtime.Decoder {
 		panic(err)
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
