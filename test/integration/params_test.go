@@ -166,3 +166,32 @@ func TestParamsKindNotServed(t *testing.T) {
 	waitPending(t, createPod(t, ns, "p"), reasonUnschedulable,
 		"SchedulingPolicy missing-param-kind: reading its params (TenantPlacement placement): paramKind example.com/v1, Kind=TenantPlacement is not served by the API server")
 }
+
+// TestParamsPreEnqueue: a pod held because its namespace has no params
+// object is released when one is created; held again by the rule when the
+// params say so.
+func TestParamsPreEnqueue(t *testing.T) {
+	grantConfigMapParams(t)
+	createNodes(t, nodeSpec{name: "node-1"})
+	labels := map[string]string{"params-test": "pre-enqueue"}
+	ns := createNamespace(t, "approval", labels)
+	applyPolicy(t, builder.MakePolicy("tenant-approved").NamespaceLabels(labels).
+		ParamKind("v1", "ConfigMap").ParamRef("approval", "", schedv1alpha1.DenyAction).
+		PreEnqueue("approved", "params.data[?'approved'].orValue('') == 'true'", "the namespace's approval ConfigMap does not say approved: \"true\"").Obj())
+
+	held := createPod(t, ns, "held")
+	waitPending(t, held, reasonGated,
+		"held by SchedulingPolicy tenant-approved, rule paramRef: no params ConfigMap approval in namespace "+ns+" found (parameterNotFoundAction Deny)")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "approval"}, Data: map[string]string{"approved": "no"}}
+	if err := k8sClient.Create(t.Context(), cm); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, cm) })
+	waitPending(t, held, reasonGated, "held by SchedulingPolicy tenant-approved, rule approved: the namespace's approval ConfigMap does not say approved: \"true\"")
+	patch := client.MergeFrom(cm.DeepCopy())
+	cm.Data["approved"] = "true"
+	if err := k8sClient.Patch(t.Context(), cm, patch); err != nil {
+		t.Fatal(err)
+	}
+	expectNode(t, held, "node-1")
+}
