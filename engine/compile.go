@@ -96,6 +96,12 @@ type expr struct {
 	// node's version: evaluated once per node version and policy version,
 	// and looked up for every other pod (see evaluation.eval).
 	nodeOnly bool
+	// paramsOnly: the expression reads params and nothing else but
+	// constants, directly or through variables, so its result is a
+	// function of the params object's version: evaluated once per params
+	// version and kept with it (Params.memo), e.g. a variable splitting a
+	// ConfigMap's list.
+	paramsOnly bool
 }
 
 type variable struct {
@@ -364,7 +370,7 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()},
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly(), paramsOnly: c.refs.paramsOnly()},
 			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
 	}
 
@@ -425,7 +431,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly()}
+	return &expr{path: path, prg: prg, nodeOnly: c.refs.nodeOnly(), paramsOnly: c.refs.paramsOnly()}
 }
 
 // checked is a type-checked expression.
@@ -619,6 +625,9 @@ type reference struct {
 
 // nodeOnly says whether the expression reads nothing but node.
 func (r *references) nodeOnly() bool { return r.reads&^readsNode == 0 }
+
+// paramsOnly says whether the expression reads params and nothing else.
+func (r *references) paramsOnly() bool { return r.reads == readsParams }
 
 func (r *references) nodeScoped() bool {
 	return r.node != nil || r.nodeInfo != nil || r.nodeVariable != nil

@@ -446,6 +446,9 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	if ev.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
 	}
+	if e.paramsOnly && ev.policy.params != nil {
+		return ev.evalParamsOnly(e)
+	}
 	if !e.nodeOnly || ev.node == nil || ev.node.memo == nil {
 		return ev.run(e)
 	}
@@ -459,6 +462,22 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	val, err := ev.run(e)
 	if err == nil || memoizable(err) {
 		ev.node.memo.Store(e, &memoResult{val: val, err: err})
+	}
+	return val, err
+}
+
+// evalParamsOnly evaluates an expression that reads only params once per
+// params version (and compiled expression), as eval does node-only ones
+// per node version.
+func (ev *evaluation) evalParamsOnly(e *expr) (ref.Val, error) {
+	memo := &ev.policy.params.memo
+	if m, ok := memo.Load(e); ok {
+		r := m.(*memoResult)
+		return r.val, r.err
+	}
+	val, err := ev.run(e)
+	if err == nil || memoizable(err) {
+		memo.Store(e, &memoResult{val: val, err: err})
 	}
 	return val, err
 }

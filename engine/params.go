@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/cel-go/common/types"
@@ -107,6 +109,9 @@ type Params struct {
 	ResourceVersion string
 
 	val ref.Val
+	// memo holds the results of the expressions that read only params,
+	// keyed by *expr (see evaluation.evalParamsOnly).
+	memo sync.Map
 }
 
 // String is the object as reports name it: Kind namespace/name.
@@ -345,11 +350,18 @@ type StaticParams struct {
 	ClusterScoped map[schema.GroupKind]bool
 	// labels of each object, by Params pointer.
 	labels map[*Params]map[string]string
+	// byNamespace indexes Objects by kind and namespace.
+	byNamespace map[staticKey][]*Params
+}
+
+type staticKey struct {
+	kind      schema.GroupKind
+	namespace string
 }
 
 // NewStaticParams converts params objects once, for a dry run.
 func NewStaticParams(env *Environment, objs []*unstructured.Unstructured) (*StaticParams, error) {
-	s := &StaticParams{ClusterScoped: map[schema.GroupKind]bool{}, labels: map[*Params]map[string]string{}}
+	s := &StaticParams{ClusterScoped: map[schema.GroupKind]bool{}, labels: map[*Params]map[string]string{}, byNamespace: map[staticKey][]*Params{}}
 	namespaced := map[schema.GroupKind]bool{}
 	for _, o := range objs {
 		p, err := env.ParamsValue(o)
@@ -358,6 +370,8 @@ func NewStaticParams(env *Environment, objs []*unstructured.Unstructured) (*Stat
 		}
 		s.Objects = append(s.Objects, p)
 		s.labels[p] = o.GetLabels()
+		key := staticKey{kind: p.Kind.GroupKind(), namespace: p.Namespace}
+		s.byNamespace[key] = append(s.byNamespace[key], p)
 		if o.GetNamespace() != "" {
 			namespaced[o.GroupVersionKind().GroupKind()] = true
 		}
@@ -376,11 +390,12 @@ func (s *StaticParams) Resolve(spec *ParamSpec, pod *corev1.Pod) ([]*Params, err
 	gk := spec.Kind.GroupKind()
 	ns := spec.LookupNamespace(pod, !s.ClusterScoped[gk])
 	var out []*Params
-	for _, p := range s.Objects {
-		if p.Kind.GroupKind() == gk && p.Namespace == ns && spec.Selects(p.Name, s.labels[p]) {
+	for _, p := range s.byNamespace[staticKey{kind: gk, namespace: ns}] {
+		if spec.Selects(p.Name, s.labels[p]) {
 			out = append(out, p)
 		}
 	}
+	slices.SortFunc(out, func(a, b *Params) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 

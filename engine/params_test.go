@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -353,5 +354,42 @@ func TestParamsDynCost(t *testing.T) {
 		Filter("f", "'a' in params.spec.zones").Obj(), CompileOptions{})
 	if err := p.Err(); err != nil {
 		t.Errorf("an expression over dyn params must have a bounded estimate: %v", err)
+	}
+}
+
+// TestParamsOnlyMemo: an expression that reads only params (here a
+// variable) is evaluated once per params version, and a new version is
+// evaluated anew.
+func TestParamsOnlyMemo(t *testing.T) {
+	p := compileOK(t, builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
+		Variable("zones", "params.data['zones'].split(',')").
+		Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in variables.zones").Obj())
+	if !p.variables[0].paramsOnly || p.filters[0].paramsOnly || p.filters[0].nodeOnly {
+		t.Fatalf("paramsOnly: variable %v, filter %v; filter nodeOnly %v", p.variables[0].paramsOnly, p.filters[0].paramsOnly, p.filters[0].nodeOnly)
+	}
+	conv := NewConverter(testEnv(t), 0)
+	nodes := []*NodeInput{nodeInputFor(t, conv, "a1", "a"), nodeInputFor(t, conv, "c1", "c")}
+	in, err := conv.Pod(makePod("team-a", "p", nil), makeNamespace("team-a", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for i, zones := range []string{"a", "c", "a"} {
+		cm := configMap(t, "team-a", "placement", map[string]string{"zones": zones}, nil)
+		cm.SetResourceVersion(fmt.Sprint(i))
+		in.Params = staticParams(t, cm)
+		for _, m := range NewSnapshot(p).Match(context.Background(), in, nil) {
+			for _, n := range nodes {
+				got = append(got, m.Decision.Policy.Filter(context.Background(), in, n).Verdict.String())
+			}
+			entries := 0
+			m.Decision.Policy.Params().memo.Range(func(any, any) bool { entries++; return true })
+			if entries != 1 {
+				t.Errorf("params version %d: %d memo entries, want 1 (the variable)", i, entries)
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"Pass", "Reject", "Reject", "Pass", "Pass", "Reject"}, got); diff != "" {
+		t.Errorf("verdicts (-want +got):\n%s", diff)
 	}
 }

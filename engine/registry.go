@@ -133,14 +133,21 @@ func byPolicyName(p *CompiledPolicy, name string) int { return strings.Compare(p
 // the caller asks with ignored.
 func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchResult)) []MatchResult {
 	var out []MatchResult
+	add := func(m MatchResult) {
+		switch {
+		case m.Matches:
+			out = append(out, m)
+		case len(m.Decision.Ignored) > 0 && ignored != nil:
+			ignored(m)
+		}
+	}
 	for _, p := range s.policies {
+		if p.paramSpec == nil {
+			add(p.Match(ctx, in)) // without allocating MatchAll's slice
+			continue
+		}
 		for _, m := range p.MatchAll(ctx, in) {
-			switch {
-			case m.Matches:
-				out = append(out, m)
-			case len(m.Decision.Ignored) > 0 && ignored != nil:
-				ignored(m)
-			}
+			add(m)
 		}
 	}
 	return out
