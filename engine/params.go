@@ -312,7 +312,7 @@ func (e *Environment) paramsDeclType(spec *ParamSpec, types ParamTypes) (*apiser
 	if b := e.builtinParam(spec.Kind); b != nil {
 		return b.decl, ""
 	}
-	return apiservercel.DynType, fmt.Sprintf("params is dyn: the schema of %s is not known to the compiler, so its fields are not checked (celsched validate --param-crd FILE checks them)", spec.Kind)
+	return apiservercel.DynType, fmt.Sprintf("params is dyn: the schema of %s is not known to the compiler, so its fields are not checked here (the webhook checks them against the kind's CRD, as does celsched validate --param-crd FILE)", spec.Kind)
 }
 
 // paramKindCache is Environment.paramKinds: the built-in param kinds

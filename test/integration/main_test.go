@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -76,6 +77,10 @@ func run(m *testing.M) int {
 		return 1
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)
+		return 1
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		fmt.Fprintf(os.Stderr, "building the scheme: %v\n", err)
 		return 1
 	}

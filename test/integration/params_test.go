@@ -1,14 +1,20 @@
 package integration
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/builder"
@@ -22,16 +28,25 @@ const zoneLabel = "topology.kubernetes.io/zone"
 const tenantZonesFilter = "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in params.data['zones'].split(',')"
 
 // grantConfigMapParams lets the manager read ConfigMaps, as an admin does
-// for a param kind (docs/policy-reference.md, "RBAC for param kinds"):
-// a ClusterRole for the kind, bound to the manager's service account.
+// for a param kind (docs/policy-reference.md, "RBAC for param kinds").
 func grantConfigMapParams(t *testing.T) {
 	t.Helper()
+	grantParams(t, "", "configmaps")
+}
+
+// grantParams lets the manager read a param kind's resource: a ClusterRole
+// for it, labelled for celsched-params, bound to the manager's service
+// account (envtest has no aggregation controller to do it through
+// celsched-params).
+func grantParams(t *testing.T, group, resource string) {
+	t.Helper()
+	name := "celsched-params-" + strings.ReplaceAll(resource+"."+group, ".", "-")
 	role := &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "celsched-params-configmaps", Labels: map[string]string{"scheduling.celsched.io/aggregate-to-params": "true"}},
-		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"scheduling.celsched.io/aggregate-to-params": "true"}},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{group}, Resources: []string{resource}, Verbs: []string{"get", "list", "watch"}}},
 	}
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "celsched-params-configmaps"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: managerNamespace, Name: managerServiceAccount}},
 	}
@@ -194,4 +209,87 @@ func TestParamsPreEnqueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectNode(t, held, "node-1")
+}
+
+// tenantPlacementCRD is a small custom param kind.
+const tenantPlacementCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: tenantplacements.example.com
+spec:
+  group: example.com
+  names: {kind: TenantPlacement, listKind: TenantPlacementList, plural: tenantplacements, singular: tenantplacement}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              zones: {type: array, maxItems: 16, items: {type: string, maxLength: 63}}
+`
+
+// TestParamsCustomResource: with the param kind's CRD installed, the
+// webhook types params from its schema (a misspelt field is denied with
+// its field path and CEL position), and the scheduler reads the custom
+// resources as params.
+func TestParamsCustomResource(t *testing.T) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict([]byte(tenantPlacementCRD), crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8sClient.Create(t.Context(), crd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, crd) })
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
+			return false, err
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the CRD is not established: %v", err)
+	}
+	grantParams(t, "example.com", "tenantplacements")
+
+	labels := map[string]string{"params-test": "custom-resource"}
+	policy := func(field string) *schedv1alpha1.SchedulingPolicy {
+		return builder.MakePolicy("tenant-zones-cr").NamespaceLabels(labels).
+			ParamKind("example.com/v1", "TenantPlacement").ParamRef("placement", "", schedv1alpha1.DenyAction).
+			Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in params.spec."+field).Obj()
+	}
+	err = k8sClient.Create(t.Context(), policy("zonez"))
+	want := `spec.filters[0].expression: Invalid value: "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in params.spec.zonez": compilation failed: ERROR: <input>:1:80: undefined field 'zonez'`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("creating a policy with a misspelt params field: %v, want a denial with %q", err, want)
+	}
+
+	createNodes(t,
+		nodeSpec{name: "zone-a", labels: map[string]string{zoneLabel: "a"}},
+		nodeSpec{name: "zone-b", labels: map[string]string{zoneLabel: "b"}},
+	)
+	ns := createNamespace(t, "tenant-cr", labels)
+	placement := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "TenantPlacement",
+		"metadata": map[string]any{"name": "placement", "namespace": ns},
+		"spec":     map[string]any{"zones": []any{"b"}},
+	}}
+	if err := k8sClient.Create(t.Context(), placement); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, placement) })
+	applyPolicy(t, policy("zones"))
+	expectNode(t, createPod(t, ns, "p"), "zone-b")
 }

@@ -41,6 +41,8 @@ func TestManagerRBAC(t *testing.T) {
 		"update nodes":                             {authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes"}, false},
 		"change namespaces":                        {authorizationv1.ResourceAttributes{Verb: "update", Resource: "namespaces"}, false},
 		"edit cluster roles":                       {authorizationv1.ResourceAttributes{Verb: "update", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, false},
+		"read a param kind's CRD (webhook typing)": {authorizationv1.ResourceAttributes{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "tenantplacements.example.com"}, true},
+		"change CRDs":                              {authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}, false},
 		"read configmaps (no param kind granted)":  {authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: "default"}, false},
 		"watch configmaps (no param kind granted)": {authorizationv1.ResourceAttributes{Verb: "watch", Resource: "configmaps"}, false},
 		"delete other namespaces' leases":          {authorizationv1.ResourceAttributes{Verb: "delete", Group: "coordination.k8s.io", Resource: "leases", Namespace: "kube-system", Name: "kube-controller-manager"}, false},

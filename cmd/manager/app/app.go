@@ -249,7 +249,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 
 	if o.WebhookPort != 0 {
-		if err := (&controllers.PolicyValidator{Compiler: engine.NewCompiler(env)}).SetupWithManager(mgr); err != nil {
+		validator := &controllers.PolicyValidator{Compiler: engine.NewCompiler(env),
+			ParamTypes: &controllers.LiveParamTypes{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()}}
+		if err := validator.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
