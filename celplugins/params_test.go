@@ -126,7 +126,8 @@ func TestParamsStore(t *testing.T) {
 		t.Error("the same version was converted again")
 	}
 	policy := f.registry.Snapshot().Get("tenant")
-	if f.store.Bound(policy, a[0]) != f.store.Bound(policy, a[0]) {
+	first := f.store.Bound(policy, a[0])
+	if second := f.store.Bound(policy, a[0]); first != second || first.Params() != a[0] {
 		t.Error("the same policy and params version were bound twice")
 	}
 

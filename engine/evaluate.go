@@ -245,7 +245,9 @@ func (p *CompiledPolicy) MatchAndPreEnqueue(ctx context.Context, in *PodInput) (
 	matched := false
 	last := Decision{Policy: p, Point: PointMatch}
 	var ignored []error
-	for _, m := range p.MatchAll(ctx, in) {
+	matches := p.MatchAll(ctx, in)
+	for i := range matches {
+		m := &matches[i]
 		if !m.Matches {
 			last = m.Decision
 			continue
@@ -261,7 +263,8 @@ func (p *CompiledPolicy) MatchAndPreEnqueue(ctx context.Context, in *PodInput) (
 				d.Verdict = Hold
 			}
 		}
-		d.Ignored = append(ignored, d.Ignored...)
+		ignored = append(ignored, d.Ignored...)
+		d.Ignored = ignored
 		if d.Verdict != Pass {
 			return true, d
 		}

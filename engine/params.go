@@ -300,12 +300,12 @@ func (e *Environment) builtinParam(gvk schema.GroupVersionKind) *builtinParam {
 
 // paramsDeclType is the type of params in a policy: from types, then the
 // built-in kinds, else dyn (with a warning).
-func (e *Environment) paramsDeclType(spec *ParamSpec, types ParamTypes) (*apiservercel.DeclType, string) {
+func (e *Environment) paramsDeclType(spec *ParamSpec, paramTypes ParamTypes) (*apiservercel.DeclType, string) {
 	if spec == nil {
 		return apiservercel.DynType, ""
 	}
-	if types != nil {
-		if d, ok := types.ParamType(spec.Kind); ok && d != nil {
+	if paramTypes != nil {
+		if d, ok := paramTypes.ParamType(spec.Kind); ok && d != nil {
 			return d.MaybeAssignTypeName("celsched.params"), ""
 		}
 	}

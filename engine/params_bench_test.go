@@ -82,9 +82,10 @@ func BenchmarkTenantZones(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				feasible := 0
-				for _, m := range snapshot.Match(ctx, pod, nil) {
+				matches := snapshot.Match(ctx, pod, nil)
+				for i := range matches {
 					for _, n := range nodes {
-						if m.Decision.Policy.Filter(ctx, pod, n).Verdict == Pass {
+						if matches[i].Decision.Policy.Filter(ctx, pod, n).Verdict == Pass {
 							feasible++
 						}
 					}

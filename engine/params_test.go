@@ -28,7 +28,7 @@ func tenantPolicy(notFound schedv1alpha1.ParameterNotFoundActionType) *builder.P
 }
 
 // configMap is a params ConfigMap as an informer delivers it.
-func configMap(t testing.TB, namespace, name string, data map[string]string, objLabels map[string]string) *unstructured.Unstructured {
+func configMap(t testing.TB, namespace, name string, data, objLabels map[string]string) *unstructured.Unstructured {
 	t.Helper()
 	cm := &corev1.ConfigMap{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},

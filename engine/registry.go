@@ -146,8 +146,9 @@ func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchRe
 			add(p.Match(ctx, in)) // without allocating MatchAll's slice
 			continue
 		}
-		for _, m := range p.MatchAll(ctx, in) {
-			add(m)
+		matches := p.MatchAll(ctx, in)
+		for i := range matches {
+			add(matches[i])
 		}
 	}
 	return out
