@@ -83,13 +83,19 @@ func setZones(t *testing.T, cm *corev1.ConfigMap, zones string) time.Time {
 	return time.Now()
 }
 
+// createZoneNodes creates a node zone-Z in each zone Z.
+func createZoneNodes(t *testing.T, zones ...string) {
+	t.Helper()
+	specs := make([]nodeSpec, len(zones))
+	for i, z := range zones {
+		specs[i] = nodeSpec{name: "zone-" + z, labels: map[string]string{zoneLabel: z}}
+	}
+	createNodes(t, specs...)
+}
+
 func TestParamsPerNamespace(t *testing.T) {
 	grantConfigMapParams(t)
-	createNodes(t,
-		nodeSpec{name: "zone-a", labels: map[string]string{zoneLabel: "a"}},
-		nodeSpec{name: "zone-b", labels: map[string]string{zoneLabel: "b"}},
-		nodeSpec{name: "zone-c", labels: map[string]string{zoneLabel: "c"}},
-	)
+	createZoneNodes(t, "a", "b", "c")
 	tenant := map[string]string{"params-test": "per-namespace"}
 	nsA := createNamespace(t, "tenant-a", tenant)
 	nsB := createNamespace(t, "tenant-b", tenant)
@@ -132,11 +138,7 @@ func TestParamsPerNamespace(t *testing.T) {
 
 func TestParamsAllowAndSelector(t *testing.T) {
 	grantConfigMapParams(t)
-	createNodes(t,
-		nodeSpec{name: "zone-a", labels: map[string]string{zoneLabel: "a"}},
-		nodeSpec{name: "zone-b", labels: map[string]string{zoneLabel: "b"}},
-		nodeSpec{name: "zone-c", labels: map[string]string{zoneLabel: "c"}},
-	)
+	createZoneNodes(t, "a", "b", "c")
 	tenant := map[string]string{"params-test": "selector"}
 	shared := createNamespace(t, "shared-params", nil)
 	ns := createNamespace(t, "tenant", tenant)
@@ -276,10 +278,7 @@ func TestParamsCustomResource(t *testing.T) {
 		t.Fatalf("creating a policy with a misspelt params field: %v, want a denial with %q", err, want)
 	}
 
-	createNodes(t,
-		nodeSpec{name: "zone-a", labels: map[string]string{zoneLabel: "a"}},
-		nodeSpec{name: "zone-b", labels: map[string]string{zoneLabel: "b"}},
-	)
+	createZoneNodes(t, "a", "b")
 	ns := createNamespace(t, "tenant-cr", labels)
 	placement := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "example.com/v1", "kind": "TenantPlacement",
