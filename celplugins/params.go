@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,9 @@ type paramKind struct {
 	// it was found so.
 	err     error
 	checked time.Time
+	// listErr is the informer's last list or watch error (e.g. the
+	// manager may not read the kind: see RBAC for param kinds), *error.
+	listErr atomic.Pointer[error]
 
 	// values are the converted objects by namespace/name: *paramsValue.
 	values sync.Map
@@ -137,6 +141,13 @@ func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
 		k.err = fmt.Errorf("watching paramKind %s: %w", gvk, err)
 		return k
 	}
+	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		k.listErr.Store(&err)
+	}); err != nil {
+		k.err = fmt.Errorf("watching paramKind %s: %w", gvk, err)
+		return k
+	}
 	k.stop = make(chan struct{})
 	go k.informer.RunWithContext(stopContext(k.stop, s.stopped))
 	s.Logger.V(2).Info("Watching a param kind", "kind", gvk, "resource", mapping.Resource)
@@ -186,26 +197,36 @@ func (s *ParamsStore) changed(k *paramKind, oldObj, newObj any) {
 }
 
 // WaitForSync waits until the informers of the kinds named so far have
-// listed their objects (kinds that are not served do not count), or ctx
-// is done.
+// listed their objects, or failed to (kinds that are not served, or that
+// the manager may not read, do not hold the scheduler up: their policies
+// reject their pods until they can be read), or ctx is done.
 func (s *ParamsStore) WaitForSync(ctx context.Context) bool {
 	s.init()
 	s.mu.Lock()
 	var synced []cache.InformerSynced
 	for _, k := range s.kinds {
 		if k.informer != nil {
-			synced = append(synced, k.informer.HasSynced)
+			synced = append(synced, func() bool { return k.informer.HasSynced() || k.listErr.Load() != nil })
 		}
 	}
 	s.mu.Unlock()
 	return cache.WaitForCacheSync(ctx.Done(), synced...)
 }
 
-// KindError says why a param kind cannot be read (it is not served), nil
-// when it is watched.
+// KindError says why a param kind cannot be read: it is not served, or its
+// objects cannot be listed (engine.ErrParamsNotReadable); an error wrapping
+// engine.ErrParamsNotReady while they are not listed yet; nil once they
+// are.
 func (s *ParamsStore) KindError(gvk schema.GroupVersionKind) error {
-	if _, err := s.kind(gvk); err != nil && !errors.Is(err, engine.ErrParamsNotReady) {
+	k, err := s.kind(gvk)
+	if err != nil {
 		return err
+	}
+	if !k.informer.HasSynced() {
+		if listErr := k.listErr.Load(); listErr != nil {
+			return fmt.Errorf("%w: the objects of paramKind %s cannot be listed: %w", engine.ErrParamsNotReadable, gvk, *listErr)
+		}
+		return fmt.Errorf("%w: the objects of paramKind %s are not listed yet", engine.ErrParamsNotReady, gvk)
 	}
 	return nil
 }
@@ -236,6 +257,9 @@ func (s *ParamsStore) Resolve(spec *engine.ParamSpec, pod *corev1.Pod) ([]*engin
 		return nil, err
 	}
 	if !k.informer.HasSynced() {
+		if listErr := k.listErr.Load(); listErr != nil {
+			return nil, fmt.Errorf("%w: the objects of paramKind %s cannot be listed: %w", engine.ErrParamsNotReady, spec.Kind, *listErr)
+		}
 		return nil, fmt.Errorf("%w: the objects of paramKind %s are not listed yet", engine.ErrParamsNotReady, spec.Kind)
 	}
 	ns := spec.LookupNamespace(pod, k.namespaced)

@@ -105,6 +105,9 @@ func TestParamsStore(t *testing.T) {
 	if !f.store.WaitForSync(t.Context()) {
 		t.Fatal("not synced")
 	}
+	if err := f.store.KindError(configMapGVK); err != nil {
+		t.Errorf("KindError of a listed kind: %v", err)
+	}
 	spec := f.registry.Snapshot().Get("tenant").ParamSpec()
 	resolve := func(namespace string) []*engine.Params {
 		t.Helper()
@@ -168,8 +171,8 @@ func TestParamsStoreKindNotServed(t *testing.T) {
 	if _, err := f.store.Resolve(spec, st.MakePod().Namespace("a").Name("p").Obj()); err == nil || IsParamsNotReady(err) {
 		t.Errorf("Resolve: %v, want the kind's error (which follows failurePolicy)", err)
 	}
-	if err := f.store.KindError(configMapGVK); err != nil {
-		t.Errorf("a kind no policy names: %v", err)
+	if err := f.store.KindError(configMapGVK); !IsParamsNotReady(err) {
+		t.Errorf("a kind no policy names: %v, want not ready (not watched)", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -57,8 +58,12 @@ type StatusReconciler struct {
 }
 
 // paramKindRetry is how soon the status of a policy whose paramKind is not
-// served is looked at again (its CRD may be installed).
-const paramKindRetry = 10 * time.Second
+// served (or not readable) is looked at again (its CRD may be installed);
+// paramsListing, while its objects are being listed.
+const (
+	paramKindRetry = 10 * time.Second
+	paramsListing  = time.Second
+)
 
 // Reconcile implements reconcile.Reconciler.
 func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -96,10 +101,20 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	var result ctrl.Result
 	if spec := compiled.ParamSpec(); spec != nil && len(compiled.Errors) == 0 && r.ParamKinds != nil {
-		if err := r.ParamKinds.KindError(spec.Kind); err != nil {
+		err := r.ParamKinds.KindError(spec.Kind)
+		switch {
+		case err == nil:
+		case errors.Is(err, engine.ErrParamsNotReady):
+			// Listing: look again soon (a list error is not an event).
+			result.RequeueAfter = paramsListing
+		default:
 			condition.Status = metav1.ConditionFalse
 			condition.Reason = schedv1alpha1.ReasonParamKindNotFound
 			condition.Message = engine.Truncate(fmt.Sprintf("%v; the policy follows its failurePolicy (%s) for every pod it matches", err, compiled.FailurePolicy), maxConditionMessage)
+			if errors.Is(err, engine.ErrParamsNotReadable) {
+				condition.Reason = schedv1alpha1.ReasonParamsNotReadable
+				condition.Message = engine.Truncate(fmt.Sprintf("%v; the policy rejects or holds every pod it matches until they can be read (docs/policy-reference.md, \"RBAC for param kinds\")", err), maxConditionMessage)
+			}
 			result.RequeueAfter = paramKindRetry
 		}
 	}

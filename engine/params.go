@@ -162,6 +162,11 @@ func (e *ParamsError) Unwrap() error { return e.Err }
 // exists; the resolver requeues the pod when the objects are listed.
 var ErrParamsNotReady = errors.New("params not listed yet")
 
+// ErrParamsNotReadable is wrapped by the error of a resolver whose param
+// kind is served but whose objects cannot be listed (the scheduler may not
+// read them: RBAC).
+var ErrParamsNotReadable = errors.New("params not readable")
+
 // ParamsRule is the Decision.Rule of a parameterized policy that rejects or
 // holds a pod because no params object was found (parameterNotFoundAction
 // Deny).

@@ -377,6 +377,11 @@ const (
 	// its paramKind is not served by the API server (a missing CRD): the
 	// policy follows its failurePolicy for every pod it matches.
 	ReasonParamKindNotFound = "ParamKindNotFound"
+	// ReasonParamsNotReadable is Ready's reason when the policy's paramKind
+	// is served but the manager cannot list its objects (it was not
+	// granted them): the policy rejects or holds the pods it matches until
+	// it can.
+	ReasonParamsNotReadable = "ParamsNotReadable"
 	// ConditionSlow is True, with reason TimeBudgetExceeded, when a rule of
 	// the policy's current generation was cut off by the CEL time budget of
 	// a pod's scheduling cycle: the message names the rule. It is removed

@@ -292,3 +292,28 @@ func TestParamsCustomResource(t *testing.T) {
 	applyPolicy(t, policy("zones"))
 	expectNode(t, createPod(t, ns, "p"), "zone-b")
 }
+
+// TestParamsNotReadable: a param kind the manager was not granted holds up
+// neither the scheduler nor other policies; its policy is not Ready and
+// rejects its pods until the kind is granted, and then places them.
+func TestParamsNotReadable(t *testing.T) {
+	createZoneNodes(t, "a")
+	labels := map[string]string{"params-test": "not-readable"}
+	ns := createNamespace(t, "not-readable", labels)
+	createParams(t, ns, "placement", "a", nil)
+	policy := builder.MakePolicy("tenant-zones-not-readable").NamespaceLabels(labels).
+		ParamKind("v1", "ConfigMap").ParamRef("placement", "", schedv1alpha1.DenyAction).
+		Filter("zone", tenantZonesFilter).Obj()
+	if err := k8sClient.Create(t.Context(), policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, policy) })
+	got := waitPolicyReady(t, policy.Name, metav1.ConditionFalse)
+	if c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady); c.Reason != schedv1alpha1.ReasonParamsNotReadable {
+		t.Errorf("Ready reason %q, want %q (%s)", c.Reason, schedv1alpha1.ReasonParamsNotReadable, c.Message)
+	}
+	pod := createPod(t, ns, "p")
+	waitPending(t, pod, reasonUnschedulable, "the objects of paramKind /v1, Kind=ConfigMap cannot be listed")
+	grantConfigMapParams(t)
+	expectNode(t, pod, "zone-a")
+}
