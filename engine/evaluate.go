@@ -170,7 +170,7 @@ func (m *MatchResult) Reason() string {
 	case missParams:
 		return "selectors match, but no params object is found (parameterNotFoundAction Allow)"
 	case paramsMissing:
-		return "selectors match, but no params object is found (parameterNotFoundAction Deny)"
+		return "selectors match; the params are missing"
 	case paramsFailed:
 		return "selectors match, but the params cannot be read"
 	}

@@ -114,6 +114,34 @@ func TestEval(t *testing.T) {
 	}
 }
 
+// TestEvalParams: a tenant's pod evaluated with the tenants' params
+// ConfigMaps; the report names the params object the policy used.
+func TestEvalParams(t *testing.T) {
+	dir := filepath.Join("testdata", "eval")
+	samples := filepath.Join("..", "..", "..", "config", "samples")
+	base := []string{"eval", "-f", samples, "--pod", filepath.Join(dir, "pod-tenant.yaml"), "--nodes", filepath.Join(dir, "nodes.yaml"),
+		"--namespace", filepath.Join(dir, "namespace-team-a.yaml")}
+	cases := map[string]struct {
+		args     []string
+		wantCode int
+	}{
+		// team-a's zone is zone-a.
+		"params": {args: []string{"--params", filepath.Join(samples, "tenant-placement-params.yaml")}},
+		// Without params, the tenant's pod gets no node (Deny).
+		"params-missing": {},
+		"params-bad-file": {args: []string{"--params", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out := runCLI(t, append(slices.Clone(base), tc.args...)...)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
+			}
+			golden.Compare(t, filepath.Join(dir, name+".golden"), out)
+		})
+	}
+}
+
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)

@@ -158,7 +158,7 @@ func (r *Report) explainPolicy(ctx context.Context, rt *celplugins.Runtime, m *e
 		pr.MatchError = m.Decision.Err.Error()
 		return nil
 	case m.Decision.Verdict == engine.Reject: // no params found, Deny
-		pr.MatchError = m.Decision.String()
+		pr.MatchError = m.Decision.Message
 		return nil
 	case len(m.Decision.Ignored) > 0:
 		pr.MatchError = m.Decision.Ignored[0].Error() + " (failurePolicy Ignore: the policy is skipped)"
