@@ -250,6 +250,12 @@ func (s *ParamsStore) kind(gvk schema.GroupVersionKind) (*paramKind, error) {
 	return k, k.err
 }
 
+// Namespace implements engine.ParamsResolver.
+func (s *ParamsStore) Namespace(spec *engine.ParamSpec, pod *corev1.Pod) string {
+	k, err := s.kind(spec.Kind)
+	return spec.LookupNamespace(pod, err != nil || k.namespaced)
+}
+
 // Resolve implements engine.ParamsResolver from the informers' caches.
 func (s *ParamsStore) Resolve(spec *engine.ParamSpec, pod *corev1.Pod) ([]*engine.Params, error) {
 	k, err := s.kind(spec.Kind)

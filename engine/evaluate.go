@@ -310,7 +310,7 @@ func (p *CompiledPolicy) MatchAll(ctx context.Context, in *PodInput) []MatchResu
 			r := res
 			r.why, r.Matches = paramsMissing, true
 			r.Decision.Verdict, r.Decision.Rule = Reject, ParamsRule
-			r.Decision.Message = p.missingMessage(in.Pod)
+			r.Decision.Message = p.missingMessage(in)
 			r.Decision.static = r.Decision.Message
 			out = append(out, r)
 		default:

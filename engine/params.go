@@ -136,6 +136,9 @@ type ParamsResolver interface {
 	// served, its objects are not readable) follows the policy's
 	// failurePolicy.
 	Resolve(spec *ParamSpec, pod *corev1.Pod) ([]*Params, error)
+	// Namespace is where Resolve looks for the pod: paramRef.namespace,
+	// or the pod's for a namespaced kind; empty for a cluster-scoped one.
+	Namespace(spec *ParamSpec, pod *corev1.Pod) string
 	// Bound returns policy.WithParams(params), or the copy made before
 	// for the same policy and params versions.
 	Bound(policy *CompiledPolicy, params *Params) *CompiledPolicy
@@ -173,7 +176,7 @@ var ErrParamsNotReadable = errors.New("params not readable")
 const ParamsRule = "paramRef"
 
 // Params returns the params object a bound policy reads, nil for a policy
-// without paramKind or not bound (see Bind).
+// without paramKind or not bound (see WithParams and MatchAll).
 func (p *CompiledPolicy) Params() *Params { return p.params }
 
 // ParamSpec returns the policy's paramKind and paramRef, nil when it has
@@ -218,7 +221,7 @@ func (p *CompiledPolicy) bindings(in *PodInput) []binding {
 		return []binding{{policy: p}}
 	}
 	if in.Params == nil {
-		return []binding{{policy: p, err: &ParamsError{Policy: p.Name, Spec: p.paramSpec, Err: fmt.Errorf("no params resolver")}}}
+		return []binding{{policy: p, err: &ParamsError{Policy: p.Name, Spec: p.paramSpec, Err: errNoResolver}}}
 	}
 	found, err := in.Params.Resolve(p.paramSpec, in.Pod)
 	if err != nil {
@@ -237,13 +240,15 @@ func (p *CompiledPolicy) bindings(in *PodInput) []binding {
 	return out
 }
 
+// errNoResolver is the error of a parameterized policy evaluated without a
+// ParamsResolver.
+var errNoResolver = errors.New("no params resolver")
+
 // missingMessage is the message of a pod held or rejected because no
-// params object was found.
-func (p *CompiledPolicy) missingMessage(pod *corev1.Pod) string {
+// params object was found, naming where the resolver looked.
+func (p *CompiledPolicy) missingMessage(in *PodInput) string {
 	s := *p.paramSpec
-	if s.Namespace == "" {
-		s.Namespace = pod.Namespace
-	}
+	s.Namespace = in.Params.Namespace(&s, in.Pod)
 	return fmt.Sprintf("no params %s found (parameterNotFoundAction Deny)", s.String())
 }
 
@@ -390,10 +395,15 @@ func NewStaticParams(env *Environment, objs []*unstructured.Unstructured) (*Stat
 	return s, nil
 }
 
+// Namespace implements ParamsResolver.
+func (s *StaticParams) Namespace(spec *ParamSpec, pod *corev1.Pod) string {
+	return spec.LookupNamespace(pod, !s.ClusterScoped[spec.Kind.GroupKind()])
+}
+
 // Resolve implements ParamsResolver.
 func (s *StaticParams) Resolve(spec *ParamSpec, pod *corev1.Pod) ([]*Params, error) {
 	gk := spec.Kind.GroupKind()
-	ns := spec.LookupNamespace(pod, !s.ClusterScoped[gk])
+	ns := s.Namespace(spec, pod)
 	var out []*Params
 	for _, p := range s.byNamespace[staticKey{kind: gk, namespace: ns}] {
 		if spec.Selects(p.Name, s.labels[p]) {
