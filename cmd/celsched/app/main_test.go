@@ -128,7 +128,7 @@ func TestEvalParams(t *testing.T) {
 		// team-a's zone is zone-a.
 		"params": {args: []string{"--params", filepath.Join(samples, "tenant-placement-params.yaml")}},
 		// Without params, the tenant's pod gets no node (Deny).
-		"params-missing": {},
+		"params-missing":  {},
 		"params-bad-file": {args: []string{"--params", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
 	}
 	for name, tc := range cases {

@@ -130,8 +130,9 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 		return err
 	}
 	for _, base := range policies {
-		for _, m := range base.MatchAll(ctx, in) {
-			if err := r.explainPolicy(ctx, rt, &m, in, snapshot); err != nil {
+		matches := base.MatchAll(ctx, in)
+		for i := range matches {
+			if err := r.explainPolicy(ctx, rt, &matches[i], in, snapshot); err != nil {
 				return err
 			}
 		}
