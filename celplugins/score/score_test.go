@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -96,26 +97,12 @@ func TestStatusCodes(t *testing.T) {
 			if tc.wantPreScore == fwk.Skip {
 				return
 			}
-			scores := make(fwk.NodeScoreList, len(nodes))
-			for i, ni := range nodes {
-				_, status := pl.Score(ctx, state, pod, ni)
-				if status.Code() != fwk.Success {
-					if status.Code() != tc.wantScore {
-						t.Fatalf("Score on %s: %v, want %v", ni.Node().Name, status, tc.wantScore)
-					}
-					return
-				}
-				scores[i].Name = ni.Node().Name
+			got, status := scoreAll(ctx, pl, state, pod, nodes)
+			if status.Code() != tc.wantScore {
+				t.Fatalf("Score: %v, want %v", status, tc.wantScore)
 			}
-			if tc.wantScore != fwk.Success {
-				t.Fatalf("Score succeeded on every node, want %v", tc.wantScore)
-			}
-			if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
-				t.Fatal(status)
-			}
-			got := make([]int64, len(scores))
-			for i, s := range scores {
-				got[i] = s.Score
+			if !status.IsSuccess() {
+				return
 			}
 			if diff := cmp.Diff(tc.wantScores, got); diff != "" {
 				t.Errorf("scores (-want +got):\n%s", diff)
@@ -166,25 +153,36 @@ func TestParamsScoresCombine(t *testing.T) {
 			if got := pl.PreScore(ctx, state, pod, nodes); !got.IsSuccess() {
 				t.Fatalf("PreScore: %v", got)
 			}
-			scores := make(fwk.NodeScoreList, len(nodes))
-			for i, ni := range nodes {
-				if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
-					t.Fatalf("Score on %s: %v", ni.Node().Name, status)
-				}
-				scores[i].Name = ni.Node().Name
-			}
-			if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
-				t.Fatal(status)
-			}
-			got := make([]int64, len(scores))
-			for i, s := range scores {
-				got[i] = s.Score
+			got, status := scoreAll(ctx, pl, state, pod, nodes)
+			if !status.IsSuccess() {
+				t.Fatalf("Score: %v", status)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("scores (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// scoreAll runs Score on every node, then NormalizeScore, as the framework
+// does, and returns the normalized scores, or the first status that is not
+// a success.
+func scoreAll(ctx context.Context, pl *Score, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) ([]int64, *fwk.Status) {
+	scores := make(fwk.NodeScoreList, len(nodes))
+	for i, ni := range nodes {
+		if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
+			return nil, status
+		}
+		scores[i].Name = ni.Node().Name
+	}
+	if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
+		return nil, status
+	}
+	got := make([]int64, len(scores))
+	for i, s := range scores {
+		got[i] = s.Score
+	}
+	return got, nil
 }
 
 func nodeInfo(name, rack string) fwk.NodeInfo {
