@@ -347,6 +347,25 @@ func TestParamsSignature(t *testing.T) {
 	if a, b := sigOf("1"), sigOf("2"); cmp.Equal(a, b) {
 		t.Errorf("signatures of two params versions are equal: %v", a)
 	}
+
+	// Pods of two namespaces without params: the rejections name their
+	// namespaces, so the signatures differ.
+	in.Params = staticParams(t)
+	missing := func(namespace string) []string {
+		pod, err := conv.Pod(makePod(namespace, "p", nil), makeNamespace(namespace, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Params = in.Params
+		sig, ok := NewSnapshot(p).Signature(context.Background(), pod)
+		if !ok {
+			t.Fatal("no signature")
+		}
+		return sig.Policies
+	}
+	if a, b := missing("team-b"), missing("team-c"); cmp.Equal(a, b) {
+		t.Errorf("signatures of pods missing params in two namespaces are equal: %v", a)
+	}
 }
 
 func TestParamsDynCost(t *testing.T) {

@@ -73,9 +73,14 @@ func (s *Snapshot) Signature(ctx context.Context, in *PodInput) (*PodSignature, 
 		m := &matches[i]
 		p := m.Decision.Policy
 		entry := fmt.Sprintf("%s/%s/%d/%s", p.Name, p.UID, p.Generation, m.Decision.Verdict)
-		if params := p.Params(); params != nil {
+		switch params := p.Params(); {
+		case params != nil:
 			// The rules that read params depend on its version.
 			entry += "/params=" + params.Key()
+		case m.Decision.Rule == ParamsRule:
+			// Rejected for missing params: the message names where
+			// they were looked for.
+			entry += "/missing=" + m.Decision.Message
 		}
 		sig.Policies = append(sig.Policies, entry)
 		if m.Decision.Verdict != Pass {
