@@ -353,14 +353,33 @@ func (s *ParamsStore) Bound(policy *engine.CompiledPolicy, params *engine.Params
 // synced yet.
 func IsParamsNotReady(err error) bool { return errors.Is(err, engine.ErrParamsNotReady) }
 
+// selectedByAny says whether one of the policies' selectors select the pod
+// (or its namespace is not known: it may).
+func (rt *Runtime) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.Pod) bool {
+	var ns *corev1.Namespace
+	if rt.namespaces != nil {
+		ns, _ = rt.namespaces.get(pod.Namespace)
+	}
+	for _, p := range policies {
+		if p.Selectors.NamespaceSelector != nil && ns == nil {
+			return true
+		}
+		if p.Select(pod, ns) {
+			return true
+		}
+	}
+	return false
+}
+
 // ParamsChanged requeues the pending pods that a params object's change may
 // affect, as a queueing hint would (kube-scheduler's queueing hints are
 // registered once, for fixed resources, so the param kinds, which come and
 // go with policies, requeue through the queue's Activate): for a policy
-// that looks its params up in the pod's namespace, the pods of the
-// object's namespace; for one that reads a fixed object, every pending
-// pod. Only pods that are unschedulable or held move (Activate leaves the
-// others). It only reads: the store saw the event first.
+// that looks its params up in the pod's namespace, the pending pods of the
+// object's namespace; for one that reads a fixed object, every pending pod;
+// in both cases only those the selectors of a policy reading the object
+// select. Only pods that are unschedulable or held move (Activate leaves
+// the others). It only reads: the store saw the event first.
 func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
 	a := rt.activator.Load()
 	if a == nil {
@@ -373,7 +392,8 @@ func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *u
 	if obj == nil {
 		return
 	}
-	affects, perNamespace := false, true
+	var affecting []*engine.CompiledPolicy
+	perNamespace := true
 	for _, p := range rt.Policies.Snapshot().Policies() {
 		spec := p.ParamSpec()
 		if spec == nil || spec.Kind != kind || (spec.Namespace != "" && spec.Namespace != obj.GetNamespace()) {
@@ -384,12 +404,12 @@ func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *u
 		if !selected {
 			continue
 		}
-		affects = true
+		affecting = append(affecting, p)
 		if spec.Namespace != "" || obj.GetNamespace() == "" {
 			perNamespace = false
 		}
 	}
-	if !affects {
+	if len(affecting) == 0 {
 		return
 	}
 	namespace := ""
@@ -402,7 +422,7 @@ func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *u
 	}
 	pending := map[string]*corev1.Pod{}
 	for _, pod := range pods {
-		if pod.Spec.NodeName == "" {
+		if pod.Spec.NodeName == "" && rt.selectedByAny(affecting, pod) {
 			pending[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}

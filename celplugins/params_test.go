@@ -215,7 +215,7 @@ func TestParamsChanged(t *testing.T) {
 	pods := []*corev1.Pod{
 		st.MakePod().Namespace("team-a").Name("pending").Obj(),
 		st.MakePod().Namespace("team-a").Name("bound").Node("n1").Obj(),
-		st.MakePod().Namespace("team-b").Name("pending").Obj(),
+		st.MakePod().Namespace("team-b").Name("pending").Label("team", "b").Obj(),
 	}
 	perNamespace := tenantParamsPolicy("per-namespace")
 	fixed := builder.MakePolicy("fixed").Stored().ParamKind("v1", "ConfigMap").ParamRef("global", "shared", "").Filter("f", "true").Obj()
@@ -243,6 +243,12 @@ func TestParamsChanged(t *testing.T) {
 			oldObj:   paramsConfigMap("shared", "global", "a"),
 			newObj:   paramsConfigMap("shared", "global", "b"),
 			want:     []string{"team-a/pending", "team-b/pending"},
+		},
+		"a fixed object: the pending pods its policy's selectors select": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("fixed-b").Stored().ParamKind("v1", "ConfigMap").
+				ParamRef("global", "shared", "").PodLabels(map[string]string{"team": "b"}).Filter("f", "true").Obj()},
+			newObj: paramsConfigMap("shared", "global", "b"),
+			want:   []string{"team-b/pending"},
 		},
 		"the fixed object's name in another namespace": {
 			policies: []*schedv1alpha1.SchedulingPolicy{fixed},
