@@ -361,7 +361,7 @@ func (rt *Runtime) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.
 		ns, _ = rt.namespaces.get(pod.Namespace)
 	}
 	for _, p := range policies {
-		if p.Selectors.NamespaceSelector != nil && ns == nil {
+		if p.NamespaceSelector != nil && ns == nil {
 			return true
 		}
 		if p.Select(pod, ns) {
