@@ -330,40 +330,32 @@ func TestParamsPreEnqueueHoldsWhenMissing(t *testing.T) {
 func TestParamsSignature(t *testing.T) {
 	p := compileOK(t, tenantPolicy("").Obj())
 	conv := NewConverter(testEnv(t), 0)
-	in, err := conv.Pod(makePod("team-a", "p", nil), makeNamespace("team-a", nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sigOf := func(rv string) []string {
-		cm := configMap(t, "team-a", "placement", map[string]string{"zones": "a"}, nil)
-		cm.SetResourceVersion(rv)
-		in.Params = staticParams(t, cm)
+	// signature is the policies part of the signature of a pod in the
+	// namespace, with the params objects given.
+	signature := func(namespace string, objs ...*unstructured.Unstructured) []string {
+		t.Helper()
+		in, err := conv.Pod(makePod(namespace, "p", nil), makeNamespace(namespace, nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Params = staticParams(t, objs...)
 		sig, ok := NewSnapshot(p).Signature(context.Background(), in)
 		if !ok {
 			t.Fatal("no signature")
 		}
 		return sig.Policies
 	}
-	if a, b := sigOf("1"), sigOf("2"); cmp.Equal(a, b) {
+	version := func(rv string) *unstructured.Unstructured {
+		cm := configMap(t, "team-a", "placement", map[string]string{"zones": "a"}, nil)
+		cm.SetResourceVersion(rv)
+		return cm
+	}
+	if a, b := signature("team-a", version("1")), signature("team-a", version("2")); cmp.Equal(a, b) {
 		t.Errorf("signatures of two params versions are equal: %v", a)
 	}
-
 	// Pods of two namespaces without params: the rejections name their
 	// namespaces, so the signatures differ.
-	in.Params = staticParams(t)
-	missing := func(namespace string) []string {
-		pod, err := conv.Pod(makePod(namespace, "p", nil), makeNamespace(namespace, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pod.Params = in.Params
-		sig, ok := NewSnapshot(p).Signature(context.Background(), pod)
-		if !ok {
-			t.Fatal("no signature")
-		}
-		return sig.Policies
-	}
-	if a, b := missing("team-b"), missing("team-c"); cmp.Equal(a, b) {
+	if a, b := signature("team-b"), signature("team-c"); cmp.Equal(a, b) {
 		t.Errorf("signatures of pods missing params in two namespaces are equal: %v", a)
 	}
 }
