@@ -47,7 +47,11 @@ type PolicyFeed struct {
 	// labels changed is evaluated with the new labels, even when the typed
 	// namespace lister has not caught up).
 	Namespace func(*corev1.Namespace)
-	Logger    klog.Logger
+	// Params, when set, is given the registry's snapshot after each
+	// policy event, to watch the param kinds the policies name
+	// (ParamsStore.Sync).
+	Params interface{ Sync(*engine.Snapshot) }
+	Logger klog.Logger
 
 	attached atomic.Bool
 }
@@ -125,6 +129,9 @@ func (f *PolicyFeed) remove(obj any) {
 }
 
 func (f *PolicyFeed) notify(name string) {
+	if f.Params != nil {
+		f.Params.Sync(f.Registry.Snapshot())
+	}
 	if f.Compiled != nil {
 		f.Compiled(name)
 	}

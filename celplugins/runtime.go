@@ -16,6 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/client-go/tools/cache"
@@ -54,6 +55,10 @@ type Runtime struct {
 	// Notify, when set, is told the name of a policy whose status has news
 	// (a rule cut off by the time budget). It must not block.
 	Notify func(name string)
+	// Params, when set, finds the params objects of parameterized
+	// policies (the scheduler's ParamsStore); without it they follow their
+	// failurePolicy.
+	Params engine.ParamsResolver
 
 	counters metrics.Counters
 	// tallies are the current cycle's tallies of filter and score
@@ -62,6 +67,16 @@ type Runtime struct {
 	lastSigned lastSigned
 	once       sync.Once
 	namespaces *namespaces
+	// activator requeues pods (the scheduling queue, through the first
+	// framework handle attached), and pods lists them: for params events.
+	activator atomic.Pointer[podActivator]
+}
+
+// podActivator is what ParamsChanged needs of the scheduler.
+type podActivator struct {
+	activate func(logger klog.Logger, pods map[string]*corev1.Pod)
+	// pods lists the pods of a namespace, or of all when it is empty.
+	pods func(namespace string) ([]*corev1.Pod, error)
 }
 
 // NewRuntime returns a runtime over policies and a converter.
@@ -129,6 +144,13 @@ func Factory[T fwk.Plugin](rt *Runtime, newPlugin func(context.Context, runtime.
 func (rt *Runtime) Attach(h fwk.Handle) error {
 	var err error
 	rt.once.Do(func() {
+		podLister := h.SharedInformerFactory().Core().V1().Pods().Lister()
+		rt.activator.Store(&podActivator{activate: h.Activate, pods: func(namespace string) ([]*corev1.Pod, error) {
+			if namespace == "" {
+				return podLister.List(labels.Everything())
+			}
+			return podLister.Pods(namespace).List(labels.Everything())
+		}})
 		nsInformer := h.SharedInformerFactory().Core().V1().Namespaces()
 		rt.UseNamespaces(nsInformer.Lister())
 		if _, err = nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -181,7 +203,12 @@ func (rt *Runtime) PodInput(pod *corev1.Pod) (*engine.PodInput, error) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	}
-	return rt.Converter.Pod(pod, ns)
+	in, err := rt.Converter.Pod(pod, ns)
+	if err != nil {
+		return nil, err
+	}
+	in.Params = rt.Params
+	return in, nil
 }
 
 // namespaces is the scheduler's namespace lister, plus the namespace

@@ -23,6 +23,18 @@ type signed struct {
 	snapshot        *engine.Snapshot
 	fragments       []fwk.SignFragment
 	status          *fwk.Status
+	// paramsVersion is the params store's version the signature was made
+	// with: a params change changes the signature of the pods it concerns.
+	paramsVersion uint64
+}
+
+// paramsVersion is the version of the params objects (ParamsStore.Version),
+// 0 when the resolver has none.
+func (rt *Runtime) paramsVersion() uint64 {
+	if v, ok := rt.Params.(interface{ Version() uint64 }); ok {
+		return v.Version()
+	}
+	return 0
 }
 
 // SignPod implements fwk.SignPlugin for CELFilter and CELScore, so that the
@@ -33,11 +45,12 @@ type signed struct {
 // or the pod as a whole.
 func (rt *Runtime) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	snapshot := rt.Policies.Snapshot()
+	paramsVersion := rt.paramsVersion()
 	if last := rt.lastSigned.Load(); last != nil && last.uid == pod.UID && last.resourceVersion == pod.ResourceVersion &&
-		last.snapshot == snapshot && pod.ResourceVersion != "" {
+		last.snapshot == snapshot && last.paramsVersion == paramsVersion && pod.ResourceVersion != "" {
 		return last.fragments, last.status
 	}
-	s := &signed{uid: pod.UID, resourceVersion: pod.ResourceVersion, snapshot: snapshot}
+	s := &signed{uid: pod.UID, resourceVersion: pod.ResourceVersion, snapshot: snapshot, paramsVersion: paramsVersion}
 	in, err := rt.PodInput(pod)
 	switch {
 	case err != nil:

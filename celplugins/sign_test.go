@@ -6,11 +6,13 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	fwk "k8s.io/kube-scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/plugintest"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -107,5 +109,57 @@ func TestSignPod(t *testing.T) {
 				t.Errorf("signatures equal=%v, want %v:\n%s\n%s", a == b, tc.wantSame, a, b)
 			}
 		})
+	}
+}
+
+// versionedParams is a fixed params set with a version, as ParamsStore has.
+type versionedParams struct {
+	*engine.StaticParams
+	version uint64
+}
+
+func (p *versionedParams) Version() uint64 { return p.version }
+
+// TestSignPodParams: a pod signed again after its params changed gets the
+// new params' signature, not the last one kept.
+func TestSignPodParams(t *testing.T) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	placement := func(rv, zones string) *engine.StaticParams {
+		u := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"zones": zones}}}
+		u.SetAPIVersion("v1")
+		u.SetKind("ConfigMap")
+		u.SetNamespace("ns")
+		u.SetName("placement")
+		u.SetResourceVersion(rv)
+		p, err := engine.NewStaticParams(env, []*unstructured.Unstructured{u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	policy := builder.MakePolicy("tenant").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
+		Filter("zone", "node.metadata.labels[?'zone'].orValue('') in params.data['zones'].split(',')").Obj()
+	rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))
+	pod := st.MakePod().Namespace("ns").Name("p").UID("p").SchedulerName("celsched").Obj()
+	pod.ResourceVersion = "1"
+	sign := func() string {
+		fragments, status := rt.SignPod(context.Background(), pod)
+		if !status.IsSuccess() || len(fragments) != 1 {
+			t.Fatalf("SignPod: %v, %v", fragments, status)
+		}
+		data, err := json.Marshal(fragments[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	rt.Params = &versionedParams{StaticParams: placement("1", "a")}
+	first := sign()
+	rt.Params = &versionedParams{StaticParams: placement("2", "b"), version: 1}
+	if second := sign(); second == first {
+		t.Errorf("the signature did not change with the params: %s", second)
 	}
 }

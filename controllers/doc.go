@@ -14,4 +14,8 @@
 //
 // +kubebuilder:rbac:groups=scheduling.celsched.io,resources=schedulingpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.celsched.io,resources=schedulingpolicies/status,verbs=get;update;patch
+//
+// The webhook reads the CustomResourceDefinition of a custom param kind to
+// type params (LiveParamTypes); only get, by name.
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get
 package controllers

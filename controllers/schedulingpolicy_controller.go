@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -47,7 +49,21 @@ type StatusReconciler struct {
 	// Errors, when set, reports the last evaluation error of each policy:
 	// the EvaluationError condition.
 	Errors *metrics.ErrorLog
+	// ParamKinds, when set, says why the param kind of a parameterized
+	// policy cannot be read (celplugins.ParamsStore): the policy is then
+	// not Ready, with reason ParamKindNotFound.
+	ParamKinds interface {
+		KindError(gvk schema.GroupVersionKind) error
+	}
 }
+
+// paramKindRetry is how soon the status of a policy whose paramKind is not
+// served (or not readable) is looked at again (its CRD may be installed);
+// paramsListing, while its objects are being listed.
+const (
+	paramKindRetry = 10 * time.Second
+	paramsListing  = time.Second
+)
 
 // Reconcile implements reconcile.Reconciler.
 func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -83,11 +99,30 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	} else {
 		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionStalled)
 	}
+	var result ctrl.Result
+	if spec := compiled.ParamSpec(); spec != nil && len(compiled.Errors) == 0 && r.ParamKinds != nil {
+		err := r.ParamKinds.KindError(spec.Kind)
+		switch {
+		case err == nil:
+		case errors.Is(err, engine.ErrParamsNotReady):
+			// Listing: look again soon (a list error is not an event).
+			result.RequeueAfter = paramsListing
+		default:
+			condition.Status = metav1.ConditionFalse
+			condition.Reason = schedv1alpha1.ReasonParamKindNotFound
+			condition.Message = engine.Truncate(fmt.Sprintf("%v; the policy follows its failurePolicy (%s) for every pod it matches", err, compiled.FailurePolicy), maxConditionMessage)
+			if errors.Is(err, engine.ErrParamsNotReadable) {
+				condition.Reason = schedv1alpha1.ReasonParamsNotReadable
+				condition.Message = engine.Truncate(fmt.Sprintf("%v; the policy rejects or holds every pod it matches until they can be read (docs/policy-reference.md, \"RBAC for param kinds\")", err), maxConditionMessage)
+			}
+			result.RequeueAfter = paramKindRetry
+		}
+	}
 	meta.SetStatusCondition(&status.Conditions, condition)
 	r.setSlow(&status, policy.Name, policy.Generation)
 	r.setEvaluationError(&status, policy.Name, policy.Generation)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {
-		return ctrl.Result{}, nil
+		return result, nil
 	}
 	patch := client.MergeFromWithOptions(policy.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	policy.Status = status
@@ -95,7 +130,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, fmt.Errorf("writing the status: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("SchedulingPolicy status written", "ready", condition.Status, "reason", condition.Reason, "generation", policy.Generation)
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // setSlow sets the Slow condition when a rule of this generation was cut off

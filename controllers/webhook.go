@@ -55,6 +55,9 @@ const (
 // MaxDenialErrors errors, each of bounded length.
 type PolicyValidator struct {
 	Compiler *engine.Compiler
+	// ParamTypes, when set, types the params of custom param kinds
+	// (LiveParamTypes: from their CRDs).
+	ParamTypes engine.ParamTypes
 	// MaxConcurrentCompiles bounds the compiles running at once;
 	// DefaultMaxConcurrentCompiles when zero.
 	MaxConcurrentCompiles int
@@ -99,7 +102,11 @@ func (v *PolicyValidator) validate(ctx context.Context, p, previous *schedv1alph
 	if err != nil {
 		return nil, apierrors.NewTimeoutError(fmt.Sprintf("SchedulingPolicy %s was not compiled: %v", p.Name, err), 1)
 	}
-	compiled := v.Compiler.CompileContext(ctx, p, engine.CompileOptions{Previous: previous, MaxErrors: MaxDenialErrors})
+	opts := engine.CompileOptions{Previous: previous, MaxErrors: MaxDenialErrors}
+	if v.ParamTypes != nil {
+		opts.ParamTypes = v.ParamTypes
+	}
+	compiled := v.Compiler.CompileContext(ctx, p, opts)
 	release()
 	var warnings admission.Warnings
 	for _, w := range compiled.Warnings {

@@ -48,6 +48,9 @@ type CompileOptions struct {
 	// environment, about 25 KB per policy), so that Why can explain its
 	// rules: for dry runs, not for the scheduler.
 	Explain bool
+	// ParamTypes types params for the param kinds it knows (custom
+	// resources); see Environment.paramsDeclType.
+	ParamTypes ParamTypes
 }
 
 // CompiledPolicy is a SchedulingPolicy compiled for evaluation. It is
@@ -78,6 +81,12 @@ type CompiledPolicy struct {
 	filters       []*boolRule
 	scores        []*scoreRule
 	usesNodeInfo  bool
+	// paramSpec is the policy's paramKind and paramRef, nil without;
+	// params, in a copy bound by WithParams, the params object its
+	// evaluations read, and base the policy it was bound from.
+	paramSpec *ParamSpec
+	params    *Params
+	base      *CompiledPolicy
 	// signs is what the filters, scores and variables read of the pod, for
 	// its batching signature (Signature).
 	signs podReads
@@ -97,6 +106,12 @@ type expr struct {
 	// checked is the type-checked expression, for dry-run explanations
 	// (why.go): kept only under CompileOptions.Explain.
 	checked *checked
+	// paramsOnly: the expression reads params and nothing else but
+	// constants, directly or through variables, so its result is a
+	// function of the params object's version: evaluated once per params
+	// version and kept with it (Params.memo), e.g. a variable splitting a
+	// ConfigMap's list.
+	paramsOnly bool
 }
 
 type variable struct {
@@ -209,6 +224,9 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		variableIndex:   map[string]int{},
 	}
 	out.Selectors, out.Errors = NewSelectors(spec)
+	var paramErrs field.ErrorList
+	out.paramSpec, paramErrs = newParamSpec(spec)
+	out.Errors = append(out.Errors, paramErrs...)
 	// Objects that skipped the apiserver's defaulting (files in dry-run).
 	if out.Enforcement == "" {
 		out.Enforcement = schedv1alpha1.Enforce
@@ -217,7 +235,11 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		out.FailurePolicy = schedv1alpha1.Fail
 	}
 
-	pe, err := c.env.newPolicyEnv()
+	paramsType, warning := c.env.paramsDeclType(out.paramSpec, opts.ParamTypes)
+	if warning != "" && len(paramErrs) == 0 {
+		out.Warnings = append(out.Warnings, schedv1alpha1.ExpressionWarning{FieldRef: "spec.paramKind", Warning: warning})
+	}
+	pe, err := c.env.newParamsPolicyEnv(paramsType)
 	if err != nil {
 		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"), err))
 		return out
@@ -378,7 +400,7 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo()},
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo(), paramsOnly: c.refs.paramsOnly()},
 			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
 	}
 
@@ -439,7 +461,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	e := &expr{path: path, prg: prg, memo: c.refs.memo()}
+	e := &expr{path: path, prg: prg, memo: c.refs.memo(), paramsOnly: c.refs.paramsOnly()}
 	if pc.explain {
 		e.checked = c
 	}
@@ -596,7 +618,12 @@ const (
 	readsNamespace
 	readsNode
 	readsNodeInfo
-	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo
+	// readsParams: the expression reads params, so its result depends on
+	// the params object (CompiledPolicy.Params) the policy is bound to: it
+	// is never node-only, and a cache of its results must key on
+	// Params.Key().
+	readsParams
+	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo | readsParams
 )
 
 // references are what an expression reads that matters for scoping,
@@ -635,9 +662,13 @@ type reference struct {
 // reads nodeInfo, plus the values of the pod fields its policy reads when
 // it reads the pod or its namespace. A policy whose podReads cannot key
 // its results (podReadsUnkeyable) memoizes only the expressions that do
-// not read the pod (memoizeFor).
+// not read the pod (memoizeFor). An expression that reads params is not
+// memoized per node: the copies of a parameterized policy bound to
+// different params objects share its expressions.
 func (r *references) memo() memoKind {
 	switch {
+	case r.reads&readsParams != 0:
+		return notMemoized
 	case r.reads&^readsNode == 0:
 		return memoNode
 	case r.reads&^(readsNode|readsNodeInfo) == 0:
@@ -649,6 +680,9 @@ func (r *references) memo() memoKind {
 	}
 	return notMemoized
 }
+
+// paramsOnly says whether the expression reads params and nothing else.
+func (r *references) paramsOnly() bool { return r.reads == readsParams }
 
 func (r *references) nodeScoped() bool {
 	return r.node != nil || r.nodeInfo != nil || r.nodeVariable != nil
@@ -711,6 +745,10 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 				refs.reads |= readsNamespace
 			case VariablesVar:
 				variablesIdents++
+			case ParamsVar:
+				refs.reads |= readsParams
+				// Params have no declared size bound: tracked.
+				refs.unboundedVariable = true
 			}
 			switch e.AsIdent() {
 			case NodeVar:

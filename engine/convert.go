@@ -53,6 +53,9 @@ type cachedValue struct {
 type PodInput struct {
 	Pod       *corev1.Pod
 	Namespace *corev1.Namespace
+	// Params finds the params objects of parameterized policies; without
+	// it, they fail (and follow their failurePolicy).
+	Params ParamsResolver
 
 	pod, namespace ref.Val
 	schedulerName  string

@@ -49,6 +49,11 @@ type Environment struct {
 
 	// converters of the objects to CEL values, from their OpenAPI schemas.
 	podValues, nodeValues, namespaceValues *valueConverter
+
+	// schemas resolves the built-in kinds' schemas, for params; paramKinds
+	// caches what it resolved.
+	schemas    resolver.SchemaResolver
+	paramKinds paramKindCache
 }
 
 // NewEnvironment builds the environment for the API server's default
@@ -63,7 +68,7 @@ func NewEnvironment() (*Environment, error) {
 // exercise upgrade ratcheting.
 func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	schemas := resolver.NewDefinitionsSchemaResolver(openAPIDefinitions, clientgoscheme.Scheme)
-	e := &Environment{roots: map[string]*apiservercel.DeclType{}}
+	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas}
 
 	objects := []struct {
 		variable string
@@ -175,20 +180,30 @@ type policyEnv struct {
 }
 
 func (e *Environment) newPolicyEnv() (*policyEnv, error) {
+	return e.newParamsPolicyEnv(apiservercel.DynType)
+}
+
+// newParamsPolicyEnv is newPolicyEnv with params of the given type.
+func (e *Environment) newParamsPolicyEnv(params *apiservercel.DeclType) (*policyEnv, error) {
 	variables := apiservercel.NewObjectType("celsched.variables", map[string]*apiservercel.DeclField{})
+	declTypes := []*apiservercel.DeclType{variables}
+	if params.IsObject() {
+		declTypes = append(declTypes, params)
+	}
 	envSet, err := e.envSet.Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
-		EnvOptions:        []cel.EnvOption{cel.Variable(VariablesVar, variables.CelType())},
-		DeclTypes:         []*apiservercel.DeclType{variables},
+		EnvOptions:        []cel.EnvOption{cel.Variable(VariablesVar, variables.CelType()), cel.Variable(ParamsVar, params.CelType())},
+		DeclTypes:         declTypes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building the policy's CEL environment: %w", err)
 	}
-	roots := make(map[string]*apiservercel.DeclType, len(e.roots)+1)
+	roots := make(map[string]*apiservercel.DeclType, len(e.roots)+2)
 	for k, v := range e.roots {
 		roots[k] = v
 	}
 	roots[VariablesVar] = variables
+	roots[ParamsVar] = params
 	return &policyEnv{
 		envSet:    envSet,
 		variables: variables,
@@ -248,8 +263,21 @@ type sizeEstimator struct {
 
 func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstimate {
 	path := element.Path()
+	if len(path) > 0 && path[0] == ParamsVar && s.typical {
+		// Params are written by admins, for the scheduler: typically
+		// their strings, lists and maps are at most TypicalMaxItems long
+		// (a ConfigMap's comma-separated list of zones), not a stored
+		// object's worst case. Expressions reading params are tracked at
+		// runtime whatever their estimate (references.unboundedVariable).
+		return &checker.SizeEstimate{Min: 0, Max: TypicalMaxItems}
+	}
 	current := s.declAt(path)
 	if current == nil {
+		if len(path) > 0 && path[0] == ParamsVar {
+			// Untyped (dyn) params: a stored object, at most
+			// MaxObjectSizeBytes.
+			return &checker.SizeEstimate{Min: 0, Max: MaxObjectSizeBytes}
+		}
 		return nil
 	}
 	if size, ok := validatedSize(path); ok {
@@ -259,7 +287,7 @@ func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstim
 	if s.typical && (current.IsList() || current.IsMap()) {
 		return &checker.SizeEstimate{Min: 0, Max: min(maxSize, TypicalMaxItems)}
 	}
-	if path[0] == PodVar || path[0] == NodeVar || path[0] == NamespaceVar {
+	if path[0] == PodVar || path[0] == NodeVar || path[0] == NamespaceVar || path[0] == ParamsVar {
 		if path[len(path)-1] == "@keys" && maxSize == 0 {
 			// Map keys have no declared length: at most the object.
 			return &checker.SizeEstimate{Min: 0, Max: MaxObjectSizeBytes}

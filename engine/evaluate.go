@@ -113,6 +113,11 @@ const (
 	missCondition
 	failedCondition
 	notCompiled
+	// parameterized policies: no params object found under Allow (not
+	// selected) or Deny (selected, rejects), or the params not readable.
+	missParams
+	paramsMissing
+	paramsFailed
 )
 
 func (s *Selectors) miss(pod *corev1.Pod, ns *corev1.Namespace) missKind {
@@ -162,6 +167,12 @@ func (m *MatchResult) Reason() string {
 		return fmt.Sprintf("match condition %s failed", m.rule)
 	case notCompiled:
 		return "selectors match, but the policy does not compile"
+	case missParams:
+		return "selectors match, but no params object is found (parameterNotFoundAction Allow)"
+	case paramsMissing:
+		return "selectors match; the params are missing"
+	case paramsFailed:
+		return "selectors match, but the params cannot be read"
 	}
 	if len(p.conditions) > 0 {
 		return "selectors and match conditions match"
@@ -226,16 +237,87 @@ func (p *CompiledPolicy) PreEnqueue(ctx context.Context, in *PodInput) Decision 
 // this policy: whether the policy applies (Match) and, if it does, its
 // preEnqueue rules. A match Error (a compile or match condition error under
 // Fail) holds the pod, as a rule's error would.
+//
+// A parameterized policy is decided once per params object found (the
+// first that does not pass decides); one that finds none under Deny holds
+// the pod.
 func (p *CompiledPolicy) MatchAndPreEnqueue(ctx context.Context, in *PodInput) (bool, Decision) {
-	m := p.Match(ctx, in)
-	if !m.Matches {
-		return false, m.Decision
+	matched := false
+	last := Decision{Policy: p, Point: PointMatch}
+	var ignored []error
+	matches := p.MatchAll(ctx, in)
+	for i := range matches {
+		m := &matches[i]
+		if !m.Matches {
+			last = m.Decision
+			continue
+		}
+		matched = true
+		d := m.Decision
+		if d.Verdict == Pass {
+			ignored = append(ignored, d.Ignored...)
+			d = d.Policy.PreEnqueue(ctx, in)
+		} else {
+			d.Point = PointPreEnqueue
+			if d.Verdict == Reject { // no params found, Deny
+				d.Verdict = Hold
+			}
+		}
+		ignored = append(ignored, d.Ignored...)
+		d.Ignored = ignored
+		if d.Verdict != Pass {
+			return true, d
+		}
+		last = d
 	}
-	if m.Decision.Verdict != Pass {
-		m.Decision.Point = PointPreEnqueue
-		return true, m.Decision
+	return matched, last
+}
+
+// MatchAll is Match for every way the policy applies to the pod: once for
+// a policy without paramKind (or one bound to its params); for a
+// parameterized one, the selectors first, then once per params object
+// found, bound to it (its match conditions may read params). When no
+// params object is found, the policy does not apply under
+// parameterNotFoundAction Allow, and under Deny it applies with a Reject
+// decision (rule ParamsRule) that holds or rejects the pod. When the params
+// cannot be read, failurePolicy decides, as for a compile error.
+func (p *CompiledPolicy) MatchAll(ctx context.Context, in *PodInput) []MatchResult {
+	if p.paramSpec == nil || p.params != nil {
+		return []MatchResult{p.Match(ctx, in)}
 	}
-	return true, p.PreEnqueue(ctx, in)
+	res := MatchResult{Decision: Decision{Policy: p, Point: PointMatch}, pod: in.schedulerName}
+	if res.why = p.miss(in.Pod, in.Namespace); res.why != selected {
+		return []MatchResult{res}
+	}
+	bindings := p.bindings(in)
+	if len(bindings) == 0 {
+		res.why = missParams
+		return []MatchResult{res}
+	}
+	out := make([]MatchResult, 0, len(bindings))
+	for _, b := range bindings {
+		switch {
+		case b.err != nil:
+			r := res
+			r.why = paramsFailed
+			if errors.Is(b.err, ErrParamsNotReady) {
+				r.Matches, r.Decision.Verdict, r.Decision.Err = true, Error, b.err
+			} else {
+				r.Matches = r.Decision.fail("", b.err)
+			}
+			out = append(out, r)
+		case b.missing:
+			r := res
+			r.why, r.Matches = paramsMissing, true
+			r.Decision.Verdict, r.Decision.Rule = Reject, ParamsRule
+			r.Decision.Message = p.missingMessage(in)
+			r.Decision.static = r.Decision.Message
+			out = append(out, r)
+		default:
+			out = append(out, b.policy.Match(ctx, in))
+		}
+	}
+	return out
 }
 
 // Filter decides the filters for a pod the policy applies to on a node:
@@ -351,6 +433,8 @@ func (ev *evaluation) ResolveName(name string) (any, bool) {
 			return nil, false
 		}
 		return ev.node.nodeInfoValue(), true
+	case ParamsVar:
+		return ev.policy.paramsValue(), true
 	case VariablesVar:
 		if ev.variables == nil {
 			ev.variables = &variablesValue{ev: ev, values: make([]ref.Val, len(ev.policy.variables))}
@@ -366,6 +450,9 @@ func (ev *evaluation) Parent() interpreter.Activation { return nil }
 func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	if ev.ctx.Err() != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
+	}
+	if e.paramsOnly && ev.policy.params != nil {
+		return ev.evalParamsOnly(e)
 	}
 	key, gen, ok := memoKey(ev.policy, ev.pod, ev.node, e)
 	if !ok {
@@ -405,6 +492,22 @@ func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (key ui
 		return key, node.generation, ok && node.generation != 0
 	}
 	return 0, 0, false
+}
+
+// evalParamsOnly evaluates an expression that reads only params once per
+// params version (and compiled expression), as eval does node-only ones
+// per node version.
+func (ev *evaluation) evalParamsOnly(e *expr) (ref.Val, error) {
+	memo := &ev.policy.params.memo
+	if m, ok := memo.Load(e); ok {
+		r := m.(*memoResult)
+		return r.val, r.err
+	}
+	val, err := ev.run(e)
+	if err == nil || memoizable(err) {
+		memo.Store(e, &memoResult{val: val, err: err})
+	}
+	return val, err
 }
 
 // cached returns the result of a memoized expression on the node's

@@ -46,6 +46,8 @@ func FuzzCompile(f *testing.F) {
 		"node == node && [1, 2] == [1, 2] && {'a': 1} in [{'a': 1}]",
 		"[[1], [2, 3]].flatten().size()",
 		"nope0 && nope1 && nope2 && nope3 && " + strings.Repeat("x", 600),
+		"params == null || node.metadata.labels[?'zone'].orValue('') in params.data['zones'].split(',')",
+		"params.?spec.zones.orValue([]).exists(z, z == 'a')",
 	} {
 		f.Add(seed)
 	}

@@ -72,7 +72,9 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 // point is memoized, and finds what the list's key holds.
 func (l *PolicyList) memoizable(point Point) bool {
 	for _, p := range l.Policies {
-		if p.Err() != nil {
+		// A parameterized policy's copies bound to different params
+		// objects have the same name: its outcome is not kept.
+		if p.Err() != nil || p.Base() != p || p.params != nil {
 			return false
 		}
 		var exprs []*expr

@@ -128,7 +128,8 @@ func (s *Snapshot) without(name string) *Snapshot {
 
 func byPolicyName(p *CompiledPolicy, name string) int { return strings.Compare(p.Name, name) }
 
-// Match matches every policy against a pod, in name order, and returns
+// Match matches every policy against a pod, in name order (a parameterized
+// policy once per params object found, see CompiledPolicy.MatchAll), and returns
 // those that apply (CompiledPolicy.Match): the ones whose selectors and
 // match conditions select the pod, and the ones that apply with an Error
 // decision (a compile or match condition error under failurePolicy Fail).
@@ -136,13 +137,22 @@ func byPolicyName(p *CompiledPolicy, name string) int { return strings.Compare(p
 // the caller asks with ignored.
 func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchResult)) []MatchResult {
 	var out []MatchResult
-	for _, p := range s.policies {
-		m := p.Match(ctx, in)
+	add := func(m MatchResult) {
 		switch {
 		case m.Matches:
 			out = append(out, m)
 		case len(m.Decision.Ignored) > 0 && ignored != nil:
 			ignored(m)
+		}
+	}
+	for _, p := range s.policies {
+		if p.paramSpec == nil {
+			add(p.Match(ctx, in)) // without allocating MatchAll's slice
+			continue
+		}
+		matches := p.MatchAll(ctx, in)
+		for i := range matches {
+			add(matches[i])
 		}
 	}
 	return out

@@ -113,7 +113,17 @@ func (s *Snapshot) Signature(ctx context.Context, in *PodInput) (*PodSignature, 
 	for i := range matches {
 		m := &matches[i]
 		p := m.Decision.Policy
-		sig.Policies = append(sig.Policies, fmt.Sprintf("%s/%s/%d/%s", p.Name, p.UID, p.Generation, m.Decision.Verdict))
+		entry := fmt.Sprintf("%s/%s/%d/%s", p.Name, p.UID, p.Generation, m.Decision.Verdict)
+		switch params := p.Params(); {
+		case params != nil:
+			// The rules that read params depend on its version.
+			entry += "/params=" + params.Key()
+		case m.Decision.Rule == ParamsRule:
+			// Rejected for missing params: the message names where
+			// they were looked for.
+			entry += "/missing=" + m.Decision.Message
+		}
+		sig.Policies = append(sig.Policies, entry)
 		if m.Decision.Verdict != Pass {
 			continue // rejects on every node, whatever the pod
 		}

@@ -67,8 +67,75 @@ const (
 	None ScoreNormalization = "None"
 )
 
+// ParameterNotFoundActionType says what a parameterized policy does for a
+// pod when no params object is found.
+// +kubebuilder:validation:Enum=Allow;Deny
+type ParameterNotFoundActionType string
+
+const (
+	// AllowAction skips the policy for the pod.
+	AllowAction ParameterNotFoundActionType = "Allow"
+	// DenyAction holds the pod (when the policy has preEnqueue rules) or
+	// rejects it on every node, with a message naming the policy and the
+	// missing params.
+	DenyAction ParameterNotFoundActionType = "Deny"
+)
+
+// ParamKind is the kind of the objects that hold a policy's parameters, as
+// in ValidatingAdmissionPolicy.
+type ParamKind struct {
+	// apiVersion is the group/version of the kind, e.g. v1 or
+	// example.com/v1.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	APIVersion string `json:"apiVersion"`
+
+	// kind is the kind, e.g. ConfigMap.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Kind string `json:"kind"`
+}
+
+// ParamRef says which objects of the paramKind a policy reads as params for
+// a pod, as in ValidatingAdmissionPolicyBinding.
+// +kubebuilder:validation:XValidation:rule="has(self.name) != has(self.selector)",message="exactly one of name or selector must be set"
+type ParamRef struct {
+	// name is the name of the params object. Exactly one of name and
+	// selector is set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+
+	// selector selects params objects by label; the policy is applied once
+	// per object found (every filter and preEnqueue rule must pass for each;
+	// the score rules' values are averaged over the objects). An empty
+	// selector selects every object of the namespace (or cluster).
+	// +optional
+	Selector *metav1.LabelSelector `json:"selector,omitempty"`
+
+	// namespace is the namespace of the params objects when paramKind is
+	// namespaced. When omitted, the pod's namespace is used: one policy,
+	// per-namespace values. It must be omitted for a cluster-scoped
+	// paramKind.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace,omitempty"`
+
+	// parameterNotFoundAction says what happens when no params object is
+	// found for a pod: Deny holds or rejects the pod, with a message naming
+	// the policy and the missing params; Allow skips the policy for the
+	// pod. Defaults to Deny.
+	// +optional
+	// +kubebuilder:default=Deny
+	ParameterNotFoundAction ParameterNotFoundActionType `json:"parameterNotFoundAction,omitempty"`
+}
+
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0)",message="at least one of preEnqueue, filters or scores must be set"
+// +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
+// +kubebuilder:validation:XValidation:rule="!has(self.paramKind) || has(self.paramRef)",message="paramKind requires paramRef"
 type SchedulingPolicySpec struct {
 	// schedulerNames lists the scheduler profiles (pod.spec.schedulerName)
 	// that evaluate this policy. Empty means every profile that enables the
@@ -94,6 +161,17 @@ type SchedulingPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Fail
 	FailurePolicy FailurePolicyType `json:"failurePolicy,omitempty"`
+
+	// paramKind is the kind of the objects holding the policy's parameters,
+	// which its expressions read as params (e.g. v1 ConfigMap). Without it,
+	// params is null.
+	// +optional
+	ParamKind *ParamKind `json:"paramKind,omitempty"`
+
+	// paramRef says which objects of paramKind are the params for a pod.
+	// Required with paramKind.
+	// +optional
+	ParamRef *ParamRef `json:"paramRef,omitempty"`
 
 	// match selects the pods the policy applies to. All given parts must
 	// match. When omitted, the policy applies to every pod of the profiles in
@@ -295,6 +373,15 @@ const (
 	// ReasonCompileError is Ready's reason when an expression did not
 	// compile; the message lists the field errors.
 	ReasonCompileError = "CompileError"
+	// ReasonParamKindNotFound is Ready's reason when the policy compiled but
+	// its paramKind is not served by the API server (a missing CRD): the
+	// policy follows its failurePolicy for every pod it matches.
+	ReasonParamKindNotFound = "ParamKindNotFound"
+	// ReasonParamsNotReadable is Ready's reason when the policy's paramKind
+	// is served but the manager cannot list its objects (it was not
+	// granted them): the policy rejects or holds the pods it matches until
+	// it can.
+	ReasonParamsNotReadable = "ParamsNotReadable"
 	// ConditionSlow is True, with reason TimeBudgetExceeded, when a rule of
 	// the policy's current generation was cut off by the CEL time budget of
 	// a pod's scheduling cycle: the message names the rule. It is removed

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -30,11 +31,49 @@ import (
 func TestStatusCodes(t *testing.T) {
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Label("app", "db").Obj()
 	node := st.MakeNode().Name("n1").Label("zone", "c").Obj()
+	placement := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"zones": "a,b"}}}
+	placement.SetAPIVersion("v1")
+	placement.SetKind("ConfigMap")
+	placement.SetNamespace("ns")
+	placement.SetName("placement")
+	tenant := func(name string, notFound schedv1alpha1.ParameterNotFoundActionType) *builder.PolicyWrapper {
+		return builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef(name, "", notFound).
+			Filter("zone", "node.metadata.labels['zone'] in params.data['zones'].split(',')")
+	}
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := engine.NewStaticParams(env, []*unstructured.Unstructured{placement})
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := map[string]struct {
 		policies      []*schedv1alpha1.SchedulingPolicy
+		params        engine.ParamsResolver
 		wantPreFilter *fwk.Status
 		wantFilter    *fwk.Status
 	}{
+		"params found: the filter reads them": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{tenant("placement", "").Obj()},
+			params:     params,
+			wantFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) rejected by SchedulingPolicy p, rule zone: expression is false"),
+		},
+		"no params, Deny: every node": {
+			policies: []*schedv1alpha1.SchedulingPolicy{tenant("other", schedv1alpha1.DenyAction).Obj()},
+			params:   params,
+			wantPreFilter: fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				"node(s) rejected by SchedulingPolicy p, rule paramRef: no params ConfigMap other in namespace ns found (parameterNotFoundAction Deny)"),
+		},
+		"no params, Allow: skipped": {
+			policies:      []*schedv1alpha1.SchedulingPolicy{tenant("other", schedv1alpha1.AllowAction).Obj()},
+			params:        params,
+			wantPreFilter: fwk.NewStatus(fwk.Skip),
+		},
+		"params that cannot be read, Ignore: skipped": {
+			policies:      []*schedv1alpha1.SchedulingPolicy{tenant("placement", "").Ignore().Obj()},
+			wantPreFilter: fwk.NewStatus(fwk.Skip),
+		},
 		"no policy": {
 			wantPreFilter: fwk.NewStatus(fwk.Skip),
 		},
@@ -87,6 +126,7 @@ func TestStatusCodes(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
+			rt.Params = tc.params
 			pl := &Filter{rt: rt}
 			pl.args.EvaluationBudget.Duration = time.Minute // no cut-off, even under -race
 			ctx := context.Background()

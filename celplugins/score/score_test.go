@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -97,32 +98,92 @@ func TestStatusCodes(t *testing.T) {
 			if tc.wantPreScore == fwk.Skip {
 				return
 			}
-			scores := make(fwk.NodeScoreList, len(nodes))
-			for i, ni := range nodes {
-				_, status := pl.Score(ctx, state, pod, ni)
-				if status.Code() != fwk.Success {
-					if status.Code() != tc.wantScore {
-						t.Fatalf("Score on %s: %v, want %v", ni.Node().Name, status, tc.wantScore)
-					}
-					return
-				}
-				scores[i].Name = ni.Node().Name
+			got, status := scoreAll(ctx, pl, state, pod, nodes)
+			if status.Code() != tc.wantScore {
+				t.Fatalf("Score: %v, want %v", status, tc.wantScore)
 			}
-			if tc.wantScore != fwk.Success {
-				t.Fatalf("Score succeeded on every node, want %v", tc.wantScore)
-			}
-			if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
-				t.Fatal(status)
-			}
-			got := make([]int64, len(scores))
-			for i, s := range scores {
-				got[i] = s.Score
+			if !status.IsSuccess() {
+				return
 			}
 			if diff := cmp.Diff(tc.wantScores, got); diff != "" {
 				t.Errorf("scores (-want +got):\n%s", diff)
 			}
 		})
 	}
+}
+
+// TestParamsScoresCombine: a parameterized policy whose selector finds two
+// params objects scores each node with both, as two policies would: the
+// node's score is the mean of the two.
+func TestParamsScoresCombine(t *testing.T) {
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+	nodes := []fwk.NodeInfo{nodeInfo("n1", "1"), nodeInfo("n2", "3"), nodeInfo("n3", "")}
+	policy := builder.MakePolicy("preferred-rack").ParamKind("v1", "ConfigMap").
+		ParamSelector(map[string]string{"racks": "preferred"}, "", schedv1alpha1.DenyAction).
+		Score("rack", "node.metadata.?labels[?'rack'].orValue('') == params.data['rack'] ? 100 : 0", 1, schedv1alpha1.None).Obj()
+	rack := func(name, value string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"rack": value}}}
+		u.SetAPIVersion("v1")
+		u.SetKind("ConfigMap")
+		u.SetNamespace("ns")
+		u.SetName(name)
+		u.SetResourceVersion("1")
+		u.SetLabels(map[string]string{"racks": "preferred"})
+		return u
+	}
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		params []*unstructured.Unstructured
+		want   []int64
+	}{
+		"one params object":  {params: []*unstructured.Unstructured{rack("a", "1")}, want: []int64{100, 0, 0}},
+		"two params objects": {params: []*unstructured.Unstructured{rack("a", "1"), rack("b", "3")}, want: []int64{50, 50, 0}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))
+			if rt.Params, err = engine.NewStaticParams(env, tc.params); err != nil {
+				t.Fatal(err)
+			}
+			pl := &Score{rt: rt}
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			if got := pl.PreScore(ctx, state, pod, nodes); !got.IsSuccess() {
+				t.Fatalf("PreScore: %v", got)
+			}
+			got, status := scoreAll(ctx, pl, state, pod, nodes)
+			if !status.IsSuccess() {
+				t.Fatalf("Score: %v", status)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("scores (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// scoreAll runs Score on every node, then NormalizeScore, as the framework
+// does, and returns the normalized scores, or the first status that is not
+// a success.
+func scoreAll(ctx context.Context, pl *Score, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) ([]int64, *fwk.Status) {
+	scores := make(fwk.NodeScoreList, len(nodes))
+	for i, ni := range nodes {
+		if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
+			return nil, status
+		}
+		scores[i].Name = ni.Node().Name
+	}
+	if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
+		return nil, status
+	}
+	got := make([]int64, len(scores))
+	for i, s := range scores {
+		got[i] = s.Score
+	}
+	return got, nil
 }
 
 func nodeInfo(name, rack string) fwk.NodeInfo {

@@ -86,6 +86,7 @@ func newPolicyCounters(p *engine.CompiledPolicy) *policyCounters {
 }
 
 func (c *Counters) of(p *engine.CompiledPolicy) *policyCounters {
+	p = p.Base() // the copies bound to params objects count as their policy
 	if v, ok := c.byName.Load(p.Name); ok {
 		if pc := v.(*policyCounters); pc.policy == p {
 			return pc

@@ -119,6 +119,9 @@ func run(workDir, samplesDir string) error {
 	if err != nil {
 		return err
 	}
+	if err := applyParams(ctx, c, samplesDir); err != nil {
+		return err
+	}
 
 	if err := waitReady(ctx, c, policies); err != nil {
 		return err
@@ -138,6 +141,8 @@ func run(workDir, samplesDir string) error {
 The cluster keeps running. Try, in another terminal:
   kubectl --kubeconfig %[1]s get schedpol
   kubectl --kubeconfig %[1]s label namespace research gpu-approved=true   # releases research/notebook
+  kubectl --kubeconfig %[1]s -n team-c create configmap celsched-placement --from-literal=zones=zone-a   # releases team-c/web
+  kubectl --kubeconfig %[1]s -n team-a edit configmap celsched-placement   # e.g. zones: zone-b moves team-a's next pod
   kubectl --kubeconfig %[1]s apply -f config/samples/...                   # or your own policy
   kubectl --kubeconfig %[1]s describe pod -n sandbox scratch
 New placements are printed below. Ctrl-C stops everything.
@@ -191,7 +196,7 @@ var nodes = []node{
 	{name: "node-b1", zone: "zone-b", gpus: "4", labels: map[string]string{"nvidia.com/gpu.present": "true"},
 		taints: []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}},
 	{name: "node-b2", zone: "zone-b", labels: map[string]string{"celsched.io/pool": "payments"}},
-	{name: "node-b3", zone: "zone-b"},
+	{name: "node-b3", zone: "zone-b", labels: map[string]string{"celsched.io/pool": "general"}},
 	{name: "node-c1", zone: "zone-c", labels: map[string]string{"celsched.io/maintenance": "true"}},
 }
 
@@ -203,6 +208,12 @@ var namespaces = map[string]map[string]string{
 	"shop":     {"celsched.io/preferred-zone": "zone-b", "cost-center": "retail"},
 	"batch":    {"cost-center": "data"},
 	"sandbox":  {},
+	// Tenants of tenant-zones-and-pools: team-a and team-b have their
+	// placement ConfigMap (config/samples/tenant-placement-params.yaml),
+	// team-c has none yet.
+	"team-a": {"celsched.io/tenant": "team-a", "cost-center": "team-a"},
+	"team-b": {"celsched.io/tenant": "team-b", "cost-center": "team-b"},
+	"team-c": {"celsched.io/tenant": "team-c", "cost-center": "team-c"},
 }
 
 // managerNamespace is the namespace of an install (config/default).
@@ -244,6 +255,24 @@ func createCluster(ctx context.Context, c client.Client) error {
 		}
 	}
 	fmt.Printf("Created %d nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance) and %d namespaces.\n", len(nodes), len(namespaces))
+	return nil
+}
+
+// applyParams creates the ConfigMaps of config/samples/tenant-placement-params.yaml.
+func applyParams(ctx context.Context, c client.Client, dir string) error {
+	data, err := os.ReadFile(filepath.Join(dir, "tenant-placement-params.yaml"))
+	if err != nil {
+		return err
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		cm := &corev1.ConfigMap{}
+		if err := yaml.UnmarshalStrict([]byte(doc), cm); err != nil {
+			return fmt.Errorf("tenant-placement-params.yaml: %w", err)
+		}
+		if err := c.Create(ctx, cm); err != nil {
+			return fmt.Errorf("creating ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		}
+	}
 	return nil
 }
 
@@ -310,6 +339,9 @@ var samplePods = []samplePod{
 	{namespace: "batch", name: "job-1", labels: map[string]string{"workload-class": "batch"}, note: "batch-prefers-spot"},
 	{namespace: "sandbox", name: "scratch", note: "require-cost-center"},
 	{namespace: "batch", name: "huge", cpu: "64", note: "built-in NodeResourcesFit"},
+	{namespace: "team-a", name: "web", note: "tenant-zones-and-pools: zone-a"},
+	{namespace: "team-b", name: "web", note: "tenant-zones-and-pools: zone-b/c, pool general"},
+	{namespace: "team-c", name: "web", note: "tenant-zones-and-pools: no params"},
 }
 
 func createPods(ctx context.Context, c client.Client) ([]*corev1.Pod, error) {

@@ -139,3 +139,25 @@ func (b *PolicyWrapper) Score(name, expression string, weight int32, n schedv1al
 	b.p.Spec.Scores = append(b.p.Spec.Scores, schedv1alpha1.ScoreRule{Name: name, Expression: expression, Weight: weight, Normalization: n})
 	return b
 }
+
+// ParamKind sets spec.paramKind.
+func (b *PolicyWrapper) ParamKind(apiVersion, kind string) *PolicyWrapper {
+	b.p.Spec.ParamKind = &schedv1alpha1.ParamKind{APIVersion: apiVersion, Kind: kind}
+	return b
+}
+
+// ParamRef sets spec.paramRef to the object named name (in the pod's
+// namespace for a namespaced kind, when namespace is empty), with the given
+// parameterNotFoundAction.
+func (b *PolicyWrapper) ParamRef(name, namespace string, notFound schedv1alpha1.ParameterNotFoundActionType) *PolicyWrapper {
+	b.p.Spec.ParamRef = &schedv1alpha1.ParamRef{Name: name, Namespace: namespace, ParameterNotFoundAction: notFound}
+	return b
+}
+
+// ParamSelector sets spec.paramRef to the objects whose labels match
+// matchLabels, with the given parameterNotFoundAction.
+func (b *PolicyWrapper) ParamSelector(matchLabels map[string]string, namespace string, notFound schedv1alpha1.ParameterNotFoundActionType) *PolicyWrapper {
+	b.p.Spec.ParamRef = &schedv1alpha1.ParamRef{Selector: &metav1.LabelSelector{MatchLabels: matchLabels},
+		Namespace: namespace, ParameterNotFoundAction: notFound}
+	return b
+}

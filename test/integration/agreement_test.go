@@ -44,6 +44,9 @@ func TestDryRunAgreesWithScheduler(t *testing.T) {
 	n := 0
 	for _, suite := range suites {
 		t.Run(suite.Name, func(t *testing.T) {
+			if slices.ContainsFunc(suite.Cases, func(tc *cli.Case) bool { return len(tc.Params) > 0 }) {
+				grantConfigMapParams(t)
+			}
 			for _, p := range suite.Policies {
 				applyPolicy(t, p.DeepCopy())
 			}
@@ -95,6 +98,19 @@ func agree(t *testing.T, suite *cli.Suite, tc *cli.Case, id string) {
 		t.Cleanup(func() { deleteObject(t, p) })
 		onNodes = append(onNodes, p)
 	}
+	// The params objects, live, created for the case (and deleted after
+	// it): a pod evaluated before the scheduler sees them is rejected for
+	// missing params, never placed wrongly, and retried when they come.
+	for _, p := range tc.Params {
+		p = p.DeepCopy()
+		if p.GetNamespace() != "" {
+			ensureNamespace(t, tc, p.GetNamespace())
+		}
+		if err := k8sClient.Create(ctx, p); err != nil {
+			t.Fatalf("creating params %s %s/%s: %v", p.GetKind(), p.GetNamespace(), p.GetName(), err)
+		}
+		t.Cleanup(func() { deleteObject(t, p) })
+	}
 	pod := tc.Pod.DeepCopy()
 	pod.Name = id + "-" + pod.Name
 	requireNodes(pod, metav1.LabelSelectorRequirement{Key: caseLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{id}})
@@ -104,6 +120,9 @@ func agree(t *testing.T, suite *cli.Suite, tc *cli.Case, id string) {
 		"--namespace", writeObjects(t, dir, "namespaces", namespaces...), "--pods-on-nodes", writeObjects(t, dir, "pods", onNodes...)}
 	for _, f := range suite.PolicyFiles {
 		args = append(args, "-f", f)
+	}
+	if len(tc.Params) > 0 {
+		args = append(args, "--params", writeObjects(t, dir, "params", tc.Params...))
 	}
 	eval := cliReport(t, args...)
 
@@ -121,8 +140,8 @@ func agree(t *testing.T, suite *cli.Suite, tc *cli.Case, id string) {
 	case len(eval.Feasible) == 0:
 		var reasons []string
 		for _, n := range eval.Nodes {
-			if n.RejectedBy != nil && !slices.Contains(reasons, n.RejectedBy.Message) {
-				reasons = append(reasons, n.RejectedBy.Message)
+			if r := rejection(eval, n.Name); r != "" && !slices.Contains(reasons, r) {
+				reasons = append(reasons, r)
 			}
 		}
 		waitPending(t, pod, corev1.PodReasonUnschedulable, reasons...)
@@ -162,8 +181,21 @@ func agree(t *testing.T, suite *cli.Suite, tc *cli.Case, id string) {
 			expectNode(t, probe, n.Name)
 			continue
 		}
-		waitPending(t, probe, corev1.PodReasonUnschedulable, eval.Node(n.Name).RejectedBy.Message)
+		waitPending(t, probe, corev1.PodReasonUnschedulable, rejection(eval, n.Name))
 	}
+}
+
+// rejection is why eval says the node is infeasible: its plugin's
+// message, or PreFilter's when that rejected the pod on every node (a
+// parameterized policy without params, under Deny).
+func rejection(r *dryrun.Report, node string) string {
+	if n := r.Node(node); n != nil && n.RejectedBy != nil {
+		return n.RejectedBy.Message
+	}
+	if r.PreFilter != nil {
+		return r.PreFilter.Message
+	}
+	return ""
 }
 
 // caseNamespaces are the namespaces of the case's pods.

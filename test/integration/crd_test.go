@@ -236,6 +236,39 @@ filters: [{name: a, expression: "true", message: "` + strings.Repeat("m", schedv
 			spec: "\nfilters:\n" + manyRules(schedv1alpha1.MaxRulesPerList+1),
 			want: []cause{{Field: "spec.filters", Type: metav1.CauseType(field.ErrorTypeTooMany), Message: "must have at most 64 items"}},
 		},
+		"paramRef without paramKind": {
+			spec: `
+paramRef: {name: placement}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "paramRef requires paramKind"}},
+		},
+		"paramKind without paramRef": {
+			spec: `
+paramKind: {apiVersion: v1, kind: ConfigMap}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "paramKind requires paramRef"}},
+		},
+		"paramRef with name and selector": {
+			spec: `
+paramKind: {apiVersion: v1, kind: ConfigMap}
+paramRef: {name: placement, selector: {matchLabels: {a: b}}}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.paramRef", Type: metav1.CauseTypeFieldValueInvalid, Message: "exactly one of name or selector must be set"}},
+		},
+		"paramRef with neither name nor selector": {
+			spec: `
+paramKind: {apiVersion: v1, kind: ConfigMap}
+paramRef: {namespace: shared}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.paramRef", Type: metav1.CauseTypeFieldValueInvalid, Message: "exactly one of name or selector must be set"}},
+		},
+		"bad parameterNotFoundAction enum": {
+			spec: `
+paramKind: {apiVersion: v1, kind: ConfigMap}
+paramRef: {name: placement, parameterNotFoundAction: Skip}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.paramRef.parameterNotFoundAction", Type: metav1.CauseTypeFieldValueNotSupported, Message: `Unsupported value: "Skip": supported values: "Allow", "Deny"`}},
+		},
 		"no rules at all": {
 			spec: `
 enforcement: Audit`,

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -175,4 +176,33 @@ func normalize(obj *unstructured.Unstructured) *unstructured.Unstructured {
 
 func objectKey(obj *unstructured.Unstructured) string {
 	return obj.GetKind() + "/" + obj.GetNamespace() + "/" + obj.GetName()
+}
+
+// TestHelmChartParamKinds: the paramKinds value renders a ClusterRole that
+// grants reading exactly those resources, labelled for celsched-params.
+func TestHelmChartParamKinds(t *testing.T) {
+	objects := helmTemplate(t, "--set", "paramKinds[0].apiGroup=,paramKinds[0].resource=configmaps,paramKinds[1].apiGroup=example.com,paramKinds[1].resource=tenantplacements")
+	var role *rbacv1.ClusterRole
+	for _, obj := range objects {
+		if obj.GetKind() == "ClusterRole" && obj.GetName() == "celsched-params-kinds" {
+			role = &rbacv1.ClusterRole{}
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, role); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if role == nil {
+		t.Fatal("no ClusterRole celsched-params-kinds")
+	}
+	if got := role.Labels["scheduling.celsched.io/aggregate-to-params"]; got != "true" {
+		t.Errorf("label scheduling.celsched.io/aggregate-to-params = %q, want true", got)
+	}
+	read := []string{"get", "list", "watch"}
+	want := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: read},
+		{APIGroups: []string{"example.com"}, Resources: []string{"tenantplacements"}, Verbs: read},
+	}
+	if diff := cmp.Diff(want, role.Rules); diff != "" {
+		t.Errorf("rules (-want +got):\n%s", diff)
+	}
 }

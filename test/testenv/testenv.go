@@ -12,6 +12,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -137,13 +138,16 @@ func validatingWebhooks(dir string) ([]*admissionregistrationv1.ValidatingWebhoo
 }
 
 // Client returns a client of the control plane that knows the built-in
-// kinds and SchedulingPolicy.
+// kinds, CustomResourceDefinition and SchedulingPolicy.
 func Client(cfg *rest.Config) (client.Client, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})

@@ -18,15 +18,15 @@ import (
 )
 
 type evalOptions struct {
-	policies, nodes, namespaces, podsOnNodes []string
-	pod, config, output                      string
-	why                                      bool
+	policies, nodes, namespaces, podsOnNodes, params []string
+	pod, config, output                              string
+	why                                              bool
 }
 
 func newEvalCommand(s *streams) *cobra.Command {
 	var o evalOptions
 	cmd := &cobra.Command{
-		Use:   "eval -f POLICIES --pod POD.yaml --nodes NODES.yaml [--namespace NS.yaml] [--pods-on-nodes PODS.yaml]",
+		Use:   "eval -f POLICIES --pod POD.yaml --nodes NODES.yaml [--namespace NS.yaml] [--pods-on-nodes PODS.yaml] [--params PARAMS.yaml]",
 		Short: "Evaluate a pod against policies and nodes, offline",
 		Long: `eval places one pod as the scheduler would, without a cluster: it runs
 kube-scheduler's framework in-process with the profile's built-in plugins and
@@ -51,6 +51,7 @@ CEL filter and score rule per node, the feasible nodes and the ranking.`,
 	f.StringSliceVar(&o.nodes, "nodes", nil, "node files (documents or a List)")
 	f.StringSliceVar(&o.namespaces, "namespace", nil, "namespace files (the pod's namespace; default: one with only its name label)")
 	f.StringSliceVar(&o.podsOnNodes, "pods-on-nodes", nil, "files of pods already on the nodes (spec.nodeName set)")
+	f.StringSliceVar(&o.params, "params", nil, "files of params objects of parameterized policies (ConfigMaps, custom resources)")
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.BoolVar(&o.why, "why", false, whyUsage)
@@ -91,11 +92,15 @@ func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, e
 	if err != nil {
 		return nil, inputError(err)
 	}
+	params, err := readParams(s, o.params)
+	if err != nil {
+		return nil, inputError(err)
+	}
 	cfg, err := defaultconfig.Load(o.config)
 	if err != nil {
 		return nil, inputError(err)
 	}
-	report, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg, Why: o.why})
+	report, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg, Params: params, Why: o.why})
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +171,7 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		if p.MatchError != "" {
 			why += ": " + p.MatchError
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Name, p.Enforcement, yesNo(p.Matched), why)
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Label(), p.Enforcement, yesNo(p.Matched), why)
 	}
 	_ = w.Flush()
 
@@ -234,12 +239,12 @@ func printRules(out io.Writer, r *dryrun.Report) {
 	}
 	for _, p := range r.Policies {
 		for _, v := range p.PreEnqueue {
-			row("  %s\tpreEnqueue/%s\t-\t%s\n", p.Name, v.Rule, verdict(v))
+			row("  %s\tpreEnqueue/%s\t-\t%s\n", p.Label(), v.Rule, verdict(v))
 			why(v)
 		}
 		for _, n := range r.Nodes {
 			for _, v := range p.Filters[n.Name] {
-				row("  %s\tfilters/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, verdict(v))
+				row("  %s\tfilters/%s\t%s\t%s\n", p.Label(), v.Rule, n.Name, verdict(v))
 				why(v)
 			}
 			for _, v := range p.Scores[n.Name] {
@@ -252,7 +257,7 @@ func printRules(out io.Writer, r *dryrun.Report) {
 				default:
 					result += ", not normalized (infeasible)"
 				}
-				row("  %s\tscores/%s\t%s\t%s\n", p.Name, v.Rule, n.Name, result)
+				row("  %s\tscores/%s\t%s\t%s\n", p.Label(), v.Rule, n.Name, result)
 			}
 		}
 	}

@@ -42,10 +42,29 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateParams: params is typed from a CRD given with --param-crd
+// (and from the built-in ConfigMap), dyn with a warning without it.
+func TestValidateParams(t *testing.T) {
+	dir := filepath.Join("testdata", "validate")
+	cases := map[string][]string{
+		"params-crd":    {"validate", "-f", filepath.Join(dir, "params.yaml"), "--param-crd", filepath.Join(dir, "tenantplacement-crd.yaml")},
+		"params-no-crd": {"validate", "-f", filepath.Join(dir, "params.yaml")},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			if code, out := runCLI(t, args...); code != 1 {
+				t.Errorf("exit code %d, want 1; output:\n%s", code, out)
+			} else {
+				golden.Compare(t, filepath.Join(dir, name+".golden"), out)
+			}
+		})
+	}
+}
+
 // TestValidateSamples: every sample is valid, as a directory.
 func TestValidateSamples(t *testing.T) {
 	code, out := runCLI(t, "validate", "-f", filepath.Join("..", "..", "..", "config", "samples"))
-	if code != 0 || out != "7 SchedulingPolicies valid\n" {
+	if code != 0 || out != "8 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
 }
@@ -99,10 +118,38 @@ func TestEval(t *testing.T) {
 	}
 }
 
+// TestEvalParams: a tenant's pod evaluated with the tenants' params
+// ConfigMaps; the report names the params object the policy used.
+func TestEvalParams(t *testing.T) {
+	dir := filepath.Join("testdata", "eval")
+	samples := filepath.Join("..", "..", "..", "config", "samples")
+	base := []string{"eval", "-f", samples, "--pod", filepath.Join(dir, "pod-tenant.yaml"), "--nodes", filepath.Join(dir, "nodes.yaml"),
+		"--namespace", filepath.Join(dir, "namespace-team-a.yaml")}
+	cases := map[string]struct {
+		args     []string
+		wantCode int
+	}{
+		// team-a's zone is zone-a.
+		"params": {args: []string{"--params", filepath.Join(samples, "tenant-placement-params.yaml")}},
+		// Without params, the tenant's pod gets no node (Deny).
+		"params-missing":  {},
+		"params-bad-file": {args: []string{"--params", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			code, out := runCLI(t, append(slices.Clone(base), tc.args...)...)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
+			}
+			golden.Compare(t, filepath.Join(dir, name+".golden"), out)
+		})
+	}
+}
+
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)
-	if code != 0 || !strings.HasSuffix(out, "15 passed, 0 failed\n") {
+	if code != 0 || !strings.HasSuffix(out, "20 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
 	golden.Compare(t, filepath.Join("testdata", "test", "samples.golden"), out)

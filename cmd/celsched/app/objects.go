@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -18,6 +20,9 @@ var decoder = func() runtime.Decoder {
 		panic(err)
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		panic(err)
 	}
 	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
@@ -99,4 +104,51 @@ func readPolicies(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// decodeUnstructured decodes documents of any kind (params objects:
+// ConfigMaps, custom resources); a List contributes its items.
+func decodeUnstructured(docs []*document) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for _, d := range docs {
+		obj, err := unstructuredOf(d.json, d)
+		if err != nil {
+			return nil, err
+		}
+		if obj.IsList() {
+			err := obj.EachListItem(func(item runtime.Object) error {
+				out = append(out, item.(*unstructured.Unstructured))
+				return nil
+			})
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
+			}
+			continue
+		}
+		out = append(out, obj)
+	}
+	return out, nil
+}
+
+func unstructuredOf(data []byte, d *document) (*unstructured.Unstructured, error) {
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(data); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
+	}
+	if obj.GetKind() == "" || obj.GetAPIVersion() == "" || obj.GetName() == "" && !obj.IsList() {
+		return nil, fmt.Errorf("%s:%d: a params object needs apiVersion, kind and metadata.name", d.file, d.root.Line)
+	}
+	return obj, nil
+}
+
+// readParams reads files of params objects.
+func readParams(s *streams, files []string) ([]*unstructured.Unstructured, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	docs, err := readDocuments(files, s.in)
+	if err != nil {
+		return nil, err
+	}
+	return decodeUnstructured(docs)
 }

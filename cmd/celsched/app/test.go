@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	yamlv3 "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"sigs.k8s.io/yaml"
@@ -37,7 +38,10 @@ type PolicyTest struct {
 	Nodes       []json.RawMessage `json:"nodes,omitempty"`
 	Namespaces  []json.RawMessage `json:"namespaces,omitempty"`
 	PodsOnNodes []json.RawMessage `json:"podsOnNodes,omitempty"`
-	Cases       []TestCase        `json:"cases"`
+	// Params are the params objects of parameterized policies, inline or
+	// {file: path}.
+	Params []json.RawMessage `json:"params,omitempty"`
+	Cases  []TestCase        `json:"cases"`
 }
 
 // TestCase is one pod and what the scheduler should do with it.
@@ -46,7 +50,9 @@ type TestCase struct {
 	Pod       json.RawMessage   `json:"pod"`
 	Namespace json.RawMessage   `json:"namespace,omitempty"`
 	Nodes     []json.RawMessage `json:"nodes,omitempty"`
-	Expect    Expectation       `json:"expect"`
+	// Params, when given, replace the suite's params objects.
+	Params []json.RawMessage `json:"params,omitempty"`
+	Expect Expectation       `json:"expect"`
 }
 
 // Expectation is what a case checks; unset fields are not checked.
@@ -67,6 +73,10 @@ type Expectation struct {
 	// CompileError is a regular expression a policy's compile error must
 	// match.
 	CompileError string `json:"compileError,omitempty"`
+	// Params maps a parameterized policy to the params objects it was
+	// evaluated with ("ConfigMap team-a/placement"), in name order; an
+	// empty list: none was found.
+	Params map[string][]string `json:"params,omitempty"`
 }
 
 const (
@@ -155,6 +165,7 @@ type Suite struct {
 	Nodes       []*corev1.Node
 	Namespaces  []*corev1.Namespace
 	PodsOnNodes []*corev1.Pod
+	Params      []*unstructured.Unstructured
 	Cases       []*Case
 }
 
@@ -165,12 +176,13 @@ type Case struct {
 	Pod        *corev1.Pod
 	Namespaces []*corev1.Namespace
 	Nodes      []*corev1.Node
+	Params     []*unstructured.Unstructured
 	Expect     Expectation
 }
 
 // Input is the dry-run input of the case.
 func (c *Case) Input(s *Suite, cfg *schedulerconfig.KubeSchedulerConfiguration) dryrun.Input {
-	return dryrun.Input{Policies: s.Policies, Pod: c.Pod, Namespaces: c.Namespaces, Nodes: c.Nodes, Pods: s.PodsOnNodes, Config: cfg}
+	return dryrun.Input{Policies: s.Policies, Pod: c.Pod, Namespaces: c.Namespaces, Nodes: c.Nodes, Pods: s.PodsOnNodes, Config: cfg, Params: c.Params}
 }
 
 // LoadSuites reads the PolicyTest suites of files and directories (what
@@ -224,6 +236,9 @@ func loadSuite(s *streams, file string, spec *PolicyTest) (*Suite, error) {
 	if suite.PodsOnNodes, err = inlineObjects[*corev1.Pod](s, dir, spec.PodsOnNodes, "Pod"); err != nil {
 		return nil, fmt.Errorf("%s: podsOnNodes: %w", file, err)
 	}
+	if suite.Params, err = inlineParams(s, dir, spec.Params); err != nil {
+		return nil, fmt.Errorf("%s: params: %w", file, err)
+	}
 	for i := range spec.Cases {
 		tc, err := loadCase(s, dir, &spec.Cases[i], suite)
 		if err != nil {
@@ -239,7 +254,12 @@ func loadCase(s *streams, dir string, spec *TestCase, suite *Suite) (*Case, erro
 	if err != nil || len(pods) != 1 {
 		return nil, fmt.Errorf("pod: want one Pod: %v", err)
 	}
-	tc := &Case{Name: spec.Name, Pod: pods[0], Namespaces: suite.Namespaces, Nodes: suite.Nodes, Expect: spec.Expect}
+	tc := &Case{Name: spec.Name, Pod: pods[0], Namespaces: suite.Namespaces, Nodes: suite.Nodes, Params: suite.Params, Expect: spec.Expect}
+	if len(spec.Params) > 0 {
+		if tc.Params, err = inlineParams(s, dir, spec.Params); err != nil {
+			return nil, fmt.Errorf("params: %w", err)
+		}
+	}
 	if tc.Pod.Namespace == "" {
 		tc.Pod.Namespace = corev1.NamespaceDefault
 	}
@@ -331,6 +351,17 @@ func check(e Expectation, r *dryrun.Report) (string, error) {
 			return "", err
 		}
 	}
+	for policy, want := range e.Params {
+		got := []string{}
+		for _, p := range r.Policies {
+			if p.Name == policy && p.Params != "" {
+				got = append(got, p.Params)
+			}
+		}
+		if !slices.Equal(want, got) {
+			mismatch("params["+policy+"]", want, got)
+		}
+	}
 	if e.CompileError != "" {
 		var errs []string
 		for _, p := range r.Policies {
@@ -361,6 +392,31 @@ func inlineObjects[T runtime.Object](s *streams, dir string, entries []json.RawM
 			continue
 		}
 		obj, err := decodeOne[T](raw, &document{file: fmt.Sprintf("entry %d", i), root: &yamlv3.Node{}}, kind)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, obj)
+	}
+	return out, nil
+}
+
+// inlineParams decodes a list whose entries are params objects or
+// {file: path}.
+func inlineParams(s *streams, dir string, entries []json.RawMessage) ([]*unstructured.Unstructured, error) {
+	var out []*unstructured.Unstructured
+	for i, raw := range entries {
+		var ref struct {
+			File string `json:"file"`
+		}
+		if err := json.Unmarshal(raw, &ref); err == nil && ref.File != "" {
+			objs, err := readParams(s, []string{filepath.Join(dir, ref.File)})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, objs...)
+			continue
+		}
+		obj, err := unstructuredOf(raw, &document{file: fmt.Sprintf("entry %d", i), root: &yamlv3.Node{}})
 		if err != nil {
 			return nil, err
 		}

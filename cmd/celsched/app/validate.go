@@ -6,34 +6,44 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
 	"github.com/celsched/celsched/engine"
 )
 
 func newValidateCommand(streams *streams) *cobra.Command {
-	var files []string
+	var files, paramCRDs []string
 	cmd := &cobra.Command{
-		Use:   "validate -f FILE|DIR ...",
+		Use:   "validate -f FILE|DIR ... [--param-crd CRD.yaml ...]",
 		Short: "Compile and type-check SchedulingPolicies offline",
 		Long: `validate compiles every SchedulingPolicy of the files and directories given,
 with the CEL environment and cost limits of the scheduler, and prints each
 error with its file, YAML line, field path and CEL line and column. Documents
 of other kinds are skipped. It exits non-zero on any error: use it as a
-pre-commit hook or a CI step.`,
+pre-commit hook or a CI step.
+
+params is typed for built-in param kinds (ConfigMap); for a custom resource,
+give its CustomResourceDefinition with --param-crd, so that a misspelt params
+field is an error; otherwise params is dyn, with a warning.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
 				return usageError("-f is required")
 			}
-			return runValidate(streams, files)
+			return runValidate(streams, files, paramCRDs)
 		},
 	}
 	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "policy files or directories (- for standard input)")
+	cmd.Flags().StringSliceVar(&paramCRDs, "param-crd", nil, "CustomResourceDefinition files of custom param kinds, to type params")
 	return cmd
 }
 
-func runValidate(s *streams, files []string) error {
+func runValidate(s *streams, files, paramCRDs []string) error {
 	docs, err := readDocuments(files, s.in)
+	if err != nil {
+		return inputError(err)
+	}
+	paramTypes, err := readParamTypes(s, paramCRDs)
 	if err != nil {
 		return inputError(err)
 	}
@@ -53,7 +63,7 @@ func runValidate(s *streams, files []string) error {
 			failed++
 			continue
 		}
-		compiled := compiler.Compile(p, engine.CompileOptions{})
+		compiled := compiler.Compile(p, engine.CompileOptions{ParamTypes: paramTypes})
 		for _, e := range compiled.Errors {
 			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: %s\n", d.file, d.line(e.Field), p.Name, indentRest(e.Error()))
 		}
@@ -69,6 +79,22 @@ func runValidate(s *streams, files []string) error {
 	}
 	fmt.Fprintf(s.out, "%d SchedulingPolicies valid\n", policies)
 	return nil
+}
+
+// readParamTypes reads CustomResourceDefinitions and types params from
+// their schemas.
+func readParamTypes(s *streams, files []string) (engine.CRDParamTypes, error) {
+	types := engine.CRDParamTypes{}
+	crds, err := readObjects[*apiextensionsv1.CustomResourceDefinition](s, files, "CustomResourceDefinition")
+	if err != nil {
+		return nil, err
+	}
+	for _, crd := range crds {
+		if err := types.Add(crd); err != nil {
+			return nil, err
+		}
+	}
+	return types, nil
 }
 
 // indentRest indents the continuation lines of a multi-line message (CEL

@@ -17,6 +17,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -66,6 +67,10 @@ type Input struct {
 	// Why adds, to every preEnqueue rule and filter that is false or
 	// fails, the values of its sub-expressions (RuleResult.Why).
 	Why bool
+	// Params are the params objects of parameterized policies (ConfigMaps,
+	// custom resources). A kind none of whose objects has a namespace is
+	// taken as cluster-scoped.
+	Params []*unstructured.Unstructured
 }
 
 // notEvaluated are plugins of the profile that a dry run cannot run, and why.
@@ -89,6 +94,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	cluster := NewCluster(WithNamespaces(in.Namespaces, pod), in.Nodes, in.Pods, in.Objects)
+	cluster.Params = in.Params
 	s, err := cluster.Scheduler(ctx, in.Policies, in.Config)
 	if err != nil {
 		return nil, err
@@ -120,6 +126,10 @@ type Cluster struct {
 	// nodeInfos are the snapshot's nodes in name order, for a stable
 	// report (the scheduler's order does not change feasibility or scores).
 	nodeInfos []fwk.NodeInfo
+	// Params are the params objects of parameterized policies (ConfigMaps,
+	// custom resources). A kind none of whose objects has a namespace is
+	// taken as cluster-scoped.
+	Params []*unstructured.Unstructured
 	// EvaluationBudget, when longer than the profile's, is the CEL
 	// plugins' time budget per pod (celplugins.Args) in the Schedulers
 	// built afterwards. The budget bounds the wall time of a cycle; a dry
@@ -199,6 +209,11 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 		frameworks: map[string]framework.Framework{},
 		why:        &engine.Why{},
 	}
+	params, err := engine.NewStaticParams(env, c.Params)
+	if err != nil {
+		return nil, fmt.Errorf("reading the params objects: %w", err)
+	}
+	s.rt.Params = params
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.nodes)+len(c.pods)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {

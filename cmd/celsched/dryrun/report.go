@@ -72,6 +72,10 @@ type RankedNode struct {
 type PolicyResult struct {
 	Name        string `json:"name"`
 	Enforcement string `json:"enforcement"`
+	// Params is the params object the policy was evaluated with, e.g.
+	// "ConfigMap team-a/placement"; a parameterized policy has one result
+	// per params object found.
+	Params string `json:"params,omitempty"`
 	// CompileError is set when the policy does not compile.
 	CompileError string `json:"compileError,omitempty"`
 	Matched      bool   `json:"matched"`
@@ -81,6 +85,15 @@ type PolicyResult struct {
 	PreEnqueue []RuleResult             `json:"preEnqueue,omitempty"`
 	Filters    map[string][]RuleResult  `json:"filters,omitempty"`
 	Scores     map[string][]ScoreResult `json:"scores,omitempty"`
+}
+
+// Label names the policy in a table: its name, and the params object it
+// was evaluated with, if any ("tenant-zones [ConfigMap team-a/placement]").
+func (p *PolicyResult) Label() string {
+	if p.Params == "" {
+		return p.Name
+	}
+	return p.Name + " [" + p.Params + "]"
 }
 
 // RuleResult is one preEnqueue or filter rule's verdict.
@@ -119,65 +132,83 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 	if err != nil {
 		return err
 	}
-	for _, p := range policies {
-		pr := &PolicyResult{Name: p.Name, Enforcement: string(p.Enforcement)}
-		r.Policies = append(r.Policies, pr)
-		m := p.Match(ctx, in)
-		pr.Matched, pr.Reason = m.Matches, m.Reason()
-		var ce *engine.CompileError
-		switch err := p.Err(); {
-		case errors.As(err, &ce):
-			pr.CompileError = engine.ErrorMessage(err)
-			continue
-		case m.Decision.Verdict == engine.Error:
-			pr.MatchError = m.Decision.Err.Error()
-			continue
-		case len(m.Decision.Ignored) > 0:
-			pr.MatchError = m.Decision.Ignored[0].Error() + " (failurePolicy Ignore: the policy is skipped)"
-			continue
-		case !m.Matches:
-			continue
+	for _, base := range policies {
+		matches := base.MatchAll(ctx, in)
+		for i := range matches {
+			if err := r.explainPolicy(ctx, rt, &matches[i], in, nodeInfo, why); err != nil {
+				return err
+			}
 		}
-		if p.HasPreEnqueue() {
-			verdicts, _ := p.PreEnqueueRules(ctx, in)
-			pr.PreEnqueue = ruleResults(verdicts)
-			if err := explainFalse(pr.PreEnqueue, func(rule string) ([]engine.Step, error) {
-				return why.PreEnqueue(ctx, p, in, rule)
+	}
+	return nil
+}
+
+// explainPolicy adds one policy's detail (of a parameterized one, with
+// one params object).
+func (r *Report) explainPolicy(ctx context.Context, rt *celplugins.Runtime, m *engine.MatchResult, in *engine.PodInput, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
+	p := m.Decision.Policy
+	pr := &PolicyResult{Name: p.Name, Enforcement: string(p.Enforcement)}
+	if params := p.Params(); params != nil {
+		pr.Params = params.String()
+	}
+	r.Policies = append(r.Policies, pr)
+	pr.Matched, pr.Reason = m.Matches, m.Reason()
+	var ce *engine.CompileError
+	switch err := p.Err(); {
+	case errors.As(err, &ce):
+		pr.CompileError = engine.ErrorMessage(err)
+		return nil
+	case m.Decision.Verdict == engine.Error:
+		pr.MatchError = m.Decision.Err.Error()
+		return nil
+	case m.Decision.Verdict == engine.Reject: // no params found, Deny
+		pr.MatchError = m.Decision.Message
+		return nil
+	case len(m.Decision.Ignored) > 0:
+		pr.MatchError = m.Decision.Ignored[0].Error() + " (failurePolicy Ignore: the policy is skipped)"
+		return nil
+	case !m.Matches:
+		return nil
+	}
+	if p.HasPreEnqueue() {
+		verdicts, _ := p.PreEnqueueRules(ctx, in)
+		pr.PreEnqueue = ruleResults(verdicts)
+		if err := explainFalse(pr.PreEnqueue, func(rule string) ([]engine.Step, error) {
+			return why.PreEnqueue(ctx, p, in, rule)
+		}, why); err != nil {
+			return err
+		}
+	}
+	if p.HasFilters() {
+		pr.Filters = map[string][]RuleResult{}
+	}
+	if p.HasScores() {
+		pr.Scores = map[string][]ScoreResult{}
+	}
+	for _, n := range r.Nodes {
+		ni, err := nodeInfo(n.Name)
+		if err != nil {
+			return err
+		}
+		nin, err := rt.Converter.Node(ni.Node(), func() *engine.NodeInfo { return celplugins.NodeInfo(ni) })
+		if err != nil {
+			return err
+		}
+		if p.HasFilters() {
+			verdicts, _ := p.FilterRules(ctx, in, nin)
+			pr.Filters[n.Name] = ruleResults(verdicts)
+			if err := explainFalse(pr.Filters[n.Name], func(rule string) ([]engine.Step, error) {
+				return why.Filter(ctx, p, in, nin, rule)
 			}, why); err != nil {
 				return err
 			}
 		}
-		if p.HasFilters() {
-			pr.Filters = map[string][]RuleResult{}
-		}
 		if p.HasScores() {
-			pr.Scores = map[string][]ScoreResult{}
+			pr.Scores[n.Name] = scoreResults(ctx, p, in, nin)
 		}
-		for _, n := range r.Nodes {
-			ni, err := nodeInfo(n.Name)
-			if err != nil {
-				return err
-			}
-			nin, err := rt.Converter.Node(ni.Node(), func() *engine.NodeInfo { return celplugins.NodeInfo(ni) })
-			if err != nil {
-				return err
-			}
-			if p.HasFilters() {
-				verdicts, _ := p.FilterRules(ctx, in, nin)
-				pr.Filters[n.Name] = ruleResults(verdicts)
-				if err := explainFalse(pr.Filters[n.Name], func(rule string) ([]engine.Step, error) {
-					return why.Filter(ctx, p, in, nin, rule)
-				}, why); err != nil {
-					return err
-				}
-			}
-			if p.HasScores() {
-				pr.Scores[n.Name] = scoreResults(ctx, p, in, nin)
-			}
-		}
-		if p.HasScores() {
-			normalize(pr, p, r.Feasible)
-		}
+	}
+	if p.HasScores() {
+		normalize(pr, p, r.Feasible)
 	}
 	return nil
 }

@@ -225,18 +225,33 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		}
 	}
 	rt.Notify = notify
+	paramsClient, err := dynamic.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-params"))
+	if err != nil {
+		return nil, fmt.Errorf("creating the params client: %w", err)
+	}
+	params := &celplugins.ParamsStore{
+		Env:     env,
+		Client:  paramsClient,
+		Mapper:  mgr.GetRESTMapper(),
+		Changed: rt.ParamsChanged,
+		Logger:  klog.FromContext(ctx).WithName("params"),
+	}
+	rt.Params = params
 	feed := &celplugins.PolicyFeed{
 		Registry:  registry,
 		Logger:    klog.FromContext(ctx).WithName("policy-feed"),
 		Compiled:  notify,
 		Namespace: rt.ObserveNamespace,
+		Params:    params,
 	}
-	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow, Errors: rt.Errors}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow, Errors: rt.Errors, ParamKinds: params}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
 	}
 
 	if o.WebhookPort != 0 {
-		if err := (&controllers.PolicyValidator{Compiler: engine.NewCompiler(env)}).SetupWithManager(mgr); err != nil {
+		validator := &controllers.PolicyValidator{Compiler: engine.NewCompiler(env),
+			ParamTypes: &controllers.LiveParamTypes{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()}}
+		if err := validator.SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the validating webhook: %w", err)
 		}
 		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
@@ -259,6 +274,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	runner.params = params
 	if err := mgr.Add(runner.informers()); err != nil {
 		return nil, err
 	}
@@ -343,6 +359,9 @@ type schedulerRunner struct {
 	// policiesSynced, when set, says whether the feed's own registration
 	// (see newSchedulerRunner) has compiled the initial list.
 	policiesSynced func() bool
+	// params watches the param kinds of the policies; the loop starts once
+	// the params of the policies stored at start-up are listed.
+	params *celplugins.ParamsStore
 
 	syncOnce sync.Once
 	synced   chan struct{}
@@ -419,6 +438,12 @@ func (r *schedulerRunner) informers() ctrlRunnable {
 		}
 		if r.policiesSynced != nil && !cache.WaitForCacheSync(ctx.Done(), r.policiesSynced) {
 			return nil
+		}
+		if r.params != nil {
+			defer r.params.Stop()
+			if !r.params.WaitForSync(ctx) {
+				return nil
+			}
 		}
 		r.syncOnce.Do(func() { close(r.synced) })
 		<-ctx.Done()

@@ -1,0 +1,435 @@
+package celplugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/celsched/celsched/engine"
+)
+
+// kindRetry is how long a param kind that the API server does not serve
+// (its CRD is missing) is remembered as missing before it is looked up
+// again.
+const kindRetry = 5 * time.Second
+
+// ParamsStore is the scheduler's view of the params objects of
+// parameterized policies: one dynamic informer per param kind that a
+// policy names, started when the first policy names the kind and stopped
+// when the last one stops naming it. Informers of kube-scheduler's dynamic
+// informer factory cannot be stopped one by one, so the store owns its
+// informers (dynamicinformer.NewFilteredDynamicInformer, one stop channel
+// each). Each object version is converted to a CEL value once, on first
+// use, and the policies bound to it are kept with it.
+//
+// Its kinds are written by the PolicyFeed only (Sync, after each policy
+// event), as the registry is; the plugins only read it (Resolve).
+type ParamsStore struct {
+	Env    *engine.Environment
+	Client dynamic.Interface
+	// Mapper maps a param kind to its resource and scope; a kind it does
+	// not know is not served (its policies follow their failurePolicy and
+	// are not Ready).
+	Mapper meta.RESTMapper
+	// Changed, when set, is told each params object that was added,
+	// updated or deleted, after the store sees it (the queueing: see
+	// Runtime.ParamsChanged). It must not block for long.
+	Changed func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured)
+	Logger  klog.Logger
+
+	// version counts the params events seen (Version).
+	version atomic.Uint64
+
+	mu    sync.Mutex
+	kinds map[schema.GroupVersionKind]*paramKind
+	// stopped is closed by Stop: informers started after it stop at once.
+	stopped chan struct{}
+	once    sync.Once
+}
+
+// paramKind is the informer of one param kind, and the CEL values of its
+// objects.
+type paramKind struct {
+	gvk        schema.GroupVersionKind
+	namespaced bool
+	informer   cache.SharedIndexInformer
+	stop       chan struct{}
+	// err is why the kind cannot be watched (not served), and checked when
+	// it was found so.
+	err     error
+	checked time.Time
+	// listErr is the informer's last list or watch error (e.g. the
+	// manager may not read the kind: see RBAC for param kinds), *error.
+	listErr atomic.Pointer[error]
+
+	// values are the converted objects by namespace/name: *paramsValue.
+	values sync.Map
+}
+
+// paramsValue is one object version's CEL value and the policies bound to
+// it (*engine.CompiledPolicy by *engine.CompiledPolicy).
+type paramsValue struct {
+	params *engine.Params
+	bound  sync.Map
+}
+
+func (s *ParamsStore) init() {
+	s.once.Do(func() {
+		s.kinds = map[schema.GroupVersionKind]*paramKind{}
+		s.stopped = make(chan struct{})
+	})
+}
+
+// Sync starts the informers of the param kinds that the snapshot's
+// policies name and stops those of kinds no policy names any more.
+func (s *ParamsStore) Sync(snapshot *engine.Snapshot) {
+	s.init()
+	want := sets.New[schema.GroupVersionKind]()
+	for _, p := range snapshot.Policies() {
+		if spec := p.ParamSpec(); spec != nil && p.Err() == nil {
+			want.Insert(spec.Kind)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for gvk, k := range s.kinds {
+		if !want.Has(gvk) {
+			if k.stop != nil {
+				close(k.stop)
+			}
+			delete(s.kinds, gvk)
+			s.Logger.V(2).Info("Stopped watching a param kind", "kind", gvk)
+		}
+	}
+	for gvk := range want {
+		if k, ok := s.kinds[gvk]; !ok || (k.err != nil && time.Since(k.checked) > kindRetry) {
+			s.kinds[gvk] = s.start(gvk)
+		}
+	}
+}
+
+// start starts the informer of a kind; the caller holds s.mu.
+func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
+	k := &paramKind{gvk: gvk, checked: time.Now()}
+	mapping, err := s.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		k.err = fmt.Errorf("paramKind %s is not served by the API server: %w", gvk, err)
+		s.Logger.Info("A param kind is not served; the policies naming it follow their failurePolicy", "kind", gvk, "err", err)
+		return k
+	}
+	k.namespaced = mapping.Scope.Name() == meta.RESTScopeNameNamespace
+	k.informer = dynamicinformer.NewFilteredDynamicInformer(s.Client, mapping.Resource, metav1.NamespaceAll, 0,
+		cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil).Informer()
+	if _, err := k.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { s.changed(k, nil, obj) },
+		UpdateFunc: func(oldObj, newObj any) { s.changed(k, oldObj, newObj) },
+		DeleteFunc: func(obj any) { s.changed(k, obj, nil) },
+	}); err != nil {
+		k.err = fmt.Errorf("watching paramKind %s: %w", gvk, err)
+		return k
+	}
+	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+		k.listErr.Store(&err)
+	}); err != nil {
+		k.err = fmt.Errorf("watching paramKind %s: %w", gvk, err)
+		return k
+	}
+	k.stop = make(chan struct{})
+	go k.informer.RunWithContext(stopContext(k.stop, s.stopped))
+	s.Logger.V(2).Info("Watching a param kind", "kind", gvk, "resource", mapping.Resource)
+	return k
+}
+
+// stopContext is a context done when either channel is closed.
+func stopContext(a, b chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		defer cancel()
+		select {
+		case <-a:
+		case <-b:
+		}
+	}()
+	return ctx
+}
+
+// Stop stops every informer.
+func (s *ParamsStore) Stop() {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.stopped:
+	default:
+		close(s.stopped)
+	}
+}
+
+// Version changes whenever a params object does: what caches of results
+// derived from params (the last pod signature) compare.
+func (s *ParamsStore) Version() uint64 { return s.version.Load() }
+
+// changed forgets an object's old value and tells Changed.
+func (s *ParamsStore) changed(k *paramKind, oldObj, newObj any) {
+	s.version.Add(1)
+	var oldU, newU *unstructured.Unstructured
+	if o, ok := tombstoned[*unstructured.Unstructured](oldObj); ok {
+		oldU = o
+	}
+	if o, ok := newObj.(*unstructured.Unstructured); ok {
+		newU = o
+	}
+	if newU == nil && oldU != nil {
+		k.values.Delete(oldU.GetNamespace() + "/" + oldU.GetName())
+	}
+	if s.Changed != nil {
+		s.Changed(k.gvk, oldU, newU)
+	}
+}
+
+// WaitForSync waits until the informers of the kinds named so far have
+// listed their objects, or failed to (kinds that are not served, or that
+// the manager may not read, do not hold the scheduler up: their policies
+// reject their pods until they can be read), or ctx is done.
+func (s *ParamsStore) WaitForSync(ctx context.Context) bool {
+	s.init()
+	s.mu.Lock()
+	var synced []cache.InformerSynced
+	for _, k := range s.kinds {
+		if k.informer != nil {
+			synced = append(synced, func() bool { return k.informer.HasSynced() || k.listErr.Load() != nil })
+		}
+	}
+	s.mu.Unlock()
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+// KindError says why a param kind cannot be read: it is not served, or its
+// objects cannot be listed (engine.ErrParamsNotReadable); an error wrapping
+// engine.ErrParamsNotReady while they are not listed yet; nil once they
+// are.
+func (s *ParamsStore) KindError(gvk schema.GroupVersionKind) error {
+	k, err := s.kind(gvk)
+	if err != nil {
+		return err
+	}
+	if !k.informer.HasSynced() {
+		if listErr := k.listErr.Load(); listErr != nil {
+			return fmt.Errorf("%w: the objects of paramKind %s cannot be listed: %w", engine.ErrParamsNotReadable, gvk, *listErr)
+		}
+		return fmt.Errorf("%w: the objects of paramKind %s are not listed yet", engine.ErrParamsNotReady, gvk)
+	}
+	return nil
+}
+
+// kind returns the watched kind, looking a missing one up again when it
+// was found missing more than kindRetry ago (its CRD may be installed now).
+func (s *ParamsStore) kind(gvk schema.GroupVersionKind) (*paramKind, error) {
+	s.init()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.kinds[gvk]
+	if !ok {
+		// A policy the feed has not synced yet: cannot happen, the feed
+		// syncs before the policy is in the registry's snapshot.
+		return nil, fmt.Errorf("%w: paramKind %s is not watched yet", engine.ErrParamsNotReady, gvk)
+	}
+	if k.err != nil && time.Since(k.checked) > kindRetry {
+		k = s.start(gvk)
+		s.kinds[gvk] = k
+	}
+	return k, k.err
+}
+
+// Namespace implements engine.ParamsResolver.
+func (s *ParamsStore) Namespace(spec *engine.ParamSpec, pod *corev1.Pod) string {
+	k, err := s.kind(spec.Kind)
+	return spec.LookupNamespace(pod, err != nil || k.namespaced)
+}
+
+// Resolve implements engine.ParamsResolver from the informers' caches.
+func (s *ParamsStore) Resolve(spec *engine.ParamSpec, pod *corev1.Pod) ([]*engine.Params, error) {
+	k, err := s.kind(spec.Kind)
+	if err != nil {
+		return nil, err
+	}
+	if !k.informer.HasSynced() {
+		if listErr := k.listErr.Load(); listErr != nil {
+			return nil, fmt.Errorf("%w: the objects of paramKind %s cannot be listed: %w", engine.ErrParamsNotReady, spec.Kind, *listErr)
+		}
+		return nil, fmt.Errorf("%w: the objects of paramKind %s are not listed yet", engine.ErrParamsNotReady, spec.Kind)
+	}
+	ns := spec.LookupNamespace(pod, k.namespaced)
+	var objs []any
+	if spec.Selector == nil {
+		key := spec.Name
+		if ns != "" {
+			key = ns + "/" + spec.Name
+		}
+		obj, exists, err := k.informer.GetIndexer().GetByKey(key)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			objs = append(objs, obj)
+		}
+	} else {
+		objs, err = k.informer.GetIndexer().ByIndex(cache.NamespaceIndex, ns)
+		if err != nil {
+			return nil, err
+		}
+	}
+	var out []*engine.Params
+	for _, obj := range objs {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || !spec.Selects(u.GetName(), u.GetLabels()) {
+			continue
+		}
+		v, err := k.value(s.Env, u)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v.params)
+	}
+	slices.SortFunc(out, func(a, b *engine.Params) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// value returns the converted object, converting it once per version.
+func (k *paramKind) value(env *engine.Environment, u *unstructured.Unstructured) (*paramsValue, error) {
+	key := u.GetNamespace() + "/" + u.GetName()
+	if v, ok := k.values.Load(key); ok {
+		pv := v.(*paramsValue)
+		if pv.params.UID == u.GetUID() && pv.params.ResourceVersion == u.GetResourceVersion() {
+			return pv, nil
+		}
+	}
+	params, err := env.ParamsValue(u)
+	if err != nil {
+		return nil, err
+	}
+	pv := &paramsValue{params: params}
+	k.values.Store(key, pv)
+	return pv, nil
+}
+
+// Bound implements engine.ParamsResolver: the policy bound to the params
+// version, made once per policy and params version.
+func (s *ParamsStore) Bound(policy *engine.CompiledPolicy, params *engine.Params) *engine.CompiledPolicy {
+	k, err := s.kind(params.Kind)
+	if err != nil {
+		return policy.WithParams(params)
+	}
+	v, ok := k.values.Load(params.Namespace + "/" + params.Name)
+	if !ok || v.(*paramsValue).params != params {
+		return policy.WithParams(params)
+	}
+	pv := v.(*paramsValue)
+	if b, ok := pv.bound.Load(policy); ok {
+		return b.(*engine.CompiledPolicy)
+	}
+	b, _ := pv.bound.LoadOrStore(policy, policy.WithParams(params))
+	return b.(*engine.CompiledPolicy)
+}
+
+// IsParamsNotReady says whether an error is a params informer that has not
+// synced yet.
+func IsParamsNotReady(err error) bool { return errors.Is(err, engine.ErrParamsNotReady) }
+
+// selectedByAny says whether one of the policies' selectors select the pod
+// (or its namespace is not known: it may).
+func (rt *Runtime) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.Pod) bool {
+	var ns *corev1.Namespace
+	if rt.namespaces != nil {
+		ns, _ = rt.namespaces.get(pod.Namespace)
+	}
+	for _, p := range policies {
+		if p.NamespaceSelector != nil && ns == nil {
+			return true
+		}
+		if p.Select(pod, ns) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParamsChanged requeues the pending pods that a params object's change may
+// affect, as a queueing hint would (kube-scheduler's queueing hints are
+// registered once, for fixed resources, so the param kinds, which come and
+// go with policies, requeue through the queue's Activate): for a policy
+// that looks its params up in the pod's namespace, the pending pods of the
+// object's namespace; for one that reads a fixed object, every pending pod;
+// in both cases only those the selectors of a policy reading the object
+// select. Only pods that are unschedulable or held move (Activate leaves
+// the others). It only reads: the store saw the event first.
+func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
+	a := rt.activator.Load()
+	if a == nil {
+		return
+	}
+	obj := newObj
+	if obj == nil {
+		obj = oldObj
+	}
+	if obj == nil {
+		return
+	}
+	var affecting []*engine.CompiledPolicy
+	perNamespace := true
+	for _, p := range rt.Policies.Snapshot().Policies() {
+		spec := p.ParamSpec()
+		if spec == nil || spec.Kind != kind || (spec.Namespace != "" && spec.Namespace != obj.GetNamespace()) {
+			continue
+		}
+		selected := newObj != nil && spec.Selects(newObj.GetName(), newObj.GetLabels())
+		selected = selected || (oldObj != nil && spec.Selects(oldObj.GetName(), oldObj.GetLabels()))
+		if !selected {
+			continue
+		}
+		affecting = append(affecting, p)
+		if spec.Namespace != "" || obj.GetNamespace() == "" {
+			perNamespace = false
+		}
+	}
+	if len(affecting) == 0 {
+		return
+	}
+	namespace := ""
+	if perNamespace {
+		namespace = obj.GetNamespace()
+	}
+	pods, err := a.pods(namespace)
+	if err != nil {
+		return
+	}
+	pending := map[string]*corev1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" && rt.selectedByAny(affecting, pod) {
+			pending[pod.Namespace+"/"+pod.Name] = pod
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	logger := klog.Background().WithName("params")
+	logger.V(4).Info("A params object changed, requeueing pending pods", "kind", kind, "object", klog.KObj(obj), "pods", len(pending))
+	a.activate(logger, pending)
+}

@@ -1,0 +1,277 @@
+package celplugins
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/klog/v2"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/builder"
+)
+
+var (
+	configMapGVK = corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	configMapGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+)
+
+func paramsConfigMap(namespace, name, zones string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(configMapGVK)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetUID(ktypes.UID("uid-" + namespace + "-" + name))
+	u.Object["data"] = map[string]any{"zones": zones}
+	return u
+}
+
+// paramsFixture is a ParamsStore over a fake API server serving ConfigMaps,
+// fed by a registry holding the policies.
+type paramsFixture struct {
+	store    *ParamsStore
+	registry *engine.Registry
+	client   *dynamicfake.FakeDynamicClient
+	mu       sync.Mutex
+	changed  []string
+}
+
+func newParamsFixture(t *testing.T, objs ...runtime.Object) *paramsFixture {
+	t.Helper()
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(configMapGVK, meta.RESTScopeNamespace)
+	f := &paramsFixture{
+		registry: engine.NewRegistry(engine.NewCompiler(env)),
+		client: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{configMapGVR: "ConfigMapList"}, objs...),
+	}
+	f.store = &ParamsStore{Env: env, Client: f.client, Mapper: mapper, Logger: klog.Background(),
+		Changed: func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			what := "add"
+			switch {
+			case oldObj != nil && newObj != nil:
+				what = "update"
+			case newObj == nil:
+				what = "delete"
+			}
+			obj := newObj
+			if obj == nil {
+				obj = oldObj
+			}
+			f.changed = append(f.changed, what+" "+kind.Kind+" "+obj.GetNamespace()+"/"+obj.GetName())
+		}}
+	t.Cleanup(f.store.Stop)
+	return f
+}
+
+func (f *paramsFixture) upsert(p *schedv1alpha1.SchedulingPolicy) {
+	f.registry.Upsert(p)
+	f.store.Sync(f.registry.Snapshot())
+}
+
+func (f *paramsFixture) changes() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.changed...)
+}
+
+func tenantParamsPolicy(name string) *schedv1alpha1.SchedulingPolicy {
+	return builder.MakePolicy(name).Stored().ParamKind("v1", "ConfigMap").ParamRef("placement", "", schedv1alpha1.DenyAction).
+		Filter("zone", "node.metadata.labels[?'zone'].orValue('') in params.data['zones'].split(',')").Obj()
+}
+
+func TestParamsStore(t *testing.T) {
+	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"), paramsConfigMap("team-b", "other", "b"))
+	f.upsert(tenantParamsPolicy("tenant"))
+	if !f.store.WaitForSync(t.Context()) {
+		t.Fatal("not synced")
+	}
+	if err := f.store.KindError(configMapGVK); err != nil {
+		t.Errorf("KindError of a listed kind: %v", err)
+	}
+	spec := f.registry.Snapshot().Get("tenant").ParamSpec()
+	resolve := func(namespace string) []*engine.Params {
+		t.Helper()
+		got, err := f.store.Resolve(spec, st.MakePod().Namespace(namespace).Name("p").Obj())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	a := resolve("team-a")
+	if len(a) != 1 || a[0].String() != "ConfigMap team-a/placement" {
+		t.Fatalf("team-a: got %v", a)
+	}
+	if b := resolve("team-b"); len(b) != 0 {
+		t.Errorf("team-b: got %v, want none (its ConfigMap has another name)", b)
+	}
+	// Converted once per version, bound once per policy and version.
+	if again := resolve("team-a"); again[0] != a[0] {
+		t.Error("the same version was converted again")
+	}
+	policy := f.registry.Snapshot().Get("tenant")
+	first := f.store.Bound(policy, a[0])
+	if second := f.store.Bound(policy, a[0]); first != second || first.Params() != a[0] {
+		t.Error("the same policy and params version were bound twice")
+	}
+
+	// An update is seen, converted anew, and reported.
+	cm := paramsConfigMap("team-a", "placement", "b")
+	cm.SetResourceVersion("2")
+	if _, err := f.client.Resource(configMapGVR).Namespace("team-a").Update(context.Background(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { got := resolve("team-a"); return len(got) == 1 && got[0] != a[0] })
+	waitFor(t, func() bool { return len(f.changes()) >= 3 })
+	want := []string{"add ConfigMap team-a/placement", "add ConfigMap team-b/other", "update ConfigMap team-a/placement"}
+	got := f.changes()
+	if diff := cmp.Diff(want, got, sortStrings); diff != "" {
+		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+
+	// The last policy naming the kind goes: its informer stops, and the
+	// kind is no longer watched.
+	f.registry.Delete("tenant")
+	f.store.Sync(f.registry.Snapshot())
+	if _, err := f.store.Resolve(spec, st.MakePod().Namespace("team-a").Name("p").Obj()); !IsParamsNotReady(err) {
+		t.Errorf("after the policy is gone: err %v, want not ready (not watched)", err)
+	}
+}
+
+var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
+
+func TestParamsStoreKindNotServed(t *testing.T) {
+	f := newParamsFixture(t)
+	f.upsert(builder.MakePolicy("crd").Stored().ParamKind("example.com/v1", "TenantPlacement").ParamRef("p", "", "").Filter("f", "true").Obj())
+	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "TenantPlacement"}
+	err := f.store.KindError(gvk)
+	if err == nil || !strings.Contains(err.Error(), "paramKind example.com/v1, Kind=TenantPlacement is not served by the API server") {
+		t.Errorf("KindError: %v", err)
+	}
+	spec := f.registry.Snapshot().Get("crd").ParamSpec()
+	if _, err := f.store.Resolve(spec, st.MakePod().Namespace("a").Name("p").Obj()); err == nil || IsParamsNotReady(err) {
+		t.Errorf("Resolve: %v, want the kind's error (which follows failurePolicy)", err)
+	}
+	if err := f.store.KindError(configMapGVK); !IsParamsNotReady(err) {
+		t.Errorf("a kind no policy names: %v, want not ready (not watched)", err)
+	}
+}
+
+func TestParamsStoreNotSynced(t *testing.T) {
+	f := newParamsFixture(t)
+	// Named by no policy: not watched yet, so not ready (never skipped).
+	spec := &engine.ParamSpec{Kind: configMapGVK, Name: "placement"}
+	_, err := f.store.Resolve(spec, st.MakePod().Namespace("a").Name("p").Obj())
+	if !IsParamsNotReady(err) {
+		t.Errorf("Resolve of a kind not watched: %v, want not ready", err)
+	}
+}
+
+// fakeActivator records the pods ParamsChanged activates.
+type fakeActivator struct {
+	pods      []*corev1.Pod
+	activated []string
+}
+
+func (a *fakeActivator) attach(rt *Runtime) {
+	rt.activator.Store(&podActivator{
+		activate: func(_ klog.Logger, pods map[string]*corev1.Pod) {
+			for k := range pods {
+				a.activated = append(a.activated, k)
+			}
+		},
+		pods: func(namespace string) ([]*corev1.Pod, error) {
+			var out []*corev1.Pod
+			for _, p := range a.pods {
+				if namespace == "" || p.Namespace == namespace {
+					out = append(out, p)
+				}
+			}
+			return out, nil
+		},
+	})
+}
+
+func TestParamsChanged(t *testing.T) {
+	pods := []*corev1.Pod{
+		st.MakePod().Namespace("team-a").Name("pending").Obj(),
+		st.MakePod().Namespace("team-a").Name("bound").Node("n1").Obj(),
+		st.MakePod().Namespace("team-b").Name("pending").Label("team", "b").Obj(),
+	}
+	perNamespace := tenantParamsPolicy("per-namespace")
+	fixed := builder.MakePolicy("fixed").Stored().ParamKind("v1", "ConfigMap").ParamRef("global", "shared", "").Filter("f", "true").Obj()
+	tests := map[string]struct {
+		policies       []*schedv1alpha1.SchedulingPolicy
+		oldObj, newObj *unstructured.Unstructured
+		want           []string
+	}{
+		"a namespace's params: its pending pods": {
+			policies: []*schedv1alpha1.SchedulingPolicy{perNamespace},
+			newObj:   paramsConfigMap("team-a", "placement", "a"),
+			want:     []string{"team-a/pending"},
+		},
+		"deleted": {
+			policies: []*schedv1alpha1.SchedulingPolicy{perNamespace},
+			oldObj:   paramsConfigMap("team-b", "placement", "a"),
+			want:     []string{"team-b/pending"},
+		},
+		"an object no policy reads": {
+			policies: []*schedv1alpha1.SchedulingPolicy{perNamespace},
+			newObj:   paramsConfigMap("team-a", "unrelated", "a"),
+		},
+		"a fixed object: every pending pod": {
+			policies: []*schedv1alpha1.SchedulingPolicy{fixed},
+			oldObj:   paramsConfigMap("shared", "global", "a"),
+			newObj:   paramsConfigMap("shared", "global", "b"),
+			want:     []string{"team-a/pending", "team-b/pending"},
+		},
+		"a fixed object: the pending pods its policy's selectors select": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("fixed-b").Stored().ParamKind("v1", "ConfigMap").
+				ParamRef("global", "shared", "").PodLabels(map[string]string{"team": "b"}).Filter("f", "true").Obj()},
+			newObj: paramsConfigMap("shared", "global", "b"),
+			want:   []string{"team-b/pending"},
+		},
+		"the fixed object's name in another namespace": {
+			policies: []*schedv1alpha1.SchedulingPolicy{fixed},
+			newObj:   paramsConfigMap("team-a", "global", "b"),
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			env, err := engine.NewEnvironment()
+			if err != nil {
+				t.Fatal(err)
+			}
+			registry := engine.NewRegistry(engine.NewCompiler(env))
+			for _, p := range tc.policies {
+				registry.Upsert(p)
+			}
+			rt := NewRuntime(registry, engine.NewConverter(env, 0))
+			a := &fakeActivator{pods: pods}
+			a.attach(rt)
+			rt.ParamsChanged(configMapGVK, tc.oldObj, tc.newObj)
+			if diff := cmp.Diff(tc.want, a.activated, sortStrings); diff != "" {
+				t.Errorf("activated (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
