@@ -103,6 +103,8 @@ type expr struct {
 	memo memoKind
 	// slot is the expression's index in the nodes' memo tables.
 	slot int
+	// readsParams: its memoized results are kept per params object.
+	readsParams bool
 	// checked is the type-checked expression, for dry-run explanations
 	// (why.go): kept only under CompileOptions.Explain.
 	checked *checked
@@ -400,7 +402,7 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo(), paramsOnly: c.refs.paramsOnly()},
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo(), readsParams: c.refs.reads&readsParams != 0, paramsOnly: c.refs.paramsOnly()},
 			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
 	}
 
@@ -461,7 +463,7 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 	if prg == nil {
 		return nil
 	}
-	e := &expr{path: path, prg: prg, memo: c.refs.memo(), paramsOnly: c.refs.paramsOnly()}
+	e := &expr{path: path, prg: prg, memo: c.refs.memo(), readsParams: c.refs.reads&readsParams != 0, paramsOnly: c.refs.paramsOnly()}
 	if pc.explain {
 		e.checked = c
 	}
@@ -662,20 +664,17 @@ type reference struct {
 // reads nodeInfo, plus the values of the pod fields its policy reads when
 // it reads the pod or its namespace. A policy whose podReads cannot key
 // its results (podReadsUnkeyable) memoizes only the expressions that do
-// not read the pod (memoizeFor). An expression that reads params is not
-// memoized per node: the copies of a parameterized policy bound to
-// different params objects share its expressions.
+// not read the pod (memoizeFor). What reads params is memoized per params
+// object too (expr.readsParams).
 func (r *references) memo() memoKind {
-	switch {
-	case r.reads&readsParams != 0:
-		return notMemoized
-	case r.reads&^readsNode == 0:
+	switch reads := r.reads &^ readsParams; {
+	case reads&^readsNode == 0:
 		return memoNode
-	case r.reads&^(readsNode|readsNodeInfo) == 0:
+	case reads&^(readsNode|readsNodeInfo) == 0:
 		return memoNodeInfo
-	case r.reads&^(readsPod|readsNamespace|readsNode) == 0:
+	case reads&^(readsPod|readsNamespace|readsNode) == 0:
 		return memoPodAndNode
-	case r.reads&^readsAll == 0:
+	case reads&^readsAll == 0:
 		return memoPodAndNodeInfo
 	}
 	return notMemoized

@@ -454,7 +454,7 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	if e.paramsOnly && ev.policy.params != nil {
 		return ev.evalParamsOnly(e)
 	}
-	key, gen, ok := memoKey(ev.policy, ev.pod, ev.node, e)
+	id, ok := memoKey(ev.policy, ev.pod, ev.node, e)
 	if !ok {
 		return ev.run(e)
 	}
@@ -463,35 +463,38 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 	// for memoPodAndNode, of what the policy reads of the pod (key), so it
 	// is computed once per such input, by whichever pod comes first, and
 	// read by the others without evaluating.
-	if r := ev.node.memo.load(e, key, gen); r != nil {
+	if r := ev.node.memo.load(e, id); r != nil {
 		return r.val, r.err
 	}
 	val, err := ev.run(e)
 	if err == nil || memoizable(err) {
-		ev.node.memo.store(e, key, gen, val, err)
+		ev.node.memo.store(e, id, val, err)
 	}
 	return val, err
 }
 
-// memoKey returns the key and NodeInfo generation of e's results on the
-// node, or false when they are not memoized.
-func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (key uint64, gen int64, ok bool) {
-	if node == nil || node.memo == nil {
-		return 0, 0, false
+// memoKey returns what e's results on the node depend on besides the
+// node's version, or false when they are not memoized.
+func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (id memoID, ok bool) {
+	if node == nil || node.memo == nil || e.memo == notMemoized {
+		return memoID{}, false
 	}
-	switch e.memo {
-	case memoNode:
-		return 0, 0, true
-	case memoNodeInfo:
-		return 0, node.generation, node.generation != 0
-	case memoPodAndNode:
-		key, ok = pod.key(p.signs)
-		return key, 0, ok
-	case memoPodAndNodeInfo:
-		key, ok = pod.key(p.signs)
-		return key, node.generation, ok && node.generation != 0
+	if e.memo == memoNodeInfo || e.memo == memoPodAndNodeInfo {
+		if id.gen = node.generation; id.gen == 0 {
+			return memoID{}, false
+		}
 	}
-	return 0, 0, false
+	if e.memo == memoPodAndNode || e.memo == memoPodAndNodeInfo {
+		if id.key, ok = pod.key(p.signs); !ok {
+			return memoID{}, false
+		}
+	}
+	if e.readsParams && p.params != nil {
+		// The copies of a parameterized policy bound to different params
+		// objects share their expressions.
+		id.params = p.params.id
+	}
+	return id, true
 }
 
 // evalParamsOnly evaluates an expression that reads only params once per
@@ -513,11 +516,11 @@ func (ev *evaluation) evalParamsOnly(e *expr) (ref.Val, error) {
 // cached returns the result of a memoized expression on the node's
 // version, if it was evaluated.
 func cached(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) *memoResult {
-	key, gen, ok := memoKey(p, pod, node, e)
+	id, ok := memoKey(p, pod, node, e)
 	if !ok {
 		return nil
 	}
-	return node.memo.load(e, key, gen)
+	return node.memo.load(e, id)
 }
 
 // lazy evaluates a policy's rules for a pod (and a node), building the

@@ -136,7 +136,7 @@ func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
 	if !ok {
 		return nil
 	}
-	if r := node.memo.load(l.memo, key, gen); r != nil {
+	if r := node.memo.load(l.memo, memoID{key: key, gen: gen}); r != nil {
 		return r.list
 	}
 	return nil
@@ -156,5 +156,5 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		}
 	}
 	kept := o // on the heap only when kept
-	node.memo.storeResult(&memoResult{e: l.memo, key: key, gen: gen, list: &kept})
+	node.memo.storeResult(&memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: &kept})
 }

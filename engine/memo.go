@@ -59,14 +59,22 @@ const (
 // oldest goes first.
 const maxPodKeys = 16
 
-// memoResult is an expression's result on a node version, for a podKey
-// (0 for expressions that do not read the pod) and a NodeInfo generation
-// (0 for those that do not read nodeInfo): a list, newest first, of the
-// results of one slot. Immutable: a store replaces the list.
+// memoID is what a memoized result depends on besides the node version
+// and the expression: the pod's memo key (0 for expressions that do not
+// read the pod), the params object's (0 for those that do not read
+// params), and the NodeInfo generation (0 for those that do not read
+// nodeInfo).
+type memoID struct {
+	key, params uint64
+	gen         int64
+}
+
+// memoResult is an expression's result on a node version for an id: a
+// list, newest first, of the results of one slot. Immutable: a store
+// replaces the list.
 type memoResult struct {
-	e   *expr
-	key uint64
-	gen int64
+	e  *expr
+	id memoID
 	val ref.Val
 	err error
 	// list is the outcome when e is a PolicyList's.
@@ -79,37 +87,37 @@ type memoTable struct {
 	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
 }
 
-// load returns the result of e on the node for key and gen, or nil.
-func (t *memoTable) load(e *expr, key uint64, gen int64) *memoResult {
+// load returns the result of e on the node for id, or nil.
+func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	slots := t.slots.Load()
 	if slots == nil || e.slot >= len(*slots) {
 		return nil
 	}
 	for r := (*slots)[e.slot].Load(); r != nil; r = r.next {
-		if r.e == e && r.key == key && r.gen == gen {
+		if r.e == e && r.id == id {
 			return r
 		}
 	}
 	return nil
 }
 
-// store records the result of e on the node for key and gen, before the
-// others of e for gen kept in the slot (at most maxPodKeys in all); the
-// results of other generations and of the slot's previous owner go. A
+// store records the result of e on the node for id, before the others of
+// e for the same generation kept in the slot (at most maxPodKeys in all);
+// the results of other generations and of the slot's previous owner go. A
 // store that races with another may be lost; the result is then computed
 // again.
-func (t *memoTable) store(e *expr, key uint64, gen int64, val ref.Val, err error) {
-	t.storeResult(&memoResult{e: e, key: key, gen: gen, val: val, err: err})
+func (t *memoTable) store(e *expr, id memoID, val ref.Val, err error) {
+	t.storeResult(&memoResult{e: e, id: id, val: val, err: err})
 }
 
 func (t *memoTable) storeResult(head *memoResult) {
-	e, key, gen := head.e, head.key, head.gen
+	e, id := head.e, head.id
 	slot := t.slot(e.slot)
 	for {
 		old := slot.Load()
 		last, kept := head, 1
 		for r := old; r != nil && kept < maxPodKeys; r = r.next {
-			if r.e == e && r.gen == gen && r.key != key {
+			if r.e == e && r.id.gen == id.gen && r.id != id {
 				c := *r
 				last.next, last = &c, &c
 				kept++

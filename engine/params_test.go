@@ -258,10 +258,10 @@ func nodeInputFor(t *testing.T, conv *Converter, name, zone string) *NodeInput {
 	return nodeInput(t, conv, name, map[string]string{"topology.kubernetes.io/zone": zone}, nil)
 }
 
-// TestParamsNeverNodeOnly: an expression that reads params, directly or
-// through a variable, depends on more than the node, so its result is
-// never cached per node version.
-func TestParamsNeverNodeOnly(t *testing.T) {
+// TestParamsMemoizedPerParams: an expression that reads params, directly
+// or through a variable, depends on the params object too, so its results
+// on a node version are kept per params object version.
+func TestParamsMemoizedPerParams(t *testing.T) {
 	p := compileOK(t, builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
 		Variable("zones", "params.data['zones'].split(',')").
 		Filter("direct", tenantFilter).
@@ -269,11 +269,11 @@ func TestParamsNeverNodeOnly(t *testing.T) {
 		Filter("node-only", "node.metadata.name != ''").Obj())
 	got := map[string]bool{}
 	for _, r := range p.filters {
-		got[r.name] = r.memo != notMemoized
+		got[r.name] = r.memo == memoNode && r.readsParams
 	}
-	want := map[string]bool{"direct": false, "via-variable": false, "node-only": true}
+	want := map[string]bool{"direct": true, "via-variable": true, "node-only": false}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("memoized (-want +got):\n%s", diff)
+		t.Errorf("memoized per node version and params (-want +got):\n%s", diff)
 	}
 
 	// Two params versions on one node version: the node memo must not
@@ -375,8 +375,8 @@ func TestParamsOnlyMemo(t *testing.T) {
 	p := compileOK(t, builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
 		Variable("zones", "params.data['zones'].split(',')").
 		Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in variables.zones").Obj())
-	if !p.variables[0].paramsOnly || p.filters[0].paramsOnly || p.filters[0].memo != notMemoized {
-		t.Fatalf("paramsOnly: variable %v, filter %v; filter memoized %v", p.variables[0].paramsOnly, p.filters[0].paramsOnly, p.filters[0].memo)
+	if !p.variables[0].paramsOnly || p.filters[0].paramsOnly || !p.filters[0].readsParams {
+		t.Fatalf("paramsOnly: variable %v, filter %v; filter reads params %v", p.variables[0].paramsOnly, p.filters[0].paramsOnly, p.filters[0].readsParams)
 	}
 	conv := NewConverter(testEnv(t), 0)
 	nodes := []*NodeInput{nodeInputFor(t, conv, "a1", "a"), nodeInputFor(t, conv, "c1", "c")}
