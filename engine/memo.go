@@ -73,8 +73,8 @@ type memoID struct {
 // list, newest first, of the results of one slot. Immutable: a store
 // replaces the list.
 type memoResult struct {
-	e  *expr
-	id memoID
+	e   *expr
+	id  memoID
 	val ref.Val
 	err error
 	// list is the outcome when e is a PolicyList's.
