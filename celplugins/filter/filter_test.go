@@ -345,8 +345,8 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 		builder.MakePolicy("b").Filter("l1", "node.metadata.?labels[?'l1'].orValue('') != 'blocked'").Obj(),
 		builder.MakePolicy("c").Ignore().Filter("missing", "node.metadata.labels['missing'] == 'x'").Filter("l2", "node.metadata.?labels[?'l2'].orValue('') != 'blocked'").Obj(),
 	}
-	podAndNode := append(nodeOnly[:2:2], builder.MakePolicy("rack").
-		Filter("rack", "pod.metadata.?labels[?'rack'].orValue('') == node.metadata.?labels[?'rack'].orValue('')").Obj())
+	podAndNode := []*schedv1alpha1.SchedulingPolicy{nodeOnly[0], nodeOnly[1], builder.MakePolicy("rack").
+		Filter("rack", "pod.metadata.?labels[?'rack'].orValue('') == node.metadata.?labels[?'rack'].orValue('')").Obj()}
 	for name, tc := range map[string]struct {
 		policies []*schedv1alpha1.SchedulingPolicy
 		// kept says for which pod on which node an outcome is kept.
