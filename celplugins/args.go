@@ -30,6 +30,16 @@ type Args struct {
 	// serial) by at most this much per pod. Default 100ms; 0 means the
 	// default.
 	EvaluationBudget metav1.Duration `json:"evaluationBudget,omitempty"`
+	// ExplainRejections, when true, records on a pod that a policy's
+	// filter rejects an event (reason RejectionDetail, at most one per
+	// scheduling cycle) with the values of the false rule's
+	// sub-expressions on one of the nodes it rejected, as `celsched explain
+	// --why` shows them: e.g. node.metadata.labels[...] = "c". Those values
+	// come from nodes, namespaces and params, and whoever can read the
+	// pod's events reads them: turn it on where pods' owners may see them.
+	// The policies then keep their checked expressions (about 25 KB more
+	// each). Default false.
+	ExplainRejections bool `json:"explainRejections,omitempty"`
 }
 
 // DecodeArgs decodes and defaults a plugin's args.

@@ -61,6 +61,9 @@ type Cycle struct {
 	// most maxDistinctMessages (see Message).
 	messages sync.Map
 	distinct atomic.Int32
+	// explained: a RejectionDetail event was recorded in this cycle
+	// (Args.ExplainRejections).
+	explained atomic.Bool
 	// rejections are the messages of the cycle's rejections so far, by
 	// policy, rule and message: formatted once, not per node.
 	rejections sync.Map
@@ -69,6 +72,9 @@ type Cycle struct {
 	// time, and per node; nil when no Audit policy matches.
 	audit *auditDenials
 }
+
+// ExplainOnce says whether the caller is the first of the cycle to ask.
+func (c *Cycle) ExplainOnce() bool { return c.explained.CompareAndSwap(false, true) }
 
 // Clone implements fwk.StateData; a Cycle is immutable but for the Audit
 // denials, which clones share (they are the same evaluations).

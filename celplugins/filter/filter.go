@@ -6,6 +6,7 @@ package filter
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -26,6 +27,9 @@ type Filter struct {
 	rt       *celplugins.Runtime
 	recorder events.EventRecorder
 	args     celplugins.Args
+	// why explains rejections in events (Args.ExplainRejections); nil
+	// when off.
+	why *engine.Why
 }
 
 var (
@@ -46,7 +50,14 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 	if err := rt.Attach(h); err != nil {
 		return nil, err
 	}
-	return &Filter{rt: rt, recorder: h.EventRecorder(), args: args}, nil
+	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args}
+	if args.ExplainRejections {
+		pl.why = &engine.Why{}
+		if r, ok := rt.Policies.(interface{ ExplainRules() }); ok {
+			r.ExplainRules()
+		}
+	}
+	return pl, nil
 }
 
 // Name implements fwk.Plugin.
@@ -98,7 +109,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		// NodeInfo generation): replay its outcome.
 		passing := 0
 		for _, d := range o.Decisions {
-			if status, done := pl.decided(ctx, c, pod, node, &passing, d.Index, d.Decision); done {
+			if status, done := pl.decided(ctx, c, pod, &in, &passing, d.Index, d.Decision); done {
 				return status
 			}
 		}
@@ -117,7 +128,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		if c.FilterList.Kept() {
 			outcome.Decisions = append(outcome.Decisions, engine.IndexedDecision{Index: i, Decision: d})
 		}
-		if status, done := pl.decided(ctx, c, pod, node, &passing, i, d); done {
+		if status, done := pl.decided(ctx, c, pod, &in, &passing, i, d); done {
 			if ctx.Err() == nil {
 				c.FilterList.Remember(c.Pod, &in, outcome)
 			}
@@ -133,7 +144,8 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 // pass: it counts it, records its errors and an Audit policy's would-be
 // rejection, and says whether it ends the node's filtering (an enforced
 // rejection or error), with the status.
-func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, node *corev1.Node, passing *int, i int, d engine.Decision) (*fwk.Status, bool) {
+func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, in *engine.NodeInput, passing *int, i int, d engine.Decision) (*fwk.Status, bool) {
+	node := in.Node
 	c.FilterTally.Passed(*passing, i)
 	c.FilterTally.Add(i, &d)
 	*passing = i + 1
@@ -149,6 +161,9 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 		if ctx.Err() != nil {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx))), true
 		}
+		if pl.why != nil && d.Verdict == engine.Reject && c.ExplainOnce() {
+			pl.explain(ctx, c, pod, in, &d)
+		}
 		return fwk.NewStatus(rejectionCode(d.Policy), c.Message(&d)), true
 	case d.WouldAct():
 		logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
@@ -156,6 +171,29 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 	}
 	return nil, false
 }
+
+// explain records on the pod why a rule rejected the node: its
+// sub-expressions' values (Args.ExplainRejections).
+func (pl *Filter) explain(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, in *engine.NodeInput, d *engine.Decision) {
+	steps, err := pl.why.Filter(c.Ctx, d.Policy, c.Pod, in, d.Rule)
+	if err != nil || len(steps) == 0 {
+		klog.FromContext(ctx).V(4).Info("No explanation of a rejection", "pod", klog.KObj(pod), "policy", d.Policy.Name, "rule", d.Rule, "err", err)
+		return
+	}
+	parts := make([]string, len(steps))
+	for i, s := range steps {
+		parts[i] = s.String()
+	}
+	note := fmt.Sprintf("node %s, SchedulingPolicy %s, rule %s: %s", in.Node.Name, d.Policy.Name, d.Rule, strings.Join(parts, "; "))
+	pl.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonRejectionDetail, "Filter", "%s", engine.Truncate(note, maxEventNote))
+}
+
+// ReasonRejectionDetail is the reason of the events that explain a
+// rejection (Args.ExplainRejections).
+const ReasonRejectionDetail = "RejectionDetail"
+
+// maxEventNote is the API server's bound on an event's note.
+const maxEventNote = 1024
 
 // rejectionCode is the status code of a node that a policy's filter
 // rejects: evicting pods cannot change a rule that does not read nodeInfo,

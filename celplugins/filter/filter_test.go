@@ -425,3 +425,51 @@ func auditEvents(pl *Filter, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeI
 	}
 	return out
 }
+
+// TestExplainRejections: with explainRejections, a pod that a filter
+// rejects gets one RejectionDetail event per scheduling cycle with the
+// false rule's sub-expressions on a node; without it, none.
+func TestExplainRejections(t *testing.T) {
+	policy := builder.MakePolicy("zones").Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in ['a', 'b']").Obj()
+	for _, explain := range []bool{true, false} {
+		t.Run(fmt.Sprint("explainRejections=", explain), func(t *testing.T) {
+			rt := plugintest.Runtime(t, nil, plugintest.Namespace("ns", nil))
+			pl := &Filter{rt: rt}
+			if explain {
+				// As New does, before the policies are fed.
+				pl.why = &engine.Why{}
+				rt.Policies.(*engine.Registry).ExplainRules()
+			}
+			rt.Policies.(*engine.Registry).Upsert(policy)
+			recorder := events.NewFakeRecorder(10)
+			pl.recorder = recorder
+			pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+			state := framework.NewCycleState()
+			if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			for _, name := range []string{"c1", "c2"} {
+				ni := framework.NewNodeInfo()
+				ni.SetNode(st.MakeNode().Name(name).Label("topology.kubernetes.io/zone", "c").Obj())
+				if status := pl.Filter(context.Background(), state, pod, ni); status.Code() != fwk.UnschedulableAndUnresolvable {
+					t.Fatalf("%s: %v", name, status)
+				}
+			}
+			close(recorder.Events)
+			var got []string
+			for e := range recorder.Events {
+				got = append(got, e)
+			}
+			var want []string
+			if explain {
+				want = []string{`Normal RejectionDetail node c1, SchedulingPolicy zones, rule zone: ` +
+					`node.metadata.labels[?"topology.kubernetes.io/zone"].orValue("") in ["a", "b"] = false; ` +
+					`node.metadata.labels[?"topology.kubernetes.io/zone"].orValue("") = "c"; ` +
+					`node.metadata.labels[?"topology.kubernetes.io/zone"] = optional.of("c")`}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
