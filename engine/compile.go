@@ -265,9 +265,12 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 }
 
 // memoizeFor keeps per-pod-field memoization for the expressions of a
-// policy whose podReads key their results.
+// policy whose podReads key their results, and do not include the pod's
+// name.
 func (p *CompiledPolicy) memoizeFor() {
-	if p.signs&podReadsUnkeyable == 0 {
+	// A pod's name is its own: results keyed by it would serve no other
+	// pod, and only fill the memo.
+	if p.signs&(podReadsUnkeyable|podNameRead) == 0 {
 		return
 	}
 	for _, e := range p.exprs() {

@@ -80,6 +80,8 @@ type memoResult struct {
 	// list is the outcome when e is a PolicyList's.
 	list *ListOutcome
 	next *memoResult
+	// depth is the length of the list from this result on.
+	depth int
 }
 
 // memoTable is the memo of one node version.
@@ -101,11 +103,11 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	return nil
 }
 
-// store records the result of e on the node for id, before the others of
-// e for the same generation kept in the slot (at most maxPodKeys in all);
-// the results of other generations and of the slot's previous owner go. A
-// store that races with another may be lost; the result is then computed
-// again.
+// store records the result of e on the node for id, before the others
+// kept in the slot: at most 2*maxPodKeys in all, and after a compaction
+// the newest maxPodKeys of e for the same generation (the results of other
+// generations and of the slot's previous owner go). A store that races
+// with another may be lost; the result is then computed again.
 func (t *memoTable) store(e *expr, id memoID, val ref.Val, err error) {
 	t.storeResult(&memoResult{e: e, id: id, val: val, err: err})
 }
@@ -115,15 +117,26 @@ func (t *memoTable) storeResult(head *memoResult) {
 	slot := t.slot(e.slot)
 	for {
 		old := slot.Load()
-		last, kept := head, 1
-		for r := old; r != nil && kept < maxPodKeys; r = r.next {
-			if r.e == e && r.id.gen == id.gen && r.id != id {
-				c := *r
-				last.next, last = &c, &c
-				kept++
-			}
+		// The new result goes before the list, which is shared as it is:
+		// one allocation per store. Once the list is twice as long as
+		// what is kept, it is compacted to the newest maxPodKeys results
+		// of e for this generation.
+		head.next, head.depth = old, 1
+		if old != nil {
+			head.depth = old.depth + 1
 		}
-		last.next = nil
+		if head.depth > 2*maxPodKeys {
+			last := head
+			head.depth = 1
+			for r := old; r != nil && head.depth < maxPodKeys; r = r.next {
+				if r.e == e && r.id.gen == id.gen && r.id != id {
+					c := *r
+					last.next, last = &c, &c
+					head.depth++
+				}
+			}
+			last.next = nil
+		}
 		if slot.CompareAndSwap(old, head) {
 			return
 		}

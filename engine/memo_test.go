@@ -5,48 +5,69 @@ import (
 	"testing"
 
 	"github.com/google/cel-go/common/types"
+
+	"github.com/celsched/celsched/test/builder"
 )
 
-// TestMemoTable: a slot keeps the newest maxPodKeys results of its
-// expression, never returns another expression's result (a slot reused
-// after its policy went) nor one of another NodeInfo generation, and concurrent stores and loads are safe (run
-// under -race by make test).
+// TestMemoTable: a slot keeps at most 2*maxPodKeys results, and after a
+// compaction the newest maxPodKeys of its expression and generation; it
+// never returns another expression's result (a slot reused after its
+// policy went) nor one of another key or NodeInfo generation; and
+// concurrent stores and loads are safe (run under -race by make test).
 func TestMemoTable(t *testing.T) {
 	var table memoTable
 	a, b := &expr{slot: 3}, &expr{slot: 3}
-	for key := range uint64(maxPodKeys + 4) {
-		table.store(a, memoID{key: key, gen: 0}, types.Int(key), nil)
+	length := func(e *expr) int {
+		n := 0
+		for r := (*table.slots.Load())[e.slot].Load(); r != nil; r = r.next {
+			n++
+		}
+		return n
 	}
-	for key := range uint64(maxPodKeys + 4) {
-		r := table.load(a, memoID{key: key, gen: 0})
-		if evicted := key < 4; (r == nil) != evicted {
+	const stores = 2*maxPodKeys + 1 // one compaction
+	for key := range uint64(stores) {
+		table.store(a, memoID{key: key}, types.Int(key), nil)
+		if n := length(a); n > 2*maxPodKeys {
+			t.Fatalf("after %d stores, %d results in the slot", key+1, n)
+		}
+	}
+	for key := range uint64(stores) {
+		r := table.load(a, memoID{key: key})
+		if evicted := key < stores-maxPodKeys; (r == nil) != evicted {
 			t.Errorf("key %d: result %v, want evicted=%v", key, r, evicted)
 		}
 		if r != nil && r.val != types.Int(key) {
 			t.Errorf("key %d: %v", key, r.val)
 		}
 	}
-	if r := table.load(b, memoID{key: 5, gen: 0}); r != nil {
+	if r := table.load(b, memoID{key: stores - 1}); r != nil {
 		t.Errorf("another expression in the same slot read %v", r.val)
 	}
-	table.store(b, memoID{key: 5, gen: 0}, types.String("b"), nil)
-	if r := table.load(a, memoID{key: 5, gen: 0}); r != nil {
-		t.Errorf("the previous owner's result survived a store of the new one: %v", r.val)
+	for key := range uint64(2 * maxPodKeys) {
+		table.store(b, memoID{key: key}, types.String("b"), nil)
 	}
-	if r := table.load(b, memoID{key: 5, gen: 0}); r == nil || r.val != types.String("b") {
+	if r := table.load(a, memoID{key: stores - 1}); r != nil {
+		t.Errorf("the previous owner's result survived the new one's compaction: %v", r.val)
+	}
+	if r := table.load(b, memoID{key: 2*maxPodKeys - 1}); r == nil || r.val != types.String("b") {
 		t.Errorf("b: %v", r)
 	}
 
-	// A new NodeInfo generation replaces the results of the older.
+	// Results are per generation; a compaction drops the older ones.
 	c := &expr{slot: 5}
 	table.store(c, memoID{key: 1, gen: 10}, types.Int(1), nil)
-	table.store(c, memoID{key: 2, gen: 10}, types.Int(2), nil)
 	table.store(c, memoID{key: 1, gen: 11}, types.Int(3), nil)
-	if table.load(c, memoID{key: 1, gen: 10}) != nil || table.load(c, memoID{key: 2, gen: 10}) != nil {
-		t.Error("results of an older generation survived a newer one")
-	}
 	if r := table.load(c, memoID{key: 1, gen: 11}); r == nil || r.val != types.Int(3) {
 		t.Errorf("generation 11: %v", r)
+	}
+	if r := table.load(c, memoID{key: 1, gen: 10}); r == nil || r.val != types.Int(1) {
+		t.Errorf("generation 10 before a compaction: %v", r)
+	}
+	for key := range uint64(2 * maxPodKeys) {
+		table.store(c, memoID{key: key + 2, gen: 11}, types.Int(0), nil)
+	}
+	if table.load(c, memoID{key: 1, gen: 10}) != nil {
+		t.Error("a result of an older generation survived a compaction")
 	}
 
 	var wg sync.WaitGroup
@@ -62,4 +83,27 @@ func TestMemoTable(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestMemoKinds: how an expression's results are kept follows what it
+// reads; a policy that reads the pod's name keeps none per pod (every pod
+// has its own).
+func TestMemoKinds(t *testing.T) {
+	compiler := NewCompiler(testEnv(t))
+	for expression, want := range map[string]memoKind{
+		"node.metadata.name != ''":                                    memoNode,
+		"nodeInfo.podCount < 10":                                      memoNodeInfo,
+		"pod.metadata.labels['app'] == node.metadata.name":            memoPodAndNode,
+		"nodeInfo.pods.all(p, p.name != pod.metadata.labels['app'])":  memoPodAndNodeInfo,
+		"pod.metadata.name != node.metadata.name":                     notMemoized,
+		"pod.status.phase == 'Pending' || node.metadata.name == 'n1'": notMemoized,
+	} {
+		p := compiler.Compile(builder.MakePolicy("p").Filter("f", expression).Obj(), CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Fatalf("%s: %v", expression, err)
+		}
+		if got := p.filters[0].memo; got != want {
+			t.Errorf("%s: memo kind %d, want %d", expression, got, want)
+		}
+	}
 }

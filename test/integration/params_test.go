@@ -242,28 +242,7 @@ spec:
 // its field path and CEL position), and the scheduler reads the custom
 // resources as params.
 func TestParamsCustomResource(t *testing.T) {
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.UnmarshalStrict([]byte(tenantPlacementCRD), crd); err != nil {
-		t.Fatal(err)
-	}
-	if err := k8sClient.Create(t.Context(), crd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deleteObject(t, crd) })
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
-			return false, err
-		}
-		for _, c := range crd.Status.Conditions {
-			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("the CRD is not established: %v", err)
-	}
+	installCRD(t, []byte(tenantPlacementCRD))
 	grantParams(t, "example.com", "tenantplacements")
 
 	labels := map[string]string{"params-test": "custom-resource"}
@@ -272,7 +251,7 @@ func TestParamsCustomResource(t *testing.T) {
 			ParamKind("example.com/v1", "TenantPlacement").ParamRef("placement", "", schedv1alpha1.DenyAction).
 			Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in params.spec."+field).Obj()
 	}
-	err = k8sClient.Create(t.Context(), policy("zonez"))
+	err := k8sClient.Create(t.Context(), policy("zonez"))
 	want := `spec.filters[0].expression: Invalid value: "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in params.spec.zonez": compilation failed: ERROR: <input>:1:80: undefined field 'zonez'`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("creating a policy with a misspelt params field: %v, want a denial with %q", err, want)
@@ -316,4 +295,33 @@ func TestParamsNotReadable(t *testing.T) {
 	waitPending(t, pod, reasonUnschedulable, "the objects of paramKind /v1, Kind=ConfigMap cannot be listed")
 	grantConfigMapParams(t)
 	expectNode(t, pod, "zone-a")
+}
+
+// installCRD creates a CustomResourceDefinition (YAML) for the test and
+// waits until it is established.
+func installCRD(t *testing.T, data []byte) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8sClient.Create(t.Context(), crd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, crd) })
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(crd), crd); err != nil {
+			return false, err
+		}
+		for _, c := range crd.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the CRD %s is not established: %v", crd.Name, err)
+	}
+	return crd
 }

@@ -61,10 +61,12 @@ func TestValidateParams(t *testing.T) {
 	}
 }
 
-// TestValidateSamples: every sample is valid, as a directory.
+// TestValidateSamples: every sample is valid, as a directory, with the
+// custom-resource sample's params typed from its CRD.
 func TestValidateSamples(t *testing.T) {
-	code, out := runCLI(t, "validate", "-f", filepath.Join("..", "..", "..", "config", "samples"))
-	if code != 0 || out != "8 SchedulingPolicies valid\n" {
+	samples := filepath.Join("..", "..", "..", "config", "samples")
+	code, out := runCLI(t, "validate", "-f", samples, "--param-crd", filepath.Join(samples, "custom-params", "tenantplacement-crd.yaml"))
+	if code != 0 || out != "9 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
 }
@@ -149,7 +151,7 @@ func TestEvalParams(t *testing.T) {
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)
-	if code != 0 || !strings.HasSuffix(out, "20 passed, 0 failed\n") {
+	if code != 0 || !strings.HasSuffix(out, "25 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
 	golden.Compare(t, filepath.Join("testdata", "test", "samples.golden"), out)
