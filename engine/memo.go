@@ -222,6 +222,9 @@ func (p *CompiledPolicy) exprs() []*expr {
 	}
 	for _, r := range p.filters {
 		out = append(out, &r.expr)
+		if r.messageExpression != nil {
+			out = append(out, r.messageExpression)
+		}
 	}
 	for _, s := range p.scores {
 		out = append(out, &s.expr)

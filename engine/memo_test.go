@@ -107,3 +107,27 @@ func TestMemoKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoSlots: every memoized expression of a policy evaluated per node
+// (variables, filters and their messageExpressions, scores) has a slot of
+// its own, so that no two share a node's memo list.
+func TestMemoSlots(t *testing.T) {
+	p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").
+		Variable("zone", "node.metadata.?labels[?'zone'].orValue('')").
+		FilterMsg("zone", "variables.zone != 'c'", "", "'not in zone ' + variables.zone").
+		Score("spot", "node.metadata.name.size()", 1, "").Obj(), CompileOptions{})
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	exprs := []*expr{&p.variables[0].expr, &p.filters[0].expr, p.filters[0].messageExpression, &p.scores[0].expr}
+	slots := map[int]bool{}
+	for i, e := range exprs {
+		if e.memo == notMemoized {
+			t.Fatalf("expression %d is not memoized", i)
+		}
+		slots[e.slot] = true
+	}
+	if len(slots) != len(exprs) {
+		t.Errorf("%d memoized expressions share %d slots", len(exprs), len(slots))
+	}
+}
