@@ -53,9 +53,6 @@ type ParamsStore struct {
 	Changed func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured)
 	Logger  klog.Logger
 
-	// version counts the params events seen (Version).
-	version atomic.Uint64
-
 	mu    sync.Mutex
 	kinds map[schema.GroupVersionKind]*paramKind
 	// stopped is closed by Stop: informers started after it stop at once.
@@ -182,13 +179,8 @@ func (s *ParamsStore) Stop() {
 	}
 }
 
-// Version changes whenever a params object does: what caches of results
-// derived from params (the last pod signature) compare.
-func (s *ParamsStore) Version() uint64 { return s.version.Load() }
-
 // changed forgets an object's old value and tells Changed.
 func (s *ParamsStore) changed(k *paramKind, oldObj, newObj any) {
-	s.version.Add(1)
 	var oldU, newU *unstructured.Unstructured
 	if o, ok := tombstoned[*unstructured.Unstructured](oldObj); ok {
 		oldU = o

@@ -16,51 +16,34 @@ import (
 const SignatureKey = "celsched.io/SchedulingPolicies"
 
 // signed is the last pod signed, so that the filter and the score plugin
-// match the policies once for it (kube-scheduler signs one pod at a time).
+// sign it once (kube-scheduler signs one pod at a time, asking every
+// plugin).
 type signed struct {
 	uid             ktypes.UID
 	resourceVersion string
 	snapshot        *engine.Snapshot
 	fragments       []fwk.SignFragment
 	status          *fwk.Status
-	// paramsVersion is the params store's version the signature was made
-	// with: a params change changes the signature of the pods it concerns.
-	paramsVersion uint64
-}
-
-// paramsVersion is the version of the params objects (ParamsStore.Version),
-// 0 when the resolver has none.
-func (rt *Runtime) paramsVersion() uint64 {
-	if v, ok := rt.Params.(interface{ Version() uint64 }); ok {
-		return v.Version()
-	}
-	return 0
 }
 
 // SignPod implements fwk.SignPlugin for CELFilter and CELScore, so that the
-// profile keeps kube-scheduler's opportunistic batching: the signature is
-// the policies that apply to the pod and what their filters, scores and
-// variables read of it (engine.PodSignature). It declines (Unschedulable)
-// when no signature is correct: a policy that applies reads nodeInfo.pods,
-// or the pod as a whole.
-func (rt *Runtime) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+// profile keeps kube-scheduler's opportunistic batching. The signature is
+// the pod's namespace and every field a policy may read but its name
+// (engine.Snapshot.Signature): kube-scheduler keeps it while the pod waits,
+// and it stays true while policies, params objects and namespaces change.
+// It declines (Unschedulable) when a policy that may apply reads the pod's
+// name, the whole pod or nodeInfo.pods.
+func (rt *Runtime) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
 	snapshot := rt.Policies.Snapshot()
-	paramsVersion := rt.paramsVersion()
 	if last := rt.lastSigned.Load(); last != nil && last.uid == pod.UID && last.resourceVersion == pod.ResourceVersion &&
-		last.snapshot == snapshot && last.paramsVersion == paramsVersion && pod.ResourceVersion != "" {
+		last.snapshot == snapshot && pod.ResourceVersion != "" {
 		return last.fragments, last.status
 	}
-	s := &signed{uid: pod.UID, resourceVersion: pod.ResourceVersion, snapshot: snapshot, paramsVersion: paramsVersion}
-	in, err := rt.PodInput(pod)
-	switch {
-	case err != nil:
-		s.status = fwk.AsStatus(err)
-	default:
-		if sig, ok := snapshot.Signature(ctx, in); ok {
-			s.fragments = []fwk.SignFragment{{Key: SignatureKey, Value: sig}}
-		} else {
-			s.status = fwk.NewStatus(fwk.Unschedulable, "a SchedulingPolicy that applies reads nodeInfo.pods or the whole pod")
-		}
+	s := &signed{uid: pod.UID, resourceVersion: pod.ResourceVersion, snapshot: snapshot}
+	if sig, ok := snapshot.Signature(pod); ok {
+		s.fragments = []fwk.SignFragment{{Key: SignatureKey, Value: sig}}
+	} else {
+		s.status = fwk.NewStatus(fwk.Unschedulable, "a SchedulingPolicy that may apply reads the pod's name, the whole pod or nodeInfo.pods")
 	}
 	rt.lastSigned.Store(s)
 	return s.fragments, s.status

@@ -16,11 +16,12 @@ import (
 	"github.com/celsched/celsched/test/builder"
 )
 
-// TestSignPod: pods that differ only in what no applying policy reads get
-// the same signature (the replicas of a Deployment batch); pods that differ
-// in a field a policy reads, or in the policies that apply, get different
-// ones; a policy reading nodeInfo.pods or the whole pod makes the plugins
-// decline to sign.
+// TestSignPod: replicas (pods that differ only in their names) get the
+// same signature; pods that differ in any other field a policy may read, or
+// in their namespace, get different ones, whatever today's policies read (a
+// signature is kept while the pod waits, and must stay true when policies
+// change); a policy that may apply and reads nodeInfo.pods, the pod's name
+// or the whole pod makes the plugins decline to sign.
 func TestSignPod(t *testing.T) {
 	replica := func(name, tier string) *corev1.Pod {
 		return st.MakePod().Namespace("ns").Name(name).UID(name).SchedulerName("celsched").
@@ -36,9 +37,15 @@ func TestSignPod(t *testing.T) {
 			policy: builder.MakePolicy("zone").Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'c'").Obj(),
 			a:      replica("web-1", "gold"), b: replica("web-2", "gold"), wantSame: true,
 		},
-		"node-only policy, a label no policy reads": {
+		"node-only policy, a label no policy reads yet": {
 			policy: builder.MakePolicy("zone").Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'c'").Obj(),
-			a:      replica("web-1", "gold"), b: replica("web-2", "silver"), wantSame: true,
+			a:      replica("web-1", "gold"), b: replica("web-2", "silver"),
+		},
+		"replicas of two namespaces": {
+			policy: builder.MakePolicy("zone").Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'c'").Obj(),
+			a:      replica("web-1", "gold"),
+			b: st.MakePod().Namespace("other").Name("web-2").UID("web-2").SchedulerName("celsched").
+				Label("app", "web").Label("tier", "gold").Obj(),
 		},
 		"a filter reads the pod's labels": {
 			policy: builder.MakePolicy("tier").Filter("tier", "pod.metadata.labels['tier'] == node.metadata.?labels[?'tier'].orValue('')").Obj(),
@@ -67,8 +74,18 @@ func TestSignPod(t *testing.T) {
 				Label("app", "web").Label("tier", "gold").Priority(1000).Obj(),
 		},
 		"a filter reads the pod's name": {
-			policy: builder.MakePolicy("name").Filter("name", "pod.metadata.name != node.metadata.name").Obj(),
-			a:      replica("web-1", "gold"), b: replica("web-2", "gold"),
+			policy:   builder.MakePolicy("name").Filter("name", "pod.metadata.name != node.metadata.name").Obj(),
+			a:        replica("web-1", "gold"),
+			declines: true,
+		},
+		"a match condition reads the pod's name": {
+			policy:   builder.MakePolicy("name").Condition("canary", "pod.metadata.name.endsWith('-1')").Filter("zone", "node.metadata.name != ''").Obj(),
+			a:        replica("web-1", "gold"),
+			declines: true,
+		},
+		"a policy reading names that selects other pods": {
+			policy: builder.MakePolicy("name").PodLabels(map[string]string{"tier": "bronze"}).Filter("name", "pod.metadata.name != node.metadata.name").Obj(),
+			a:      replica("web-1", "gold"), b: replica("web-2", "gold"), wantSame: true,
 		},
 		"the policy applies to one of them only": {
 			policy: builder.MakePolicy("gold").PodLabels(map[string]string{"tier": "gold"}).Filter("zone", "node.metadata.name != ''").Obj(),
@@ -112,17 +129,12 @@ func TestSignPod(t *testing.T) {
 	}
 }
 
-// versionedParams is a fixed params set with a version, as ParamsStore has.
-type versionedParams struct {
-	*engine.StaticParams
-	version uint64
-}
-
-func (p *versionedParams) Version() uint64 { return p.version }
-
-// TestSignPodParams: a pod signed again after its params changed gets the
-// new params' signature, not the last one kept.
-func TestSignPodParams(t *testing.T) {
+// TestSignPodStaysTrue: a signature is the pod's content, not the state of
+// the policies and params that applied when it was made, so a pod signed
+// before a params object changed and one signed after have equal
+// signatures (kube-scheduler keeps a signature while the pod waits; both
+// pods are evaluated against the params in force when they are scheduled).
+func TestSignPodStaysTrue(t *testing.T) {
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)
@@ -143,9 +155,9 @@ func TestSignPodParams(t *testing.T) {
 	policy := builder.MakePolicy("tenant").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
 		Filter("zone", "node.metadata.labels[?'zone'].orValue('') in params.data['zones'].split(',')").Obj()
 	rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))
-	pod := st.MakePod().Namespace("ns").Name("p").UID("p").SchedulerName("celsched").Obj()
-	pod.ResourceVersion = "1"
-	sign := func() string {
+	sign := func(name string) string {
+		pod := st.MakePod().Namespace("ns").Name(name).UID(name).SchedulerName("celsched").Obj()
+		pod.ResourceVersion = "1"
 		fragments, status := rt.SignPod(context.Background(), pod)
 		if !status.IsSuccess() || len(fragments) != 1 {
 			t.Fatalf("SignPod: %v, %v", fragments, status)
@@ -156,10 +168,10 @@ func TestSignPodParams(t *testing.T) {
 		}
 		return string(data)
 	}
-	rt.Params = &versionedParams{StaticParams: placement("1", "a")}
-	first := sign()
-	rt.Params = &versionedParams{StaticParams: placement("2", "b"), version: 1}
-	if second := sign(); second == first {
-		t.Errorf("the signature did not change with the params: %s", second)
+	rt.Params = placement("1", "a")
+	first := sign("p1")
+	rt.Params = placement("2", "b")
+	if second := sign("p2"); second != first {
+		t.Errorf("signatures of replicas signed before and after a params change differ:\n%s\n%s", first, second)
 	}
 }

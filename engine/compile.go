@@ -87,9 +87,12 @@ type CompiledPolicy struct {
 	paramSpec *ParamSpec
 	params    *Params
 	base      *CompiledPolicy
-	// signs is what the filters, scores and variables read of the pod, for
-	// its batching signature (Signature).
-	signs podReads
+	// signs is what the filters, scores, messageExpressions and variables
+	// read of the pod: what the memo keys of their results hold
+	// (PodInput.key). reads is what every expression of the policy reads,
+	// match conditions and preEnqueue rules too: whether a pod it selects
+	// can be signed (Snapshot.Signature).
+	signs, reads podReads
 }
 
 // expr is one compiled expression.
@@ -514,6 +517,7 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 	if sc == nodeScope {
 		pc.out.signs.add(refs)
 	}
+	pc.out.reads.add(refs)
 	if sc == podScope {
 		if r := refs.firstNodeScoped(); r != nil {
 			pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), fmt.Sprintf(

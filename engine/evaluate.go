@@ -203,9 +203,9 @@ func (p *CompiledPolicy) Match(ctx context.Context, in *PodInput) MatchResult {
 		res.Matches = true
 		return res
 	}
-	ev := p.newEvaluation(ctx, in, nil)
+	ev := &lazy{ctx: ctx, policy: p, pod: in}
 	for _, c := range p.conditions {
-		ok, err := ev.evalBool(&c.expr)
+		ok, err := ev.evalBool(nil, &c.expr)
 		if err != nil {
 			res.why, res.rule = failedCondition, c.name
 			res.Matches = res.Decision.fail(c.name, p.evalError(c.name, &c.expr, err))
@@ -383,26 +383,35 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, node *NodeInput, rule
 	}
 }
 
+// evalError is the error of a rule (or match condition) whose expression
+// failed. An error of a variable the rule read names the variable's field
+// and the rule: a copy, since the variable's error is a value that other
+// rules, pods and goroutines read from the memo too.
 func (p *CompiledPolicy) evalError(rule string, e *expr, err error) error {
 	var ee *EvalError
 	if errors.As(err, &ee) {
-		ee.Rule = rule // an error of a variable the rule read
-		return ee
+		named := *ee
+		named.Rule = rule
+		return &named
 	}
 	return &EvalError{Policy: p.Name, Rule: rule, Field: e.path.String(), Err: err}
 }
 
-// evaluation is one evaluation of a policy: for a pod, or for a pod and a
-// node. It is the CEL activation, evaluates each variable at most once, and
-// accounts the cost against PolicyEvaluationCostBudget.
+// evaluation is the CEL activation of one evaluation of a policy: for a
+// pod, or for a pod and a node. It evaluates each variable at most once,
+// and says what each expression it ran cost (costRecord); charging the
+// policy's budget is lazy's, per rule.
 type evaluation struct {
 	ctx    context.Context
 	policy *CompiledPolicy
 	pod    *PodInput
 	node   *NodeInput
-	spent  uint64
 	// variables is built on first use.
 	variables *variablesValue
+	// reads collects, while expressions run, the variables they read (with
+	// what each cost): an expression's own reads are what run appended
+	// after its start.
+	reads []varCost
 }
 
 func (p *CompiledPolicy) newEvaluation(ctx context.Context, in *PodInput, node *NodeInput) *evaluation {
@@ -437,7 +446,8 @@ func (ev *evaluation) ResolveName(name string) (any, bool) {
 		return ev.policy.paramsValue(), true
 	case VariablesVar:
 		if ev.variables == nil {
-			ev.variables = &variablesValue{ev: ev, values: make([]ref.Val, len(ev.policy.variables))}
+			n := len(ev.policy.variables)
+			ev.variables = &variablesValue{ev: ev, values: make([]ref.Val, n), costs: make([]costRecord, n)}
 		}
 		return ev.variables, true
 	}
@@ -447,9 +457,11 @@ func (ev *evaluation) ResolveName(name string) (any, bool) {
 // Parent implements interpreter.Activation.
 func (ev *evaluation) Parent() interpreter.Activation { return nil }
 
-func (ev *evaluation) eval(e *expr) (ref.Val, error) {
+// eval evaluates an expression, or reads its result from the memo, and
+// returns what computing it cost, either way.
+func (ev *evaluation) eval(e *expr) (ref.Val, costRecord, error) {
 	if ev.ctx.Err() != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
+		return nil, costRecord{}, fmt.Errorf("%w: %w", ErrNotEvaluated, context.Cause(ev.ctx))
 	}
 	if e.paramsOnly && ev.policy.params != nil {
 		return ev.evalParamsOnly(e)
@@ -459,18 +471,17 @@ func (ev *evaluation) eval(e *expr) (ref.Val, error) {
 		return ev.run(e)
 	}
 	// A memoized expression: its result is a function of the node version,
-	// of the compiled expression (a new policy version is a new expr) and,
-	// for memoPodAndNode, of what the policy reads of the pod (key), so it
-	// is computed once per such input, by whichever pod comes first, and
-	// read by the others without evaluating.
+	// of the compiled expression (a new policy version is a new expr) and
+	// of memoKey's id, so it is computed once per such input, by whichever
+	// pod comes first, and read by the others without evaluating.
 	if r := ev.node.memo.load(e, id); r != nil {
-		return r.val, r.err
+		return r.val, r.cost, r.err
 	}
-	val, err := ev.run(e)
+	val, cost, err := ev.run(e)
 	if err == nil || memoizable(err) {
-		ev.node.memo.store(e, id, val, err)
+		ev.node.memo.storeResult(&memoResult{e: e, id: id, val: val, err: err, cost: cost})
 	}
-	return val, err
+	return val, cost, err
 }
 
 // memoKey returns what e's results on the node depend on besides the
@@ -500,17 +511,17 @@ func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (id mem
 // evalParamsOnly evaluates an expression that reads only params once per
 // params version (and compiled expression), as eval does node-only ones
 // per node version.
-func (ev *evaluation) evalParamsOnly(e *expr) (ref.Val, error) {
+func (ev *evaluation) evalParamsOnly(e *expr) (ref.Val, costRecord, error) {
 	memo := &ev.policy.params.memo
 	if m, ok := memo.Load(e); ok {
 		r := m.(*memoResult)
-		return r.val, r.err
+		return r.val, r.cost, r.err
 	}
-	val, err := ev.run(e)
+	val, cost, err := ev.run(e)
 	if err == nil || memoizable(err) {
-		memo.Store(e, &memoResult{val: val, err: err})
+		memo.Store(e, &memoResult{val: val, err: err, cost: cost})
 	}
-	return val, err
+	return val, cost, err
 }
 
 // cached returns the result of a memoized expression on the node's
@@ -523,17 +534,20 @@ func cached(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) *memoRes
 	return node.memo.load(e, id)
 }
 
-// lazy evaluates a policy's rules for a pod (and a node), building the
-// evaluation (the CEL activation, on the heap) only for an expression that
-// is not in the node's cache: a policy whose rules are all cached costs a
-// few map reads per node, and allocates nothing. The node is passed apart
-// from the rest, so that escape analysis (which does not tell a struct's
+// lazy evaluates a policy's rules for a pod (and a node), and charges
+// what each rule cost to the policy's budget (account), the same whether
+// the rule was computed or read from the memo. It builds the evaluation
+// (the CEL activation, on the heap) only for an expression that is not in
+// the node's memo: a policy whose rules are all memoized costs a few
+// lookups per node, and allocates nothing. The node is passed apart from
+// the rest, so that escape analysis (which does not tell a struct's
 // fields apart) lets the caller keep its NodeInput on the stack.
 type lazy struct {
-	ctx    context.Context
-	policy *CompiledPolicy
-	pod    *PodInput
-	ev     *evaluation
+	ctx     context.Context
+	policy  *CompiledPolicy
+	pod     *PodInput
+	ev      *evaluation
+	account account
 }
 
 func (l *lazy) evaluation(node *NodeInput) *evaluation {
@@ -543,11 +557,27 @@ func (l *lazy) evaluation(node *NodeInput) *evaluation {
 	return l.ev
 }
 
+// eval evaluates one rule (a match condition, preEnqueue rule, filter,
+// messageExpression or score) and charges its cost: once the policy's
+// budget is spent, a rule that evaluated fails with ErrCostBudgetExceeded.
 func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
+	var (
+		val  ref.Val
+		cost costRecord
+		err  error
+	)
 	if r := cached(l.policy, l.pod, node, e); r != nil {
-		return r.val, r.err
+		val, cost, err = r.val, r.cost, r.err
+	} else {
+		val, cost, err = l.evaluation(node).eval(e)
 	}
-	return l.evaluation(node).eval(e)
+	if spent := l.account.charge(&cost); err == nil && spent > PolicyEvaluationCostBudget {
+		err = fmt.Errorf("%w of %d", ErrCostBudgetExceeded, PolicyEvaluationCostBudget)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return val, nil
 }
 
 // message is a false rule's message on the node.
@@ -564,38 +594,34 @@ func (l *lazy) evalBool(node *NodeInput, e *expr) (bool, error) {
 
 // memoizable says whether an error is the expression's own on the node,
 // the same on every evaluation, rather than an accident of this one (a
-// cancelled cycle, the policy's cost budget spent by other expressions).
+// cancelled cycle).
 func memoizable(err error) bool {
 	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
 		!errors.Is(err, ErrTimeBudgetExceeded) && !errors.Is(err, ErrNotEvaluated) &&
 		!errors.Is(err, ErrCostBudgetExceeded) && !strings.HasPrefix(err.Error(), "evaluation cancelled")
 }
 
-// run evaluates an expression, charging its cost to the policy's budget.
-func (ev *evaluation) run(e *expr) (ref.Val, error) {
-	val, cost, err := e.prg.eval(ev.ctx, ev)
-	ev.spent += cost
+// run evaluates an expression, and returns its own cost and the variables
+// it read, with theirs.
+func (ev *evaluation) run(e *expr) (ref.Val, costRecord, error) {
+	start := len(ev.reads)
+	val, own, err := e.prg.eval(ev.ctx, ev)
+	cost := costRecord{own: own, vars: distinctReads(ev.reads[start:])}
+	ev.reads = ev.reads[:start]
 	if err != nil {
-		return nil, err
-	}
-	if ev.spent > PolicyEvaluationCostBudget {
-		return nil, fmt.Errorf("%w of %d", ErrCostBudgetExceeded, PolicyEvaluationCostBudget)
+		return nil, cost, err
 	}
 	if types.IsError(val) {
 		if ev.ctx.Err() != nil {
 			// cel-go stops a comprehension with "operation interrupted".
-			return nil, fmt.Errorf("evaluation cancelled: %w", context.Cause(ev.ctx))
+			return nil, cost, fmt.Errorf("evaluation cancelled: %w", context.Cause(ev.ctx))
 		}
 		if err, ok := val.Value().(error); ok {
-			return nil, err
+			return nil, cost, err
 		}
-		return nil, fmt.Errorf("%v", val)
+		return nil, cost, fmt.Errorf("%v", val)
 	}
-	return val, nil
-}
-
-func (ev *evaluation) evalBool(e *expr) (bool, error) {
-	return asBool(ev.eval(e))
+	return val, cost, nil
 }
 
 func asBool(val ref.Val, err error) (bool, error) {
@@ -607,15 +633,6 @@ func asBool(val ref.Val, err error) (bool, error) {
 		return false, fmt.Errorf("evaluated to %s, want bool", val.Type().TypeName())
 	}
 	return bool(b), nil
-}
-
-// message is a false rule's message: its messageExpression, else its
-// message, else a generic one.
-func (ev *evaluation) message(r *boolRule) string {
-	if r.messageExpression == nil {
-		return r.staticMessage()
-	}
-	return r.messageOf(ev.eval(r.messageExpression))
 }
 
 // messageOf is a false rule's message given its messageExpression's result:
@@ -661,6 +678,8 @@ func number(v ref.Val) (float64, error) {
 type variablesValue struct {
 	ev     *evaluation
 	values []ref.Val
+	// costs are what computing each value cost.
+	costs []costRecord
 }
 
 var (
@@ -677,12 +696,16 @@ func (v *variablesValue) get(name string) (ref.Val, bool) {
 	}
 	if v.values[i] == nil {
 		vr := v.ev.policy.variables[i]
-		val, err := v.ev.eval(&vr.expr)
+		val, cost, err := v.ev.eval(&vr.expr)
 		if err != nil {
 			val = types.WrapErr(&EvalError{Policy: v.ev.policy.Name, Field: vr.path.String(), Err: err})
 		}
-		v.values[i] = val
+		v.values[i], v.costs[i] = val, cost
 	}
+	// The expression running read the variable: it is charged for it
+	// (once per policy evaluation, see account).
+	v.ev.reads = append(v.ev.reads, varCost{index: int32(i), cost: v.costs[i].own})
+	v.ev.reads = append(v.ev.reads, v.costs[i].vars...)
 	return v.values[i], true
 }
 

@@ -164,22 +164,22 @@ func TestVariablesEvaluatedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
+	ev := &lazy{ctx: context.Background(), policy: p, pod: podInput(t, conv, nil, nil)}
 	d := Decision{Policy: p, Point: PointFilter}
-	p.firstFalse(&d, &lazy{ev: ev}, ev.node, p.filters, Reject)
+	p.firstFalse(&d, ev, node, p.filters, Reject)
 	if d.Verdict != Pass {
 		t.Fatalf("got %s", d.String())
 	}
 	if calls != 1 {
 		t.Errorf("nodeInfo built %d times, want 1", calls)
 	}
-	single := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
-	if _, err := single.eval(&p.filters[0].expr); err != nil {
+	single := &lazy{ctx: context.Background(), policy: p, pod: podInput(t, conv, nil, nil)}
+	if _, err := single.eval(node, &p.filters[0].expr); err != nil {
 		t.Fatal(err)
 	}
 	// Three filters reading the variable cost little more than one.
-	if ev.spent >= 2*single.spent {
-		t.Errorf("three filters spent %d, one filter %d: the variable was evaluated more than once", ev.spent, single.spent)
+	if ev.account.spent >= 2*single.account.spent {
+		t.Errorf("three filters spent %d, one filter %d: the variable was charged more than once", ev.account.spent, single.account.spent)
 	}
 }
 

@@ -24,7 +24,7 @@ func (p *CompiledPolicy) PreEnqueueRules(ctx context.Context, in *PodInput) ([]R
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	return p.allRules(p.newEvaluation(ctx, in, nil), p.preEnqueue), nil
+	return p.allRules(&lazy{ctx: ctx, policy: p, pod: in}, nil, p.preEnqueue), nil
 }
 
 // FilterRules evaluates every filter on a node, not only up to the first
@@ -33,21 +33,21 @@ func (p *CompiledPolicy) FilterRules(ctx context.Context, in *PodInput, node *No
 	if err := p.Err(); err != nil {
 		return nil, err
 	}
-	return p.allRules(p.newEvaluation(ctx, in, node), p.filters), nil
+	return p.allRules(&lazy{ctx: ctx, policy: p, pod: in}, node, p.filters), nil
 }
 
-func (p *CompiledPolicy) allRules(ev *evaluation, rules []*boolRule) []RuleVerdict {
+func (p *CompiledPolicy) allRules(ev *lazy, node *NodeInput, rules []*boolRule) []RuleVerdict {
 	out := make([]RuleVerdict, len(rules))
 	for i, r := range rules {
 		out[i].Rule = r.name
-		ok, err := ev.evalBool(&r.expr)
+		ok, err := ev.evalBool(node, &r.expr)
 		switch {
 		case err != nil:
 			out[i].Err = p.evalError(r.name, &r.expr, err)
 		case ok:
 			out[i].Passed = true
 		default:
-			out[i].Message = ev.message(r)
+			out[i].Message = ev.message(node, r)
 		}
 	}
 	return out

@@ -77,6 +77,9 @@ type memoResult struct {
 	id  memoID
 	val ref.Val
 	err error
+	// cost is what computing val cost, charged to every evaluation that
+	// reads it (account.go).
+	cost costRecord
 	// list is the outcome when e is a PolicyList's.
 	list *ListOutcome
 	next *memoResult
@@ -103,15 +106,12 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	return nil
 }
 
-// store records the result of e on the node for id, before the others
-// kept in the slot: at most 2*maxPodKeys in all, and after a compaction
-// the newest maxPodKeys of e for the same generation (the results of other
-// generations and of the slot's previous owner go). A store that races
-// with another may be lost; the result is then computed again.
-func (t *memoTable) store(e *expr, id memoID, val ref.Val, err error) {
-	t.storeResult(&memoResult{e: e, id: id, val: val, err: err})
-}
-
+// storeResult records a result of head.e on the node for head.id, before
+// the others kept in the slot: at most 2*maxPodKeys in all, and after a
+// compaction the newest maxPodKeys of e for the same generation (the
+// results of other generations and of the slot's previous owner go). A
+// store that races with another may be lost; the result is then computed
+// again.
 func (t *memoTable) storeResult(head *memoResult) {
 	e, id := head.e, head.id
 	slot := t.slot(e.slot)
@@ -252,7 +252,7 @@ func (in *PodInput) key(r podReads) (uint64, bool) {
 		return k, true
 	}
 	var sig PodSignature
-	r.fill(&sig, in)
+	r.fill(&sig, in.Pod, in.Namespace)
 	b, err := json.Marshal(&sig)
 	if err != nil {
 		return 0, false

@@ -26,7 +26,7 @@ func TestMemoTable(t *testing.T) {
 	}
 	const stores = 2*maxPodKeys + 1 // one compaction
 	for key := range uint64(stores) {
-		table.store(a, memoID{key: key}, types.Int(key), nil)
+		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
 		if n := length(a); n > 2*maxPodKeys {
 			t.Fatalf("after %d stores, %d results in the slot", key+1, n)
 		}
@@ -44,7 +44,7 @@ func TestMemoTable(t *testing.T) {
 		t.Errorf("another expression in the same slot read %v", r.val)
 	}
 	for key := range uint64(2 * maxPodKeys) {
-		table.store(b, memoID{key: key}, types.String("b"), nil)
+		table.storeResult(&memoResult{e: b, id: memoID{key: key}, val: types.String("b")})
 	}
 	if r := table.load(a, memoID{key: stores - 1}); r != nil {
 		t.Errorf("the previous owner's result survived the new one's compaction: %v", r.val)
@@ -55,8 +55,8 @@ func TestMemoTable(t *testing.T) {
 
 	// Results are per generation; a compaction drops the older ones.
 	c := &expr{slot: 5}
-	table.store(c, memoID{key: 1, gen: 10}, types.Int(1), nil)
-	table.store(c, memoID{key: 1, gen: 11}, types.Int(3), nil)
+	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 10}, val: types.Int(1)})
+	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 11}, val: types.Int(3)})
 	if r := table.load(c, memoID{key: 1, gen: 11}); r == nil || r.val != types.Int(3) {
 		t.Errorf("generation 11: %v", r)
 	}
@@ -64,7 +64,7 @@ func TestMemoTable(t *testing.T) {
 		t.Errorf("generation 10 before a compaction: %v", r)
 	}
 	for key := range uint64(2 * maxPodKeys) {
-		table.store(c, memoID{key: key + 2, gen: 11}, types.Int(0), nil)
+		table.storeResult(&memoResult{e: c, id: memoID{key: key + 2, gen: 11}, val: types.Int(0)})
 	}
 	if table.load(c, memoID{key: 1, gen: 10}) != nil {
 		t.Error("a result of an older generation survived a compaction")
@@ -75,7 +75,7 @@ func TestMemoTable(t *testing.T) {
 		wg.Go(func() {
 			e := &expr{slot: g * 7}
 			for key := range uint64(200) {
-				table.store(e, memoID{key: key % 20, gen: int64(key % 2)}, types.Int(key%20), nil)
+				table.storeResult(&memoResult{e: e, id: memoID{key: key % 20, gen: int64(key % 2)}, val: types.Int(key%20)})
 				if r := table.load(e, memoID{key: key % 20, gen: int64(key % 2)}); r != nil && r.val != types.Int(key%20) {
 					t.Errorf("slot %d key %d: %v", e.slot, key%20, r.val)
 				}

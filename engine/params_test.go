@@ -327,39 +327,6 @@ func TestParamsPreEnqueueHoldsWhenMissing(t *testing.T) {
 	}
 }
 
-func TestParamsSignature(t *testing.T) {
-	p := compileOK(t, tenantPolicy("").Obj())
-	conv := NewConverter(testEnv(t), 0)
-	// signature is the policies part of the signature of a pod in the
-	// namespace, with the params objects given.
-	signature := func(namespace string, objs ...*unstructured.Unstructured) []string {
-		t.Helper()
-		in, err := conv.Pod(makePod(namespace, "p", nil), makeNamespace(namespace, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		in.Params = staticParams(t, objs...)
-		sig, ok := NewSnapshot(p).Signature(context.Background(), in)
-		if !ok {
-			t.Fatal("no signature")
-		}
-		return sig.Policies
-	}
-	version := func(rv string) *unstructured.Unstructured {
-		cm := configMap(t, "team-a", "placement", map[string]string{"zones": "a"}, nil)
-		cm.SetResourceVersion(rv)
-		return cm
-	}
-	if a, b := signature("team-a", version("1")), signature("team-a", version("2")); cmp.Equal(a, b) {
-		t.Errorf("signatures of two params versions are equal: %v", a)
-	}
-	// Pods of two namespaces without params: the rejections name their
-	// namespaces, so the signatures differ.
-	if a, b := signature("team-b"), signature("team-c"); cmp.Equal(a, b) {
-		t.Errorf("signatures of pods missing params in two namespaces are equal: %v", a)
-	}
-}
-
 func TestParamsDynCost(t *testing.T) {
 	p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").ParamKind("example.com/v1", "TenantPlacement").ParamRef("x", "", "").
 		Filter("f", "'a' in params.spec.zones").Obj(), CompileOptions{})

@@ -57,25 +57,25 @@ func TestPolicyCostBudget(t *testing.T) {
 	conv := NewConverter(testEnv(t), 0)
 	node := nodeInput(t, conv, "n", map[string]string{"topology.kubernetes.io/zone": "a"}, manyPods(100))
 
-	ev := p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
-	if _, err := ev.evalBool(&p.filters[0].expr); err != nil {
+	ev := &lazy{ctx: context.Background(), policy: p, pod: podInput(t, conv, nil, nil)}
+	if _, err := ev.evalBool(node, &p.filters[0].expr); err != nil {
 		t.Fatal(err)
 	}
-	if ev.spent < 100 {
-		t.Fatalf("a loop over 100 pods was charged %d", ev.spent)
+	if ev.account.spent < 100 {
+		t.Fatalf("a loop over 100 pods was charged %d", ev.account.spent)
 	}
-	afterLoop := ev.spent
-	if _, err := ev.evalBool(&p.filters[1].expr); err != nil {
+	afterLoop := ev.account.spent
+	if _, err := ev.evalBool(node, &p.filters[1].expr); err != nil {
 		t.Fatal(err)
 	}
-	if ev.spent <= afterLoop {
-		t.Fatalf("the second filter charged nothing (%d then %d)", afterLoop, ev.spent)
+	if ev.account.spent <= afterLoop {
+		t.Fatalf("the second filter charged nothing (%d then %d)", afterLoop, ev.account.spent)
 	}
 
-	ev = p.newEvaluation(context.Background(), podInput(t, conv, nil, nil), node)
-	ev.spent = PolicyEvaluationCostBudget - 1
+	ev = &lazy{ctx: context.Background(), policy: p, pod: podInput(t, conv, nil, nil)}
+	ev.account.spent = PolicyEvaluationCostBudget - 1
 	d := Decision{Policy: p, Point: PointFilter}
-	p.firstFalse(&d, &lazy{ev: ev}, ev.node, p.filters, Reject)
+	p.firstFalse(&d, ev, node, p.filters, Reject)
 	err := d.Err
 	if !errors.Is(err, ErrCostBudgetExceeded) {
 		t.Fatalf("want ErrCostBudgetExceeded, got %v", err)

@@ -1,15 +1,16 @@
 package engine
 
 import (
-	"context"
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
-// podReads is what a policy's filters, scores and variables read of a pod
-// and its namespace: a set of the pod*Read bits.
-type podReads uint8
+// podReads is what a policy's expressions read of a pod and its namespace:
+// a set of the pod*Read bits, found in the checked expressions
+// (policyCompiler.references) and completed conservatively: a read the
+// analysis does not recognise is podReadsUnkeyable, never left out.
+type podReads uint16
 
 const (
 	podLabelsRead podReads = 1 << iota
@@ -17,6 +18,12 @@ const (
 	podNameRead
 	podOwnerReferencesRead
 	podSpecRead
+	// podTypeMetaRead: kind and apiVersion, which are empty on the typed
+	// objects of an informer and set on others: not constants.
+	podTypeMetaRead
+	// podNamespaceRead: the namespace object (namespaceObject), whose
+	// version goes into a memo key. The pod's namespace name is in every
+	// key and signature, read or not.
 	podNamespaceRead
 	// podNodeInfoPodsRead: nodeInfo.pods, which changes with every pod
 	// placed: no signature captures it (a memo keys it by the NodeInfo's
@@ -28,6 +35,12 @@ const (
 
 	// podKeyReads are the reads a memo key holds.
 	podKeyReads = podNodeInfoPodsRead - 1
+	// podContentReads are the pod's own fields a signature holds: every
+	// keyable one but its name (each pod has its own) and the namespace
+	// object (the same for every pod of the namespace, at any time).
+	podContentReads = podKeyReads &^ (podNameRead | podNamespaceRead)
+	// podUnsignable are the reads that keep a pod from being signed.
+	podUnsignable = podNameRead | podNodeInfoPodsRead | podReadsUnkeyable
 )
 
 func (r *podReads) add(refs *references) {
@@ -50,9 +63,10 @@ func (r *podReads) add(refs *references) {
 			*r |= podNameRead
 		case "metadata.ownerReferences":
 			*r |= podOwnerReferencesRead
-		case "metadata.namespace", "apiVersion", "kind":
-			// The same for every pod the signature compares (the
-			// namespace is in it when read), or constant.
+		case "metadata.namespace":
+			// In every key and signature.
+		case "apiVersion", "kind":
+			*r |= podTypeMetaRead
 		case "spec":
 			*r |= podSpecRead
 		default:
@@ -61,9 +75,42 @@ func (r *podReads) add(refs *references) {
 	}
 }
 
-// fill copies what r names of a pod and its namespace into sig.
-func (r podReads) fill(sig *PodSignature, in *PodInput) {
-	pod := in.Pod
+// PodSignature is what the CEL plugins' verdicts on a pod depend on, as
+// far as the pod itself goes: its namespace and the values of the fields
+// named by a podReads. As a memo key (PodInput.key) it holds what a
+// policy's expressions read, and the namespace object's version when they
+// read it; as a batching signature (Snapshot.Signature) it holds every
+// field any policy may read but the name, so that it stays true whatever
+// policies, params objects and namespace labels are in force when the pod
+// is scheduled. It is JSON-marshallable.
+type PodSignature struct {
+	Namespace       string                  `json:"namespace"`
+	NamespaceObject *NamespaceVersion       `json:"namespaceObject,omitempty"`
+	Kind            string                  `json:"kind,omitempty"`
+	APIVersion      string                  `json:"apiVersion,omitempty"`
+	Labels          map[string]string       `json:"labels,omitempty"`
+	Annotations     map[string]string       `json:"annotations,omitempty"`
+	Name            string                  `json:"name,omitempty"`
+	OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+	Spec            *corev1.PodSpec         `json:"spec,omitempty"`
+}
+
+// NamespaceVersion identifies the version of the namespace object an
+// evaluation read; Unknown when the namespace was not known (expressions
+// reading it then fail with an error naming the namespace).
+type NamespaceVersion struct {
+	UID             ktypes.UID `json:"uid,omitempty"`
+	ResourceVersion string     `json:"resourceVersion,omitempty"`
+	Unknown         bool       `json:"unknown,omitempty"`
+}
+
+// fill copies the pod's namespace and what r names of the pod and its
+// namespace object into sig.
+func (r podReads) fill(sig *PodSignature, pod *corev1.Pod, ns *corev1.Namespace) {
+	sig.Namespace = pod.Namespace
+	if r&podTypeMetaRead != 0 {
+		sig.Kind, sig.APIVersion = pod.Kind, pod.APIVersion
+	}
 	if r&podLabelsRead != 0 {
 		sig.Labels = pod.Labels
 	}
@@ -74,64 +121,52 @@ func (r podReads) fill(sig *PodSignature, in *PodInput) {
 		sig.Name = pod.GenerateName + "|" + pod.Name
 	}
 	if r&podOwnerReferencesRead != 0 {
-		for _, o := range pod.OwnerReferences {
-			sig.OwnerReferences = append(sig.OwnerReferences, o)
-		}
+		sig.OwnerReferences = pod.OwnerReferences
 	}
 	if r&podSpecRead != 0 {
 		sig.Spec = &pod.Spec
 	}
-	if r&podNamespaceRead != 0 && in.Namespace != nil {
-		sig.NamespaceMeta = map[string]any{"name": in.Namespace.Name, "uid": in.Namespace.UID,
-			"resourceVersion": in.Namespace.ResourceVersion}
+	if r&podNamespaceRead != 0 {
+		if ns == nil {
+			sig.NamespaceObject = &NamespaceVersion{Unknown: true}
+		} else {
+			sig.NamespaceObject = &NamespaceVersion{UID: ns.UID, ResourceVersion: ns.ResourceVersion}
+		}
 	}
 }
 
-// PodSignature is what decides the CEL plugins' verdicts on every node for
-// a pod: the policies that apply to it (and how their matching ended), and
-// the parts of the pod and its namespace that their filters, scores and
-// variables read. Two pods with equal signatures get the same verdicts and
-// scores on the same nodes, so kube-scheduler may reuse one's results for
-// the other (opportunistic batching). It is JSON-marshallable.
-type PodSignature struct {
-	Policies        []string          `json:"policies"`
-	Labels          map[string]string `json:"labels,omitempty"`
-	Annotations     map[string]string `json:"annotations,omitempty"`
-	Name            string            `json:"name,omitempty"`
-	OwnerReferences []any             `json:"ownerReferences,omitempty"`
-	Spec            *corev1.PodSpec   `json:"spec,omitempty"`
-	NamespaceMeta   map[string]any    `json:"namespace,omitempty"`
-}
-
-// Signature returns a pod's PodSignature, or false when none is correct:
-// a policy that applies reads what changes with every placement
-// (nodeInfo.pods) or what a signature cannot capture.
-func (s *Snapshot) Signature(ctx context.Context, in *PodInput) (*PodSignature, bool) {
+// Signature returns a pod's batching signature (kube-scheduler's
+// opportunistic batching reuses one pod's ranking of the nodes for the
+// next pod with an equal signature), or false when the pod cannot be
+// signed.
+//
+// kube-scheduler signs a pod when it is queued and keeps the signature
+// across retries, so a signature must stay true while policies, params
+// objects and namespaces change. It therefore holds the pod's content
+// (PodSignature: the namespace and every field a keyable expression may
+// read) rather than what today's policies read or decide: two pods with
+// equal content in one namespace get the same verdicts and scores from
+// any set of policies that does not read the pod's name, its status or
+// nodeInfo.pods. The pod is not signed when a policy whose schedulerNames
+// and podSelector select it (whatever its namespace selector and match
+// conditions say, which can change while the pod waits) reads those. A
+// policy created after the pod was queued is not seen here: if it reads
+// the name, two pods may share a ranking for the 500 ms a batch lives;
+// every node is still filtered with the policies in force.
+func (s *Snapshot) Signature(pod *corev1.Pod) (*PodSignature, bool) {
+	for _, p := range s.policies {
+		if p.reads&podUnsignable == 0 {
+			continue
+		}
+		if p.SchedulerNames.Len() > 0 && !p.SchedulerNames.Has(pod.Spec.SchedulerName) {
+			continue
+		}
+		if p.miss(pod, nil) == missPodSelector {
+			continue
+		}
+		return nil, false
+	}
 	sig := &PodSignature{}
-	var reads podReads
-	matches := s.Match(ctx, in, nil)
-	for i := range matches {
-		m := &matches[i]
-		p := m.Decision.Policy
-		entry := fmt.Sprintf("%s/%s/%d/%s", p.Name, p.UID, p.Generation, m.Decision.Verdict)
-		switch params := p.Params(); {
-		case params != nil:
-			// The rules that read params depend on its version.
-			entry += "/params=" + params.Key()
-		case m.Decision.Rule == ParamsRule:
-			// Rejected for missing params: the message names where
-			// they were looked for.
-			entry += "/missing=" + m.Decision.Message
-		}
-		sig.Policies = append(sig.Policies, entry)
-		if m.Decision.Verdict != Pass {
-			continue // rejects on every node, whatever the pod
-		}
-		if p.signs&(podReadsUnkeyable|podNodeInfoPodsRead) != 0 {
-			return nil, false
-		}
-		reads |= p.signs
-	}
-	reads.fill(sig, in)
+	podContentReads.fill(sig, pod, nil)
 	return sig, true
 }
