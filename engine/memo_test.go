@@ -75,7 +75,7 @@ func TestMemoTable(t *testing.T) {
 		wg.Go(func() {
 			e := &expr{slot: g * 7}
 			for key := range uint64(200) {
-				table.storeResult(&memoResult{e: e, id: memoID{key: key % 20, gen: int64(key % 2)}, val: types.Int(key%20)})
+				table.storeResult(&memoResult{e: e, id: memoID{key: key % 20, gen: int64(key % 2)}, val: types.Int(key % 20)})
 				if r := table.load(e, memoID{key: key % 20, gen: int64(key % 2)}); r != nil && r.val != types.Int(key%20) {
 					t.Errorf("slot %d key %d: %v", e.slot, key%20, r.val)
 				}
