@@ -27,7 +27,7 @@ TESTFLAGS ?=
 # How long `make test` runs each fuzz target, and `make fuzz` does.
 TEST_FUZZTIME ?= 5s
 FUZZTIME ?= 2m
-FUZZ_TARGETS := FuzzCompile FuzzEvaluate
+FUZZ_TARGETS ?= FuzzCompile FuzzEvaluate FuzzRememberedIsFresh
 BENCHFLAGS ?= -count=5
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
 # where the runs go (one directory per run: DataItems JSON, go test output,

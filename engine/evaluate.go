@@ -571,8 +571,8 @@ func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
 	} else {
 		val, cost, err = l.evaluation(node).eval(e)
 	}
-	if spent := l.account.charge(&cost); err == nil && spent > PolicyEvaluationCostBudget {
-		err = fmt.Errorf("%w of %d", ErrCostBudgetExceeded, PolicyEvaluationCostBudget)
+	if spent := l.account.charge(&cost); err == nil && spent > policyCostBudget {
+		err = fmt.Errorf("%w of %d", ErrCostBudgetExceeded, policyCostBudget)
 	}
 	if err != nil {
 		return nil, err

@@ -1,0 +1,452 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ktypes "k8s.io/apimachinery/pkg/types"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// This file is the proof that a remembered result is the result: policies
+// generated to read the pod, its namespace, the node, nodeInfo and params
+// through every construct (variables, cel.bind, comprehensions, optionals,
+// has, messageExpressions, match conditions, nodeInfo.pods filters) are
+// evaluated for a sequence of pods that differ from the one before in one
+// field at a time, in order through the memo, and each also fresh: the
+// verdicts, messages, errors and scores must be identical. Pods whose
+// batching signatures are equal must get identical outcomes too.
+
+// Fragments of sequence policies. {s} is a fuzzed string literal, {n} a
+// fuzzed integer, {k} a small non-negative one.
+var (
+	seqBools = []string{
+		"node.metadata.labels[?'team'].orValue('') == pod.metadata.namespace",
+		"has(pod.metadata.namespace) && pod.metadata.namespace.endsWith({s})",
+		"pod.metadata.?namespace.orValue('') != node.metadata.labels[?'team'].orValue('x')",
+		"cel.bind(ns, pod.metadata.namespace, ns == node.metadata.labels[?'team'].orValue(''))",
+		"nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace && p.labels[?'app'].orValue('') == pod.metadata.?labels[?'app'].orValue('')).size() < {k}",
+		"nodeInfo.pods.exists(p, p.namespace != pod.metadata.namespace)",
+		"namespaceObject.metadata.?labels[?'tier'].orValue('') == node.metadata.labels[?'tier'].orValue('')",
+		"namespaceObject.metadata.name == pod.metadata.namespace",
+		"pod.metadata.?labels[?'app'].orValue('') == {s} || node.metadata.labels[?'zone'].orValue('') == 'a'",
+		"pod.metadata.?annotations[?'a'].orValue('') == node.metadata.labels[?'zone'].orValue('')",
+		"pod.spec.?priority.orValue(0) < {n}",
+		"pod.spec.containers.exists(c, has(c.resources.requests) && string(c.resources.requests['cpu']) == {s})",
+		"pod.spec.?tolerations.orValue([]).exists(t, t.key == node.metadata.labels[?'zone'].orValue(''))",
+		"pod.metadata.?ownerReferences.orValue([]).exists(o, o.name == {s})",
+		"pod.metadata.name.startsWith({s})",
+		"pod.metadata.?generateName.orValue('') == {s}",
+		"pod.kind == 'Pod' || node.metadata.labels[?'zone'].orValue('') == 'b'",
+		"pod.apiVersion == ''",
+		"pod.status.?phase.orValue('') == '' && node.metadata.name != ''",
+		"pod.metadata.uid != ''",
+		"[pod.metadata.namespace].all(x, size(x) > {k})",
+		"lists.range({k}).all(i, i >= 0) && node.metadata.name != ''",
+		"pod == pod",
+		"size(pod.metadata.namespace) > {k}",
+		"node.metadata.labels[?'zone'].orValue('') == {s}",
+		"nodeInfo.podCount < {k} || node.metadata.labels[?'zone'].orValue('') == 'b'",
+	}
+	seqNumbers = []string{
+		"nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu'] + nodeInfo.podCount",
+		"nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size()",
+		"size(pod.metadata.namespace)",
+		"pod.spec.?priority.orValue(0)",
+		"node.metadata.labels[?'team'].orValue('') == pod.metadata.namespace ? 10 : {n}",
+		"size(namespaceObject.metadata.?labels[?'tier'].orValue('')) + nodeInfo.podCount",
+		"{n}",
+		"size(pod.metadata.?labels[?'app'].orValue(''))",
+		"lists.range({k}).size()",
+	}
+	seqStrings = []string{
+		"'ns ' + pod.metadata.namespace",
+		"'pod ' + pod.metadata.name",
+		"pod.metadata.?labels[?'app'].orValue('-') + ' on ' + node.metadata.name",
+		"namespaceObject.metadata.name",
+		"{s}",
+		"'%d pods of the namespace'.format([nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size()])",
+	}
+	// seqVariables are the variables a policy may have, each with the
+	// fragments that read it.
+	seqVariables = []struct {
+		name, expression string
+		bools, numbers   []string
+	}{
+		{"ns", "pod.metadata.namespace", []string{"variables.ns == node.metadata.labels[?'team'].orValue('')", "variables.ns != {s}"}, nil},
+		{"tier", "namespaceObject.metadata.?labels[?'tier'].orValue('')", []string{"variables.tier == node.metadata.labels[?'tier'].orValue('')"}, nil},
+		{"sameNs", "nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size()", []string{"variables.sameNs < {k}"}, []string{"variables.sameNs"}},
+		{"loop", "lists.range({k}).filter(i, i % 2 == 0).size()", []string{"variables.loop >= 0 && node.metadata.name != ''"}, []string{"variables.loop"}},
+	}
+	seqParamBools = []string{
+		"node.metadata.labels[?'zone'].orValue('') in params.data[?'zones'].orValue('').split(',')",
+		"variables.zones.exists(z, z == node.metadata.labels[?'zone'].orValue(''))",
+	}
+)
+
+// seqPolicy builds a policy from choices.
+func seqPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPolicy {
+	next := func() int {
+		if len(choices) == 0 {
+			return 0
+		}
+		c := int(choices[0])
+		choices = choices[1:]
+		return c
+	}
+	small := n % 500
+	if small < 0 {
+		small = -small
+	}
+	fill := strings.NewReplacer("{s}", strconv.Quote(str), "{n}", strconv.FormatInt(n, 10), "{k}", strconv.FormatInt(small, 10)).Replace
+	bools, nums := seqBools, seqNumbers
+	b := builder.MakePolicy("seq")
+	if next()%2 == 1 {
+		b.Ignore()
+	}
+	if next()%3 == 0 {
+		notFound := schedv1alpha1.DenyAction
+		if next()%2 == 1 {
+			notFound = schedv1alpha1.AllowAction
+		}
+		b.ParamKind("v1", "ConfigMap").ParamRef("placement", "", notFound).Variable("zones", "params.data[?'zones'].orValue('').split(',')")
+		bools = append(bools[:len(bools):len(bools)], seqParamBools...)
+	}
+	for _, v := range seqVariables {
+		if next()%3 == 0 {
+			b.Variable(v.name, fill(v.expression))
+			bools = append(bools[:len(bools):len(bools)], v.bools...)
+			nums = append(nums[:len(nums):len(nums)], v.numbers...)
+		}
+	}
+	condition := func() string {
+		x := fill(bools[next()%len(bools)])
+		switch next() % 4 {
+		case 1:
+			x += " && " + fill(bools[next()%len(bools)])
+		case 2:
+			x = "!(" + x + ") || " + fill(bools[next()%len(bools)])
+		}
+		return x
+	}
+	switch next() % 4 {
+	case 1:
+		b.Condition("not-skipped", fill("pod.metadata.namespace != {s}"))
+	case 2:
+		b.Condition("tier", "namespaceObject.metadata.?labels[?'tier'].orValue('') != 'bronze'")
+	}
+	if next()%4 == 1 {
+		b.PreEnqueue("approved", "namespaceObject.metadata.?labels[?'approved'].orValue('yes') == 'yes'", "namespace not approved")
+	}
+	for i := range 1 + next()%3 {
+		message := ""
+		if next()%2 == 1 {
+			message = fill(seqStrings[next()%len(seqStrings)])
+		}
+		b.FilterMsg(fmt.Sprintf("f%d", i), condition(), "", message)
+	}
+	normalizations := []schedv1alpha1.ScoreNormalization{schedv1alpha1.MinMax, schedv1alpha1.MinMaxReverse, schedv1alpha1.None}
+	for i := range next() % 3 {
+		b.Score(fmt.Sprintf("s%d", i), fill(nums[next()%len(nums)]), int32(1+next()%100), normalizations[next()%len(normalizations)])
+	}
+	return b.Obj()
+}
+
+// seqWorld is the cluster a sequence is evaluated in: namespaces (which
+// may be relabelled), nodes with their NodeInfo, and params.
+type seqWorld struct {
+	namespaces map[string]*corev1.Namespace
+	nodes      []*corev1.Node
+	infos      []*NodeInfo
+	gens       []int64
+	params     []*unstructured.Unstructured
+}
+
+func newSeqWorld(t testing.TB) *seqWorld {
+	w := &seqWorld{namespaces: map[string]*corev1.Namespace{}}
+	for name, tier := range map[string]string{"team-a": "gold", "team-b": "silver"} {
+		ns := makeNamespace(name, map[string]string{"tier": tier})
+		ns.UID = ktypes.UID("uid-" + name)
+		w.namespaces[name] = ns
+	}
+	for i, l := range []map[string]string{
+		{"team": "team-a", "tier": "gold", "zone": "a"},
+		{"team": "team-b", "tier": "silver", "zone": "b"},
+		{"zone": "a"},
+	} {
+		node := makeNode(fmt.Sprintf("seq-node-%d", i), l)
+		w.nodes = append(w.nodes, node)
+		info := &NodeInfo{Allocatable: map[string]int64{"cpu": 8000}, Requested: map[string]int64{"cpu": 1000}}
+		for j := range i + 1 {
+			ns := []string{"team-a", "team-b"}[(i+j)%2]
+			info.Pods = append(info.Pods, PodRef{Namespace: ns, Name: fmt.Sprintf("x-%d", j), Labels: map[string]string{"app": "web"}})
+		}
+		w.infos = append(w.infos, info)
+		w.gens = append(w.gens, seqGeneration.Add(1))
+	}
+	w.params = []*unstructured.Unstructured{
+		configMap(t, "team-a", "placement", map[string]string{"zones": "a"}, nil),
+		configMap(t, "team-b", "placement", map[string]string{"zones": "b,c"}, nil),
+	}
+	return w
+}
+
+// basePod is the first pod of every sequence.
+func basePod() *corev1.Pod {
+	pod := makePod("team-a", "web-0", map[string]string{"app": "web"})
+	pod.GenerateName = "web-"
+	pod.Annotations = map[string]string{"a": "a"}
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1234", UID: "rs-uid"}}
+	return pod
+}
+
+// seqMutations change one field of a pod (or the world) each.
+var seqMutations = []struct {
+	name   string
+	mutate func(pod *corev1.Pod, w *seqWorld)
+}{
+	{"namespace", func(pod *corev1.Pod, _ *seqWorld) {
+		pod.Namespace = map[string]string{"team-a": "team-b", "team-b": "team-a", "unknown": "team-a"}[pod.Namespace]
+	}},
+	{"unknown namespace", func(pod *corev1.Pod, _ *seqWorld) { pod.Namespace = "unknown" }},
+	{"name", func(pod *corev1.Pod, _ *seqWorld) { pod.Name += "x" }},
+	{"generateName", func(pod *corev1.Pod, _ *seqWorld) { pod.GenerateName = "api-" }},
+	{"labels", func(pod *corev1.Pod, _ *seqWorld) { pod.Labels = map[string]string{"app": "api"} }},
+	{"annotations", func(pod *corev1.Pod, _ *seqWorld) { pod.Annotations = map[string]string{"a": "b"} }},
+	{"kind/apiVersion", func(pod *corev1.Pod, _ *seqWorld) { pod.Kind, pod.APIVersion = "Pod", "v1" }},
+	{"ownerReferences", func(pod *corev1.Pod, _ *seqWorld) { pod.OwnerReferences[0].Name = "api-5678" }},
+	{"requests", func(pod *corev1.Pod, _ *seqWorld) {
+		pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")
+	}},
+	{"priority", func(pod *corev1.Pod, _ *seqWorld) { p := int32(1000); pod.Spec.Priority = &p }},
+	{"tolerations", func(pod *corev1.Pod, _ *seqWorld) {
+		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: "a", Operator: corev1.TolerationOpExists})
+	}},
+	{"namespace labels", func(_ *corev1.Pod, w *seqWorld) {
+		ns := w.namespaces["team-a"].DeepCopy()
+		ns.Labels["tier"] = map[string]string{"gold": "silver", "silver": "bronze", "bronze": "gold"}[ns.Labels["tier"]]
+		ns.Labels["approved"] = map[string]string{"": "no", "no": "yes", "yes": "no"}[ns.Labels["approved"]]
+		rv, _ := strconv.Atoi(ns.ResourceVersion)
+		ns.ResourceVersion = strconv.Itoa(rv + 1)
+		w.namespaces["team-a"] = ns
+	}},
+	{"a pod placed on a node", func(_ *corev1.Pod, w *seqWorld) {
+		i := len(w.infos[0].Pods) % len(w.infos)
+		info := *w.infos[i]
+		info.Pods = append(info.Pods[:len(info.Pods):len(info.Pods)], PodRef{Namespace: "team-a", Name: "placed", Labels: map[string]string{"app": "web"}})
+		w.infos[i] = &info
+		w.gens[i] = seqGeneration.Add(1)
+	}},
+	{"back to the first pod", func(pod *corev1.Pod, _ *seqWorld) { *pod = *basePod() }},
+}
+
+// seqOutcome is what a caller sees of a policy for a pod: its match (per
+// params object), preEnqueue, and filters and scores on every node.
+type seqOutcome struct {
+	Match      []outcome
+	PreEnqueue []outcome
+	Nodes      []outcome
+}
+
+// evaluateSeq evaluates the policy for the pod in the world: through conv
+// and the nodes' memo when cached, else on nodes without resourceVersion
+// and with a fresh converter and params.
+func evaluateSeq(t testing.TB, p *CompiledPolicy, conv *Converter, w *seqWorld, pod *corev1.Pod, params *StaticParams, cached bool) seqOutcome {
+	ctx := context.Background()
+	in, err := conv.Pod(pod, w.namespaces[pod.Namespace])
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Params = params
+	var out seqOutcome
+	for _, m := range p.MatchAll(ctx, in) {
+		mo := outcomeOf(m.Decision, nil)
+		mo.Rule += "|" + strconv.FormatBool(m.Matches)
+		out.Match = append(out.Match, mo)
+		if !m.Matches || m.Decision.Verdict != Pass {
+			continue
+		}
+		bound := m.Decision.Policy
+		out.PreEnqueue = append(out.PreEnqueue, outcomeOf(bound.PreEnqueue(ctx, in), nil))
+		for i, node := range w.nodes {
+			if !cached {
+				node = node.DeepCopy()
+				node.ResourceVersion = ""
+			}
+			info := w.infos[i]
+			n, err := conv.NodeInput(node, w.gens[i], info, func(source any) *NodeInfo { return source.(*NodeInfo) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := bound.Filter(ctx, in, &n)
+			scores := make([]float64, bound.NumScoreRules())
+			s := bound.Score(ctx, in, &n, scores)
+			o := outcomeOf(d, scores)
+			o.Scores = append(o.Scores, s.Verdict.String(), s.Rule, errText(s.Err), strconv.Itoa(len(s.Ignored)))
+			out.Nodes = append(out.Nodes, o)
+		}
+	}
+	return out
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// seqGeneration numbers NodeInfo contents, as the scheduler's generation
+// does (one counter for all nodes).
+var seqGeneration atomic.Int64
+
+// seqStats counts what sequences reached.
+type seqStats struct {
+	compared, equalSignatures int
+	memoized                  map[memoKind]int
+}
+
+// runSequence evaluates a generated policy for a sequence of pods (steps
+// are indexes into seqMutations), through the memo and fresh, and fails
+// on the first difference.
+func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n int64, budget uint64, steps []byte, stats *seqStats) {
+	policy := compiler.Compile(seqPolicy(choices, str, n), CompileOptions{})
+	if policy.Err() != nil {
+		return
+	}
+	if stats != nil {
+		for _, e := range policy.exprs() {
+			stats.memoized[e.memo]++
+		}
+	}
+	defer func(old uint64) { policyCostBudget = old }(policyCostBudget)
+	policyCostBudget = budget
+	env := compiler.env
+	w := newSeqWorld(t)
+	conv := NewConverter(env, 0)
+	params := staticParams(t, w.params...)
+	pod := basePod()
+	type signed struct {
+		sig string
+		pod *corev1.Pod
+	}
+	var history []signed
+	snapshot := NewSnapshot(policy)
+	for i, step := range append([]byte{byte(len(seqMutations) - 1)}, steps...) {
+		m := seqMutations[int(step)%len(seqMutations)]
+		pod = pod.DeepCopy()
+		m.mutate(pod, w)
+		// Both fresh: a converter, params and unversioned nodes of their own.
+		want := evaluateSeq(t, policy, NewConverter(env, 0), w, pod, staticParams(t, w.params...), false)
+		got := evaluateSeq(t, policy, conv, w, pod, params, true)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("pod %d (after %q) of the sequence %v, policy %s:\nremembered (+) and fresh (-) outcomes differ:\n%s",
+				i, m.name, steps, policyText(t, choices, str, n), diff)
+		}
+		if stats != nil {
+			stats.compared++
+		}
+		sig, ok := snapshot.Signature(pod)
+		if !ok {
+			continue
+		}
+		text := fmt.Sprintf("%+v", *sig)
+		if sig.Spec != nil {
+			text += fmt.Sprintf("%+v", *sig.Spec)
+		}
+		for _, h := range history {
+			if h.sig != text {
+				continue
+			}
+			// Equal signatures, evaluated in the same state: equal outcomes.
+			other := evaluateSeq(t, policy, NewConverter(env, 0), w, h.pod, staticParams(t, w.params...), false)
+			if diff := cmp.Diff(want, other); diff != "" {
+				t.Fatalf("pods %s and %s have equal signatures but different outcomes under %s:\n%s",
+					h.pod.Name, pod.Name, policyText(t, choices, str, n), diff)
+			}
+			if stats != nil {
+				stats.equalSignatures++
+			}
+			break
+		}
+		history = append(history, signed{sig: text, pod: pod})
+	}
+}
+
+func policyText(t testing.TB, choices []byte, str string, n int64) string {
+	p := seqPolicy(choices, str, n)
+	var parts []string
+	for _, v := range p.Spec.Variables {
+		parts = append(parts, "variables."+v.Name+": "+v.Expression)
+	}
+	if p.Spec.Match != nil {
+		for _, c := range p.Spec.Match.Conditions {
+			parts = append(parts, "condition: "+c.Expression)
+		}
+	}
+	for _, f := range p.Spec.Filters {
+		parts = append(parts, "filter: "+f.Expression+" / message: "+f.MessageExpression)
+	}
+	for _, s := range p.Spec.Scores {
+		parts = append(parts, "score: "+s.Expression)
+	}
+	return fmt.Sprintf("(failurePolicy %s, params %v) %s", p.Spec.FailurePolicy, p.Spec.ParamKind != nil, strings.Join(parts, "; "))
+}
+
+// seqBudgets are the policy cost budgets sequences run with: the real one,
+// and small ones that cheap expressions reach.
+var seqBudgets = []uint64{PolicyEvaluationCostBudget, 3, 20, 60, 200, 1000}
+
+// TestRememberedIsFresh: generated policies, sequences of pods that differ
+// in one field at a time (and namespace relabels, pods placed on nodes),
+// under several cost budgets: the memo never changes an outcome, and pods
+// with equal signatures get equal outcomes.
+func TestRememberedIsFresh(t *testing.T) {
+	compiler := NewCompiler(testEnv(t))
+	rng := rand.New(rand.NewPCG(20, 24))
+	strs := []string{"team-a", "a", "b", "web", "", "web-", "api-", "1"}
+	stats := &seqStats{memoized: map[memoKind]int{}}
+	for range 300 {
+		choices := make([]byte, 40)
+		for j := range choices {
+			choices[j] = byte(rng.IntN(256))
+		}
+		steps := make([]byte, 12)
+		for j := range steps {
+			steps[j] = byte(rng.IntN(len(seqMutations)))
+		}
+		runSequence(t, compiler, choices, strs[rng.IntN(len(strs))], int64(rng.IntN(40)-5), seqBudgets[rng.IntN(len(seqBudgets))], steps, stats)
+	}
+	if stats.compared < 2000 || stats.equalSignatures < 100 || stats.memoized[memoPodAndNode] < 50 || stats.memoized[memoPodAndNodeInfo] < 50 ||
+		stats.memoized[memoNode] < 50 || stats.memoized[memoNodeInfo] < 20 {
+		t.Errorf("the generator does not reach the memo: %+v", stats)
+	}
+	t.Logf("%d comparisons, %d pairs of equal signatures, expressions by memo kind %v", stats.compared, stats.equalSignatures, stats.memoized)
+}
+
+// FuzzRememberedIsFresh is TestRememberedIsFresh with fuzzed policies,
+// budgets and sequences (`make fuzz`).
+func FuzzRememberedIsFresh(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 0, 0}, "team-a", int64(3), uint8(0), []byte{0, 1, 2, 3})
+	f.Add([]byte{1, 1, 0, 0, 0, 2, 1, 4, 1, 9, 2, 5, 1, 0}, "a", int64(2), uint8(2), []byte{0, 0, 11, 12, 0, 4})
+	f.Add([]byte{0, 3, 0, 1, 0, 0, 1, 0, 0, 2, 5, 3, 7, 1, 8, 1, 2}, "web", int64(100), uint8(4), []byte{5, 6, 7, 8, 9, 10, 13})
+	compiler := NewCompiler(testEnv(f))
+	f.Fuzz(func(t *testing.T, choices []byte, str string, n int64, budget uint8, steps []byte) {
+		if len(steps) > 32 || len(str) > 64 {
+			return
+		}
+		runSequence(t, compiler, choices, str, n, seqBudgets[int(budget)%len(seqBudgets)], steps, nil)
+	})
+}
