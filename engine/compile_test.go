@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files of testdata/compile")
@@ -61,5 +62,17 @@ func TestCompileGolden(t *testing.T) {
 				t.Errorf("compile output differs from %s (-want +got):\n%s", golden, diff)
 			}
 		})
+	}
+}
+
+// TestNamespaceFieldEstimate: pod.metadata.namespace (declared escaped, as
+// __namespace__) has the length the API server validates, so a message
+// naming it compiles, as one naming the pod does.
+func TestNamespaceFieldEstimate(t *testing.T) {
+	for _, expression := range []string{"'tenant ' + pod.metadata.namespace", "pod.metadata.namespace + '/' + pod.metadata.name"} {
+		p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").FilterMsg("f", "true", "", expression).Obj(), CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Errorf("%s: %v", expression, err)
+		}
 	}
 }

@@ -318,6 +318,13 @@ func (s *sizeEstimator) declAt(path []string) *apiservercel.DeclType {
 		default:
 			field, ok := current.Fields[name]
 			if !ok {
+				// Fields named by CEL keywords (namespace) are declared
+				// escaped (__namespace__).
+				if escaped, can := apiservercel.Escape(name); can {
+					field, ok = current.Fields[escaped]
+				}
+			}
+			if !ok {
 				return nil
 			}
 			current = field.Type

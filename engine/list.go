@@ -18,8 +18,11 @@ type PolicyList struct {
 	// memo is the list's slot in the nodes' memo tables; nil when its
 	// outcome is not kept.
 	memo *expr
-	// reads is what the policies read of the pod (the memo key), and
-	// nodeInfo whether they read nodeInfo (the generation is in the key).
+	// readsPod says whether the policies read the pod or its namespace,
+	// reads what they read of them (the memo key holds the pod's
+	// namespace and those fields), and nodeInfo whether they read
+	// nodeInfo (the generation is in the key).
+	readsPod bool
 	reads    podReads
 	nodeInfo bool
 }
@@ -97,9 +100,9 @@ func (l *PolicyList) memoizable(point Point) bool {
 			case memoNodeInfo:
 				l.nodeInfo = true
 			case memoPodAndNode:
-				l.reads |= p.signs
+				l.readsPod, l.reads = true, l.reads|p.signs
 			case memoPodAndNodeInfo:
-				l.reads |= p.signs
+				l.readsPod, l.reads = true, l.reads|p.signs
 				l.nodeInfo = true
 			}
 		}
@@ -121,7 +124,7 @@ func (l *PolicyList) key(pod *PodInput, node *NodeInput) (key uint64, gen int64,
 			return 0, 0, false
 		}
 	}
-	if l.reads&podKeyReads != 0 {
+	if l.readsPod {
 		if key, ok = pod.key(l.reads); !ok {
 			return 0, 0, false
 		}

@@ -351,6 +351,8 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 		policies []*schedv1alpha1.SchedulingPolicy
 		// kept says for which pod on which node an outcome is kept.
 		kept func(pod, node int) bool
+		// namespaces are the pods' namespaces, in turn (default ns).
+		namespaces []string
 	}{
 		"node-only policies": {policies: nodeOnly[:2], kept: func(int, int) bool { return true }},
 		// Kept where a or b rejects before c's failing rule is reached.
@@ -363,23 +365,43 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 		}, kept: func(int, int) bool { return true }},
 		// Kept for a pod of a rack seen before (pods 1 and 3).
 		"a pod-and-node rule": {policies: podAndNode, kept: func(p, _ int) bool { return p == 1 || p == 3 }},
+		// Replicas of two tenants: the namespace is in every key, read
+		// directly, in a messageExpression, or in a nodeInfo.pods filter.
+		// Kept from the second pod of each namespace on.
+		"namespace-reading rules, two namespaces": {policies: []*schedv1alpha1.SchedulingPolicy{
+			builder.MakePolicy("tenant").FilterMsg("team", "node.metadata.?labels[?'team'].orValue('') == pod.metadata.namespace", "",
+				"'reserved for another team than ' + pod.metadata.namespace").Obj(),
+			builder.MakePolicy("per-node").Filter("two", "nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size() < 2").Obj(),
+		}, kept: func(p, _ int) bool { return p >= 2 }, namespaces: []string{"team-a", "team-b"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			pl := &Filter{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))}
+			pl := &Filter{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil),
+				plugintest.Namespace("team-a", nil), plugintest.Namespace("team-b", nil))}
 			pl.args.EvaluationBudget.Duration = time.Minute
 			var cached, fresh []fwk.NodeInfo
 			for i := range 30 {
-				node := st.MakeNode().Name(fmt.Sprintf("n%02d", i)).Label("rack", fmt.Sprintf("r%d", i%3)).Obj()
+				node := st.MakeNode().Name(fmt.Sprintf("n%02d", i)).Label("rack", fmt.Sprintf("r%d", i%3)).
+					Label("team", []string{"team-a", "team-b"}[i%2]).Obj()
 				for l := range 3 {
 					if i%7 == l {
 						node.Labels[fmt.Sprintf("l%d", l)] = "blocked"
 					}
 				}
 				c, f := plugintest.CachedAndFresh(node)
+				// Two pods of team-a on every third node.
+				for j := range 2 * min(1, i%3) {
+					placed := st.MakePod().Namespace("team-a").Name(fmt.Sprintf("x%d-%d", i, j)).Obj()
+					c.(*framework.NodeInfo).AddPod(placed)
+					f.(*framework.NodeInfo).AddPod(placed)
+				}
 				cached, fresh = append(cached, c), append(fresh, f)
 			}
 			for i, rack := range []string{"r0", "r0", "r1", "r0", "r2"} {
-				pod := st.MakePod().Namespace("ns").Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Label("rack", rack).Obj()
+				namespace := "ns"
+				if len(tc.namespaces) > 0 {
+					namespace = tc.namespaces[i%len(tc.namespaces)]
+				}
+				pod := st.MakePod().Namespace(namespace).Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Label("rack", rack).Obj()
 				// One cycle per view of the nodes, so that each records its
 				// own Audit denials.
 				state, freshState := framework.NewCycleState(), framework.NewCycleState()

@@ -233,14 +233,16 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
 		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
 			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
+		builder.MakePolicy("own-rack").Score("own", "node.metadata.?labels[?'team'].orValue('') == pod.metadata.namespace ? 10 : 0", 5, schedv1alpha1.MinMax).Obj(),
 	}
-	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("ns", nil))}
+	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("team-a", nil), plugintest.Namespace("team-b", nil))}
 	var cached, fresh []fwk.NodeInfo
 	for i := range 20 {
 		n := st.MakeNode().Name(fmt.Sprintf("node-%d", i*37)).Label("rack", fmt.Sprintf("r%d", i%3))
 		if i%4 == 0 {
 			n = n.Label("spot", "true")
 		}
+		n = n.Label("team", []string{"team-a", "team-b"}[i%2])
 		c, f := plugintest.CachedAndFresh(n.Obj())
 		cached, fresh = append(cached, c), append(fresh, f)
 	}
@@ -267,9 +269,11 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 		}
 		return out
 	}
-	for i := range 3 {
-		pod := st.MakePod().Namespace("ns").Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Obj()
-		if i > 0 {
+	// Pods of two tenants, whose scores differ by namespace: each reads
+	// what was kept for its own namespace, from the third pod on.
+	for i := range 4 {
+		pod := st.MakePod().Namespace([]string{"team-a", "team-b"}[i%2]).Name(fmt.Sprintf("p%d", i)).SchedulerName("celsched").Obj()
+		if i > 1 {
 			c, err := pl.rt.Prepare(ctx, pod, time.Minute)
 			if err != nil {
 				t.Fatal(err)
