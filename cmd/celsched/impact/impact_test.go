@@ -315,3 +315,61 @@ func TestTerminatingPodsTakeRoom(t *testing.T) {
 		t.Errorf("summary %+v, pods %+v: want web/p alone, stranded", s, r.Pods)
 	}
 }
+
+// TestRunSameInputSameReport: impact evaluates the pods of several tenants
+// in parallel over one memo; a policy reading the pod's namespace gives
+// each pod its own tenant's nodes, and the report is the same on every run
+// and with any parallelism.
+func TestRunSameInputSameReport(t *testing.T) {
+	cfg := config(t)
+	var nodes []*corev1.Node
+	for i, team := range []string{"team-a", "team-a", "team-b", "team-b", "team-c"} {
+		n := node(fmt.Sprintf("%s-%d", team, i), "a")
+		n.Labels["team"] = team
+		n.ResourceVersion = "1" // as from the API server: the memo applies
+		nodes = append(nodes, n)
+	}
+	var namespaces []*corev1.Namespace
+	var pods []*corev1.Pod
+	for _, team := range []string{"team-a", "team-b", "team-c"} {
+		namespaces = append(namespaces, namespace(team, nil))
+		for i := range 4 {
+			// Identical pods in every namespace.
+			pods = append(pods, pod(team, fmt.Sprintf("web-%d", i), "", map[string]string{"app": "web"}))
+		}
+	}
+	draft := builder.MakePolicy("own-nodes").
+		FilterMsg("team", "node.metadata.labels[?'team'].orValue('') == pod.metadata.namespace", "", "'reserved for a team other than ' + pod.metadata.namespace").
+		Filter("two-per-node", "nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size() < 2").Obj()
+	// Live, the policy keeps every pod pending: the draft places them all.
+	live := builder.MakePolicy("own-nodes").Filter("closed", "false").Obj()
+	var first *Report
+	for run := range 6 {
+		r, err := Run(context.Background(), Input{Live: []*schedv1alpha1.SchedulingPolicy{live}, Drafts: []*schedv1alpha1.SchedulingPolicy{draft}, Nodes: nodes, Namespaces: namespaces,
+			Pods: pods, Config: cfg, Parallelism: 1 + run%3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Pods) != len(pods) {
+			t.Fatalf("run %d: %d pods in the report, want %d", run, len(r.Pods), len(pods))
+		}
+		for _, p := range r.Pods {
+			team := p.Pod[:len("team-x")]
+			if p.Draft.State != StateSchedulable || len(p.Draft.Nodes) == 0 {
+				t.Errorf("run %d: %s is %s with the draft (%v), want schedulable on its team's nodes", run, p.Pod, p.Draft.State, p.Draft.Nodes)
+			}
+			for _, n := range p.Draft.Nodes {
+				if n[:len("team-x")] != team {
+					t.Errorf("run %d: %s may go to %s with the draft", run, p.Pod, n)
+				}
+			}
+		}
+		if first == nil {
+			first = r
+			continue
+		}
+		if diff := cmp.Diff(first, r); diff != "" {
+			t.Fatalf("run %d differs from the first (-first +run):\n%s", run, diff)
+		}
+	}
+}
