@@ -63,7 +63,9 @@ type Runtime struct {
 	counters metrics.Counters
 	// tallies are the current cycle's tallies of filter and score
 	// decisions (Tally).
-	tallies    [2]atomic.Pointer[metrics.Tally]
+	tallies [2]atomic.Pointer[metrics.Tally]
+	// lastSigned is the last pod signed. Key: pod UID, resourceVersion and
+	// policy snapshot. Bound: one. Written by SignPod.
 	lastSigned lastSigned
 	once       sync.Once
 	namespaces *namespaces

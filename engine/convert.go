@@ -26,10 +26,19 @@ const DefaultMaxCachedNodes = 15000
 type Converter struct {
 	env *Environment
 	// nodes holds the entry of each node's current version: read for
-	// every pod and node, without a lock.
-	nodes      nodeCache
+	// every pod and node, without a lock. Key: node name (the entry's UID
+	// and resourceVersion are checked on read). Bound: max names, then it
+	// starts over. Invalidated by a new version of the node (replaced) and
+	// ForgetNode. Written by the first conversion of a node version (in a
+	// cycle or a hint; concurrent fills store equal values).
+	nodes nodeCache
+	// namespaces holds each namespace's CEL value (*cachedValue). Key:
+	// namespace name (UID and resourceVersion checked on read). Bound: max
+	// (LRU). Invalidated by a new version and ForgetNamespace. Written by
+	// pod conversion.
 	namespaces *lru.Cache
-	podKeys    podKeys
+	// podKeys interns pod keys (memo.go).
+	podKeys podKeys
 }
 
 // NewConverter returns a converter whose caches hold up to maxCached nodes
@@ -61,7 +70,9 @@ type PodInput struct {
 	schedulerName  string
 
 	// keys are the pod's memo keys (memo.go) by podReads, interned in
-	// podKeys on first use; 0 when not computed yet.
+	// podKeys on first use; 0 when not computed yet. They live as long as
+	// the PodInput (one cycle); the cycle's evaluations write them (equal
+	// values).
 	keys    [podKeyReads + 1]atomic.Uint64
 	podKeys *podKeys
 }
@@ -192,7 +203,10 @@ type nodeEntry struct {
 	// memo is kept in the entry, so that reading it costs no other cache
 	// line than the entry's, already read to check the version.
 	memo memoTable
-	// info is nodeInfo's value for the last generation converted.
+	// info is nodeInfo's value for the last generation converted. Key:
+	// the NodeInfo generation (checked on read). Bound: one. Invalidated
+	// by a new generation or node version. Written by the first
+	// evaluation that reads nodeInfo.
 	info atomic.Pointer[infoValue]
 }
 

@@ -87,7 +87,15 @@ type memoResult struct {
 	depth int
 }
 
-// memoTable is the memo of one node version.
+// memoTable is the memo of one node version. Key: the expression (its
+// slot, checked by pointer) and a memoID: the pod key (the pod's namespace,
+// what its policy reads of the pod, the namespace object's version when
+// read), the params object, the NodeInfo generation. Bound: 2*maxPodKeys
+// results per slot, compacted to the newest maxPodKeys of the generation.
+// Invalidated by a new node version (a new table) or policy version (new
+// expressions). Written by the evaluations that miss (compare-and-swap);
+// every entry carries the cost of computing it (account.go), so a result
+// read costs what it cost.
 type memoTable struct {
 	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
 }
@@ -233,9 +241,12 @@ func (p *CompiledPolicy) exprs() []*expr {
 }
 
 // podKeys interns the values of what policies read of pods (a
-// PodSignature's JSON) into memo keys: equal values, equal keys. Keys are
-// never reused, so a key evicted and interned again gets a new one, and
-// only misses the results kept for the old.
+// PodSignature's JSON: the pod's namespace always, the fields read, the
+// namespace object's version when read) into memo keys: equal values,
+// equal keys. Bound: the Converter's max (LRU). Keys are never reused, so
+// a key evicted and interned again gets a new one, and only misses the
+// results kept for the old. Written by the first evaluation of a cycle
+// that needs a key.
 type podKeys struct {
 	ids  *lru.Cache // JSON -> uint64
 	next atomic.Uint64

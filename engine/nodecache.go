@@ -13,7 +13,7 @@ import (
 // Score), and written once per node version, so reads go to an immutable
 // map behind an atomic pointer: no lock, one hash lookup. Writes go to a
 // small map under a mutex, merged into a new read map once it has been
-// missed as many times as it has entries (as the original sync.Map did):
+// missed as many times as it has entries (as sync.Map does):
 // a node's new version is read under the mutex until then.
 type nodeCache struct {
 	read atomic.Pointer[map[string]*nodeEntry]

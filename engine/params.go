@@ -113,8 +113,11 @@ type Params struct {
 	// id is the converted object's (one version's) memo key: the results
 	// of rules that read params and the node are kept per id (memo.go).
 	id uint64
-	// memo holds the results of the expressions that read only params,
-	// keyed by *expr (see evaluation.evalParamsOnly).
+	// memo holds the results of the expressions that read only params
+	// (*memoResult, with their cost). Key: *expr. Bound: the expressions
+	// of the policies bound to this object version. Invalidated with the
+	// object version (a new Params). Written by the first evaluation (see
+	// evaluation.evalParamsOnly).
 	memo sync.Map
 }
 

@@ -80,8 +80,10 @@ func (r *Registry) Delete(name string) bool {
 type Snapshot struct {
 	policies []*CompiledPolicy // sorted by name
 	byName   map[string]*CompiledPolicy
-	// lists are the PolicyLists of the snapshot's cycles, by point and
-	// names.
+	// lists are the PolicyLists of the snapshot's cycles. Key: point and
+	// policy names. Bound: maxLists. Invalidated with the snapshot (any
+	// policy change makes a new one). Written by the first cycle that
+	// applies that set of policies.
 	lists     sync.Map
 	listCount atomic.Int32
 }
