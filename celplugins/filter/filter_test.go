@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
@@ -493,5 +494,64 @@ func TestExplainRejections(t *testing.T) {
 				t.Errorf("events (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestConcurrentCyclesAndHints: scheduling cycles of two tenants' pods and
+// node queueing hints read and fill the same memo entries at once (a
+// failing variable under Ignore, a namespace-reading filter): every pod
+// gets its own tenant's verdict on every node (run with -race, as make
+// test does).
+func TestConcurrentCyclesAndHints(t *testing.T) {
+	policies := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("tenant").Ignore().Variable("rack", "node.metadata.labels['rack']").
+			Filter("rack", "variables.rack != 'x'").
+			Filter("team", "node.metadata.?labels[?'team'].orValue('') == pod.metadata.namespace").Obj(),
+	}
+	pl := &Filter{rt: plugintest.Runtime(t, policies, plugintest.Namespace("team-a", nil), plugintest.Namespace("team-b", nil))}
+	pl.args.EvaluationBudget.Duration = time.Minute
+	var nodes []fwk.NodeInfo
+	for i := range 8 {
+		cached, _ := plugintest.CachedAndFresh(st.MakeNode().Name(fmt.Sprintf("n%d", i)).Label("team", []string{"team-a", "team-b"}[i%2]).Obj())
+		nodes = append(nodes, cached)
+	}
+	errs := make(chan error, 100)
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i := range 25 {
+				team := []string{"team-a", "team-b"}[(g+i)%2]
+				pod := st.MakePod().Namespace(team).Name(fmt.Sprintf("p%d-%d", g, i)).UID(fmt.Sprintf("p%d-%d", g, i)).SchedulerName("celsched").Obj()
+				if g%2 == 1 {
+					// A hint for a node that gained its team label.
+					n := nodes[i%len(nodes)].Node()
+					old := n.DeepCopy()
+					delete(old.Labels, "team")
+					hint, err := pl.rt.NodeHint(klog.Background(), pod, old, n)
+					if want := map[bool]fwk.QueueingHint{true: fwk.Queue, false: fwk.QueueSkip}[n.Labels["team"] == team]; err != nil || hint != want {
+						errs <- fmt.Errorf("hint for %s/%s on %s: %v, %v, want %v", team, pod.Name, n.Name, hint, err, want)
+					}
+				}
+				state := framework.NewCycleState()
+				if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+					errs <- fmt.Errorf("PreFilter: %v", status)
+					return
+				}
+				for _, ni := range nodes {
+					status := pl.Filter(context.Background(), state, pod, ni)
+					if ok := ni.Node().Labels["team"] == team; status.IsSuccess() != ok {
+						errs <- fmt.Errorf("%s/%s on %s: %v", team, pod.Name, ni.Node().Name, status)
+					}
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
