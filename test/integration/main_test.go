@@ -86,7 +86,9 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "applying config/rbac: %v\n", err)
 		return 1
 	}
-	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond}
+	// The shipped profile, and one that can batch (testdata/scheduler-config.yaml).
+	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond,
+		SchedulerConfig: filepath.Join("testdata", "scheduler-config.yaml")}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	stop, err := testenv.RunManager(ctx, serviceAccountConfig(cfg), k8sClient, opts)
 	if err != nil {
