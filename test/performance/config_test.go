@@ -69,7 +69,7 @@ func TestWorkloadPolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantPolicies := map[string]int{
-		"NoPolicy": 0, "NonMatching10": 10, "NodeOnly10": 10, "Mixed100": 100,
+		"NoPolicy": 0, "NonMatching10": 10, "NodeOnly10": 10, "NodeOnly10Batchable": 10, "Mixed100": 100,
 		"RequiredAffinity": 1, "PreferredAffinity": 1, "PodAndNode": 1, "Spread": 1,
 	}
 	if len(testCases) != len(wantPolicies) {
