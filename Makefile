@@ -130,6 +130,11 @@ perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 n
 	if [ $$status -ne 0 ]; then grep -E -e '^--- FAIL' -e 'FATAL|ERROR' "$$out/go-test.txt" | head -n 40; fi; \
 	$(GO) run ./test/performance/perftable "$$out" && exit $$status
 
+.PHONY: perf-binary
+perf-binary: build ## Measure the built manager binary as a process against a local control plane: stock vs celsched pods/s per round (PERF_BINARY_FLAGS, e.g. '-workload RequiredAffinity -profile-pods 3000'; docs/performance.md).
+	@assets=$$(hack/envtest-assets.sh); \
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) run ./hack/perfbinary -manager $(BIN)/manager $(PERF_BINARY_FLAGS)
+
 ##@ Build
 
 .PHONY: build

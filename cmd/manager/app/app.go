@@ -76,6 +76,10 @@ type Options struct {
 	// addresses of the metrics and probe servers; "0" disables them.
 	MetricsBindAddress     string
 	HealthProbeBindAddress string
+	// PprofBindAddress is the listen address of Go's profiling endpoints
+	// (/debug/pprof/, as kube-scheduler's enableProfiling serves them);
+	// "0" or empty disables it.
+	PprofBindAddress string
 	// WebhookPort is the port of the validating webhook server; 0 disables
 	// it. WebhookHost is its listen address (empty: all), WebhookCertDir the
 	// directory with tls.crt and tls.key (reloaded when they change).
@@ -148,6 +152,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", DefaultRetryPeriod, "How long replicas wait between attempts to acquire or renew the Lease.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8080", "Address of the metrics endpoint (/metrics, and kube-scheduler's at "+SchedulerMetricsPath+"); 0 disables it.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", "Address of Go's profiling endpoints (/debug/pprof/, e.g. 127.0.0.1:6060); 0 disables them. They show the process's code and data: bind them to loopback or protect them.")
 	fs.IntVar(&o.WebhookPort, "webhook-port", 9443, "Port of the SchedulingPolicy validating webhook (HTTPS); 0 disables the webhook server.")
 	fs.StringVar(&o.WebhookCertDir, "webhook-cert-dir", "", "Directory with the webhook's serving certificate, tls.crt and tls.key (default: $TMPDIR/k8s-webhook-server/serving-certs).")
 	fs.StringVar(&o.WebhookCerts, "webhook-certs", CertsFromFiles, "Where the webhook's serving certificate comes from: \""+CertsFromFiles+"\" (tls.crt and tls.key in --webhook-cert-dir, e.g. cert-manager's Secret) or \""+CertsSelfSigned+"\" (the manager provisions a CA and the certificate in a Secret, rotates them and sets the webhook configuration's caBundle).")
@@ -196,6 +201,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			ExtraHandlers: map[string]http.Handler{SchedulerMetricsPath: legacyregistry.Handler()},
 		},
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		PprofBindAddress:              o.PprofBindAddress,
 		WebhookServer:                 webhookServer,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              o.LeaderElectionID,
