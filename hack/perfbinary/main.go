@@ -188,7 +188,9 @@ func run(o options) error {
 	if o.profilePods > 0 {
 		path := filepath.Join(o.dir, "cpu.pprof")
 		done := make(chan error, 1)
-		go func() { done <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, o.profileSeconds), path) }()
+		go func() {
+			done <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, o.profileSeconds), path)
+		}()
 		rate, err := m.batch(ctx, cs, "profiled", celschedPod, o.profilePods)
 		if err != nil {
 			return err
