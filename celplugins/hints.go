@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -133,8 +134,7 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	if !okNew {
 		return fwk.Queue, fmt.Errorf("node event without a new node: %T", newObj)
 	}
-	ctx := klog.NewContext(context.Background(), logger)
-	c, err := rt.Prepare(ctx, pod, DefaultEvaluationBudget)
+	c, _, err := rt.match(newHintContext(), pod)
 	if err != nil {
 		return fwk.Queue, err
 	}
@@ -144,10 +144,10 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	if usesNodeInfo(c) {
 		return fwk.Queue, nil // e.g. allocatable changed
 	}
-	if !rt.mayPass(ctx, c, newNode) {
+	if !rt.mayPass(c, newNode) {
 		return fwk.QueueSkip, nil
 	}
-	if oldNode != nil && rt.mayPass(ctx, c, oldNode) {
+	if oldNode != nil && rt.mayPass(c, oldNode) {
 		return fwk.QueueSkip, nil // the policies did not reject this node before
 	}
 	logger.V(5).Info("Node may pass the policies now, requeueing the pod", "pod", klog.KObj(pod), "node", klog.KObj(newNode))
@@ -166,7 +166,7 @@ func usesNodeInfo(c *Cycle) bool {
 
 // mayPass says whether the enforced filters of a cycle, none of which reads
 // nodeInfo, pass on a node.
-func (rt *Runtime) mayPass(ctx context.Context, c *Cycle, node *corev1.Node) bool {
+func (rt *Runtime) mayPass(c *Cycle, node *corev1.Node) bool {
 	in, err := rt.Converter.Node(node, nil)
 	if err != nil {
 		return true
@@ -200,7 +200,7 @@ func (rt *Runtime) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if other.Spec.NodeName == "" {
 		return fwk.QueueSkip, nil
 	}
-	c, err := rt.Prepare(klog.NewContext(context.Background(), logger), pod, DefaultEvaluationBudget)
+	c, _, err := rt.match(newHintContext(), pod)
 	if err != nil {
 		return fwk.Queue, err
 	}
@@ -233,4 +233,29 @@ func convert[T any](obj any) (*T, error) {
 	default:
 		return nil, fmt.Errorf("unexpected event object %T", obj)
 	}
+}
+
+// hintContext bounds the evaluations of a queueing hint by
+// DefaultEvaluationBudget without a timer (a hint starts none, and has no
+// end to stop one at): Err reports the deadline once it is past, which the
+// engine checks before each expression; Done is nil, so a comprehension
+// already running is bounded by the cost limits rather than interrupted.
+type hintContext struct {
+	context.Context
+	deadline time.Time
+}
+
+func newHintContext() hintContext {
+	return hintContext{Context: context.Background(), deadline: time.Now().Add(DefaultEvaluationBudget)}
+}
+
+// Deadline implements context.Context.
+func (c hintContext) Deadline() (time.Time, bool) { return c.deadline, true }
+
+// Err implements context.Context.
+func (c hintContext) Err() error {
+	if time.Now().After(c.deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

@@ -1,7 +1,9 @@
 package celplugins
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -254,5 +256,54 @@ func TestPodHint(t *testing.T) {
 				t.Errorf("hint %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestHintsOnlyRead: the node and pod hints evaluate the policies for the
+// pod, and record nothing: no tally is started or flushed, no error or slow
+// rule is recorded, no policy is reported to the status writer, although
+// the policies fail at match time under Ignore, fail a filter under Fail
+// and audit. (They start no timer either: their evaluations run under a
+// hintContext, whose deadline needs none.)
+func TestHintsOnlyRead(t *testing.T) {
+	rt, registry := newTestRuntime(t, namespace("ns", "1", nil))
+	registry.Upsert(builder.MakePolicy("condition-fails").Ignore().Condition("c", "pod.metadata.labels['missing'] == 'x'").
+		Filter("f", "node.metadata.name != ''").Obj())
+	registry.Upsert(builder.MakePolicy("filter-fails").Filter("rack", "node.metadata.labels['rack'] == 'r1'").Obj())
+	registry.Upsert(builder.MakePolicy("audit").Audit().Filter("zone", "node.metadata.?labels[?'zone'].orValue('') == 'a'").Obj())
+	registry.Upsert(builder.MakePolicy("pods").Filter("few", "nodeInfo.podCount < 10").Obj())
+	notified := 0
+	rt.Notify = func(string) { notified++ }
+	tallies := [2]any{rt.tallies[0].Load(), rt.tallies[1].Load()}
+	p := pod("ns", "p", map[string]string{"app": "web"})
+	logger := klog.Background()
+	if _, err := rt.NodeHint(logger, p, node("n", "1", nil), node("n", "2", map[string]string{"rack": "r1"})); err != nil {
+		t.Fatal(err)
+	}
+	other := pod("ns", "other", nil)
+	other.Spec.NodeName = "n"
+	if hint, err := rt.PodHint(logger, p, nil, other); err != nil || hint != fwk.Queue {
+		t.Fatalf("PodHint: %v, %v, want Queue (a filter reads nodeInfo)", hint, err)
+	}
+	if got := [2]any{rt.tallies[0].Load(), rt.tallies[1].Load()}; got != tallies {
+		t.Errorf("a hint changed the cycle's tallies")
+	}
+	for _, name := range []string{"condition-fails", "filter-fails", "audit", "pods"} {
+		if r, ok := rt.Errors.Get(name); ok {
+			t.Errorf("a hint recorded an error of %s: %+v", name, r)
+		}
+		if r, ok := rt.Slow.Get(name); ok {
+			t.Errorf("a hint recorded a slow rule of %s: %+v", name, r)
+		}
+	}
+	if notified != 0 {
+		t.Errorf("hints notified the status writer %d times", notified)
+	}
+	// The same evaluations in a cycle do record.
+	if _, err := rt.Prepare(context.Background(), p, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rt.Errors.Get("condition-fails"); !ok {
+		t.Errorf("Prepare recorded no error of condition-fails: the test's policy does not fail")
 	}
 }

@@ -55,8 +55,12 @@ type Cycle struct {
 	// match condition failed, with failurePolicy Fail.
 	Rejection *engine.Decision
 
-	// release ends Ctx before its deadline; nothing calls it today (see Ctx).
+	// release ends Ctx before its deadline, when the cycle could not be
+	// prepared.
 	release context.CancelFunc
+	// matched are the decisions of the policies that apply, for the cycle
+	// to record once (Prepare).
+	matched []engine.Decision
 	// messages are the distinct rejection messages of the cycle so far, at
 	// most maxDistinctMessages (see Message).
 	messages sync.Map
@@ -80,30 +84,58 @@ func (c *Cycle) ExplainOnce() bool { return c.explained.CompareAndSwap(false, tr
 // denials, which clones share (they are the same evaluations).
 func (c *Cycle) Clone() fwk.StateData { return c }
 
-// Prepare matches the current policies against a pod: once per cycle. The
-// cycle's evaluations, matching included, share the time budget.
+// Prepare matches the current policies against a pod for a scheduling
+// cycle, once: the cycle's evaluations, matching included, share the time
+// budget, and what matching saw (errors, Audit would-be rejections) is
+// recorded, and the cycle's filter tally started.
 func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Duration) (*Cycle, error) {
-	in, err := rt.PodInput(pod)
-	if err != nil {
-		return nil, err
-	}
-	logger := klog.FromContext(ctx)
 	if budget <= 0 {
 		budget = DefaultEvaluationBudget
 	}
 	cycleCtx, release := context.WithTimeoutCause(ctx, budget, fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget))
-	c := &Cycle{Ctx: cycleCtx, Budget: budget, Pod: in, release: release}
-	ctx = cycleCtx
-	ignored := func(m engine.MatchResult) {
-		rt.NoteErrors(ctx, budget, &m.Decision, pod, "")
+	c, ignored, err := rt.match(cycleCtx, pod)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	c.Ctx, c.Budget, c.release = cycleCtx, budget, release
+	logger := klog.FromContext(ctx)
+	for i := range ignored {
+		m := &ignored[i]
+		rt.NoteErrors(cycleCtx, budget, &m.Decision, pod, "")
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}
+	for i := range c.matched {
+		d := &c.matched[i]
+		rt.NoteErrors(cycleCtx, budget, d, pod, "")
+		if d.WouldAct() {
+			logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", d.Policy.Name, "reason", d.String())
+		}
+	}
+	if len(c.Filters) > 0 {
+		c.FilterTally = rt.Tally(engine.PointFilter, c.Filters)
+	}
+	return c, nil
+}
+
+// match converts the pod and matches the current policies against it:
+// what a scheduling cycle and the queueing hints share. It only reads: it
+// records nothing, logs nothing and starts no timer; the evaluations run
+// under ctx. The match results skipped under failurePolicy Ignore are
+// returned apart, for the cycle to record.
+func (rt *Runtime) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.MatchResult, error) {
+	in, err := rt.PodInput(pod)
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &Cycle{Ctx: ctx, Budget: DefaultEvaluationBudget, Pod: in}
+	var ignored []engine.MatchResult
 	snapshot := rt.Policies.Snapshot()
-	matches := snapshot.Match(ctx, in, ignored)
+	matches := snapshot.Match(ctx, in, func(m engine.MatchResult) { ignored = append(ignored, m) })
 	for i := range matches {
 		d := matches[i].Decision
 		p := d.Policy
-		rt.NoteErrors(ctx, budget, &d, pod, "")
+		c.matched = append(c.matched, d)
 		if !d.Enforced() {
 			if c.audit == nil {
 				c.audit = &auditDenials{byNode: map[string][]engine.Decision{}}
@@ -117,7 +149,6 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 			}
 			continue
 		case d.WouldAct():
-			logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
 			c.audit.match = append(c.audit.match, d)
 			continue
 		}
@@ -130,12 +161,11 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	}
 	if len(c.Filters) > 0 {
 		c.FilterList = snapshot.List(engine.PointFilter, c.Filters)
-		c.FilterTally = rt.Tally(engine.PointFilter, c.Filters)
 	}
 	if len(c.Scores) > 0 {
 		c.ScoreList = snapshot.List(engine.PointScore, c.Scores)
 	}
-	return c, nil
+	return c, ignored, nil
 }
 
 // maxDistinctMessages bounds the distinct per-node rejection messages of
