@@ -139,8 +139,8 @@ func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
 	if !ok {
 		return nil
 	}
-	if r := node.memo.load(l.memo, memoID{key: key, gen: gen}); r != nil {
-		return r.list
+	if r := loadFrom(&node.memo.lists[l.memo.slot%listWays], l.memo, memoID{key: key, gen: gen}); r != nil {
+		return &r.list
 	}
 	return nil
 }
@@ -158,6 +158,5 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 			return
 		}
 	}
-	kept := o // on the heap only when kept
-	node.memo.storeResult(&memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: &kept})
+	storeIn(&node.memo.lists[l.memo.slot%listWays], &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
 }

@@ -80,8 +80,9 @@ type memoResult struct {
 	// cost is what computing val cost, charged to every evaluation that
 	// reads it (account.go).
 	cost costRecord
-	// list is the outcome when e is a PolicyList's.
-	list *ListOutcome
+	// list is the outcome when e is a PolicyList's (in the result, so that
+	// reading it costs no other cache line).
+	list ListOutcome
 	next *memoResult
 	// depth is the length of the list from this result on.
 	depth int
@@ -98,7 +99,15 @@ type memoResult struct {
 // read costs what it cost.
 type memoTable struct {
 	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
+	// lists hold the outcomes of PolicyLists (list.go), each in the way
+	// its slot names: in the node's cache entry itself, so that a pod
+	// that reads a list's outcome loads no slot table. Lists of one way
+	// share it, newest first, as a slot's results do.
+	lists [listWays]atomic.Pointer[memoResult]
 }
+
+// listWays is how many ways the list outcomes of a node version have.
+const listWays = 4
 
 // load returns the result of e on the node for id, or nil.
 func (t *memoTable) load(e *expr, id memoID) *memoResult {
@@ -106,7 +115,12 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	if slots == nil || e.slot >= len(*slots) {
 		return nil
 	}
-	for r := (*slots)[e.slot].Load(); r != nil; r = r.next {
+	return loadFrom(&(*slots)[e.slot], e, id)
+}
+
+// loadFrom returns the result of e for id kept in a slot, or nil.
+func loadFrom(slot *atomic.Pointer[memoResult], e *expr, id memoID) *memoResult {
+	for r := slot.Load(); r != nil; r = r.next {
 		if r.e == e && r.id == id {
 			return r
 		}
@@ -121,8 +135,12 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 // store that races with another may be lost; the result is then computed
 // again.
 func (t *memoTable) storeResult(head *memoResult) {
+	storeIn(t.slot(head.e.slot), head)
+}
+
+// storeIn records a result in a slot (see storeResult).
+func storeIn(slot *atomic.Pointer[memoResult], head *memoResult) {
 	e, id := head.e, head.id
-	slot := t.slot(e.slot)
 	for {
 		old := slot.Load()
 		// The new result goes before the list, which is shared as it is:

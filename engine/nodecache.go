@@ -32,8 +32,10 @@ type nodeCache struct {
 // The informer's object of a version is one object, whose strings the
 // entry shares: comparing pointers first saves reading the UID.
 func (c *nodeCache) load(node *corev1.Node) *nodeEntry {
+	// The same object is the same version: comparing the pointer reads
+	// nothing but the entry, where comparing the strings reads both.
 	current := func(e *nodeEntry) bool {
-		return e.resourceVersion == node.ResourceVersion && (e.node == node || e.uid == node.UID)
+		return e.node == node || (e.resourceVersion == node.ResourceVersion && e.uid == node.UID)
 	}
 	name := node.Name
 	if read := c.read.Load(); read != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -56,19 +57,20 @@ func (pl *Score) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragme
 	return pl.rt.SignPod(ctx, pod)
 }
 
-// scoreState holds the raw values of one cycle. Score writes the row of
-// its node only, so concurrent Score calls do not race.
+// scoreState holds the raw values of one cycle. Each Score call takes a
+// row of its own (next), writes its node's raw values there and returns
+// the row's number as the node's score, which kube-scheduler hands to
+// NormalizeScore unchanged; NormalizeScore turns the rows into the
+// normalized scores. So no per-node map is built or read.
 type scoreState struct {
 	cycle *celplugins.Cycle
 	tally *metrics.Tally
 	rules []rule
-	index map[string]int // node name -> row
-	// raw[node][rule], NaN where the rule failed and was ignored (it takes
+	// raw[row][rule], NaN where the rule failed and was ignored (it takes
 	// no part in the rule's normalization, and scores 0 there). The rows
-	// share one allocation, made in PreScore; scored[node] says whether
-	// Score wrote the row.
-	raw    [][]float64
-	scored []bool
+	// share one allocation, made in PreScore, one per node given to it.
+	raw  [][]float64
+	next atomic.Int64
 }
 
 // rule is one score rule of a matching policy.
@@ -96,21 +98,17 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	if len(c.Scores) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	s := &scoreState{cycle: c, tally: pl.rt.Tally(engine.PointScore, c.Scores), index: make(map[string]int, len(nodes))}
+	s := &scoreState{cycle: c, tally: pl.rt.Tally(engine.PointScore, c.Scores)}
 	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Enforcement == schedv1alpha1.Audit})
 		}
-	}
-	for i, n := range nodes {
-		s.index[n.Node().Name] = i
 	}
 	flat := make([]float64, len(nodes)*len(s.rules))
 	s.raw = make([][]float64, len(nodes))
 	for i := range s.raw {
 		s.raw[i] = flat[i*len(s.rules) : (i+1)*len(s.rules) : (i+1)*len(s.rules)]
 	}
-	s.scored = make([]bool, len(nodes))
 	state.Write(stateKey, s)
 	return nil
 }
@@ -126,9 +124,9 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		return 0, fwk.AsStatus(err)
 	}
 	node := nodeInfo.Node()
-	row, ok := s.index[node.Name]
-	if !ok {
-		return 0, fwk.AsStatus(fmt.Errorf("node %s was not in PreScore's list", node.Name))
+	row := s.next.Add(1) - 1
+	if row >= int64(len(s.raw)) {
+		return 0, fwk.AsStatus(fmt.Errorf("node %s: more nodes scored than PreScore was given (%d)", node.Name, len(s.raw)))
 	}
 	in, err := pl.rt.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
@@ -141,8 +139,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		// generation): its raw values are this pod's.
 		copy(raw, o.Raw)
 		s.tally.Passed(0, len(s.cycle.Scores))
-		s.scored[row] = true
-		return 0, nil
+		return row, nil
 	}
 	// clean: every decision passed plainly, so the raw values are the
 	// same for every pod that reads the same (when the list is memoized)
@@ -182,8 +179,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if clean {
 		s.cycle.ScoreList.Remember(s.cycle.Pod, &in, engine.ListOutcome{Raw: slices.Clone(raw)})
 	}
-	s.scored[row] = true
-	return 0, nil
+	return row, nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.
@@ -199,12 +195,15 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	}
 	s.tally.Flush()
 	rows := make([]int, len(scores))
+	seen := make([]bool, s.next.Load())
 	for i, ns := range scores {
-		row, ok := s.index[ns.Name]
-		if !ok || !s.scored[row] {
-			return fwk.AsStatus(fmt.Errorf("node %s was not scored", ns.Name))
+		// The row Score wrote the node's raw values in.
+		row := ns.Score
+		if row < 0 || row >= int64(len(seen)) || seen[row] {
+			return fwk.AsStatus(fmt.Errorf("node %s was not scored (row %d of %d)", ns.Name, row, len(seen)))
 		}
-		rows[i] = row
+		seen[row] = true
+		rows[i] = int(row)
 	}
 	enforced, audit := s.combine(rows, false), s.combine(rows, true)
 	for i := range scores {

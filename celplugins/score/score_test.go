@@ -171,10 +171,11 @@ func TestParamsScoresCombine(t *testing.T) {
 func scoreAll(ctx context.Context, pl *Score, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) ([]int64, *fwk.Status) {
 	scores := make(fwk.NodeScoreList, len(nodes))
 	for i, ni := range nodes {
-		if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
+		score, status := pl.Score(ctx, state, pod, ni)
+		if !status.IsSuccess() {
 			return nil, status
 		}
-		scores[i].Name = ni.Node().Name
+		scores[i] = fwk.NodeScore{Name: ni.Node().Name, Score: score}
 	}
 	if status := pl.NormalizeScore(ctx, state, pod, scores); !status.IsSuccess() {
 		return nil, status
@@ -217,7 +218,12 @@ func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
+	s, err := readState(state)
+	if err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
+		s.next.Store(0) // one node, scored again
 		if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
 			b.Fatal(status)
 		}
@@ -255,10 +261,11 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 		}
 		list := make(fwk.NodeScoreList, len(nodes))
 		for i, ni := range nodes {
-			if _, status := pl.Score(ctx, state, pod, ni); !status.IsSuccess() {
+			score, status := pl.Score(ctx, state, pod, ni)
+			if !status.IsSuccess() {
 				t.Fatal(status)
 			}
-			list[i].Name = ni.Node().Name
+			list[i] = fwk.NodeScore{Name: ni.Node().Name, Score: score}
 		}
 		if status := pl.NormalizeScore(ctx, state, pod, list); !status.IsSuccess() {
 			t.Fatal(status)
