@@ -3,6 +3,7 @@ package engine
 import (
 	"runtime"
 	"strings"
+	"sync/atomic"
 )
 
 // PolicyList is the policies whose filters (or scores) a scheduling cycle
@@ -25,7 +26,19 @@ type PolicyList struct {
 	readsPod bool
 	reads    podReads
 	nodeInfo bool
+	// id identifies the list in its nodes' passes (memoTable.passes),
+	// when nodeOnly: its policies read nothing but the node, so that
+	// their outcome is one per node version.
+	id       uint64
+	nodeOnly bool
 }
+
+// listIDs numbers the lists whose plain passes are kept as ids.
+var listIDs atomic.Uint64
+
+// plainPass is the outcome of a list whose every policy passed plainly:
+// read-only.
+var plainPass ListOutcome
 
 // ListOutcome is what a PolicyList decided on a node: the decisions that
 // were not plain passes (metrics.Plain), in order, with their policies'
@@ -64,6 +77,8 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 		return l // a snapshot applied in that many ways: lists are not kept
 	}
 	if l.memoizable(point) {
+		l.nodeOnly = !l.readsPod && !l.nodeInfo
+		l.id = listIDs.Add(1)
 		l.memo = &expr{memo: memoNode, slot: memoSlots.get()}
 		runtime.AddCleanup(l, func(slot int) { memoSlots.put([]int{slot}) }, l.memo.slot)
 	}
@@ -135,6 +150,9 @@ func (l *PolicyList) key(pod *PodInput, node *NodeInput) (key uint64, gen int64,
 // Cached returns the list's outcome for the pod on the node, or nil when it
 // is not known.
 func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
+	if l != nil && l.nodeOnly && node.memo != nil && node.memo.passes[l.memo.slot%listWays].Load() == l.id {
+		return &plainPass
+	}
 	key, gen, ok := l.key(pod, node)
 	if !ok {
 		return nil
@@ -157,6 +175,12 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		if d := &o.Decisions[i].Decision; d.Verdict != Reject || d.Err != nil || len(d.Ignored) > 0 {
 			return
 		}
+	}
+	if l.nodeOnly && len(o.Decisions) == 0 && o.Raw == nil {
+		// Every policy passed plainly on this node version, whatever the
+		// pod: one word in the node's entry says so.
+		node.memo.passes[l.memo.slot%listWays].Store(l.id)
+		return
 	}
 	storeIn(&node.memo.lists[l.memo.slot%listWays], &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
 }

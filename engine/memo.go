@@ -104,6 +104,10 @@ type memoTable struct {
 	// that reads a list's outcome loads no slot table. Lists of one way
 	// share it, newest first, as a slot's results do.
 	lists [listWays]atomic.Pointer[memoResult]
+	// passes hold, per way, the id of a node-only filter list whose every
+	// policy passes plainly on this node version (PolicyList.Remember):
+	// the common outcome, read without following a pointer.
+	passes [listWays]atomic.Uint64
 }
 
 // listWays is how many ways the list outcomes of a node version have.

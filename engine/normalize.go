@@ -25,13 +25,21 @@ const MaxScore = 100
 // still give scores in 0..MaxScore.
 func NormalizeScores(raw []float64, normalization schedv1alpha1.ScoreNormalization) []int64 {
 	out := make([]int64, len(raw))
+	NormalizeScoresInto(out, raw, normalization)
+	return out
+}
+
+// NormalizeScoresInto is NormalizeScores writing into out (as long as raw),
+// for callers that reuse one buffer across rules.
+func NormalizeScoresInto(out []int64, raw []float64, normalization schedv1alpha1.ScoreNormalization) {
+	clear(out)
 	if normalization == schedv1alpha1.None {
 		for i, v := range raw {
 			if !math.IsNaN(v) {
 				out[i] = clampScore(math.Round(v))
 			}
 		}
-		return out
+		return
 	}
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, v := range raw {
@@ -53,7 +61,6 @@ func NormalizeScores(raw []float64, normalization schedv1alpha1.ScoreNormalizati
 		}
 		out[i] = clampScore(math.Round(frac * MaxScore))
 	}
-	return out
 }
 
 // fraction is where v lies between lo and hi (lo < hi), in 0..1. Halving
@@ -84,22 +91,42 @@ func CombineScores(normalized [][]int64, weights []int32) []int64 {
 	if len(normalized) == 0 {
 		return nil
 	}
-	nodes := len(normalized[0])
-	out := make([]int64, nodes)
-	var total int64
-	for _, w := range weights {
-		total += int64(w)
+	c := NewScoreCombiner(len(normalized[0]))
+	for r, scores := range normalized {
+		c.Add(scores, weights[r])
 	}
-	if total == 0 {
-		return out
+	return c.Mean()
+}
+
+// ScoreCombiner computes CombineScores one rule at a time, so that the
+// normalized scores of a rule need not outlive it.
+type ScoreCombiner struct {
+	sums  []int64
+	total int64
+}
+
+// NewScoreCombiner returns a combiner for nodes nodes.
+func NewScoreCombiner(nodes int) *ScoreCombiner { return &ScoreCombiner{sums: make([]int64, nodes)} }
+
+// Add adds a rule's normalized scores, one per node, with its weight.
+func (c *ScoreCombiner) Add(normalized []int64, weight int32) {
+	for n, v := range normalized {
+		c.sums[n] += v * int64(weight)
 	}
-	for n := range nodes {
-		var sum int64
-		for r, scores := range normalized {
-			sum += scores[n] * int64(weights[r])
+	c.total += int64(weight)
+}
+
+// Mean returns each node's weighted mean of the rules added, in
+// 0..MaxScore (0 when their weights sum to 0).
+func (c *ScoreCombiner) Mean() []int64 {
+	out := c.sums
+	for n, sum := range out {
+		if c.total == 0 {
+			out[n] = 0
+			continue
 		}
 		// Round half up; sum and total are non-negative.
-		out[n] = (sum + total/2) / total
+		out[n] = (sum + c.total/2) / c.total
 	}
 	return out
 }

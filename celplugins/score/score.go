@@ -66,11 +66,19 @@ type scoreState struct {
 	cycle *celplugins.Cycle
 	tally *metrics.Tally
 	rules []rule
-	// raw[row][rule], NaN where the rule failed and was ignored (it takes
-	// no part in the rule's normalization, and scores 0 there). The rows
-	// share one allocation, made in PreScore, one per node given to it.
-	raw  [][]float64
+	// raw holds a row of len(rules) raw values per node given to
+	// PreScore (raw[row*len(rules)+rule]), NaN where the rule failed and
+	// was ignored (it takes no part in the rule's normalization, and
+	// scores 0 there): one allocation, without pointers.
+	raw  []float64
+	rows int64
 	next atomic.Int64
+}
+
+// row returns the raw values of a row.
+func (s *scoreState) row(i int64) []float64 {
+	n := int64(len(s.rules))
+	return s.raw[i*n : (i+1)*n : (i+1)*n]
 }
 
 // rule is one score rule of a matching policy.
@@ -104,11 +112,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Enforcement == schedv1alpha1.Audit})
 		}
 	}
-	flat := make([]float64, len(nodes)*len(s.rules))
-	s.raw = make([][]float64, len(nodes))
-	for i := range s.raw {
-		s.raw[i] = flat[i*len(s.rules) : (i+1)*len(s.rules) : (i+1)*len(s.rules)]
-	}
+	s.raw, s.rows = make([]float64, len(nodes)*len(s.rules)), int64(len(nodes))
 	state.Write(stateKey, s)
 	return nil
 }
@@ -125,14 +129,14 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	}
 	node := nodeInfo.Node()
 	row := s.next.Add(1) - 1
-	if row >= int64(len(s.raw)) {
-		return 0, fwk.AsStatus(fmt.Errorf("node %s: more nodes scored than PreScore was given (%d)", node.Name, len(s.raw)))
+	if row >= s.rows {
+		return 0, fwk.AsStatus(fmt.Errorf("node %s: more nodes scored than PreScore was given (%d)", node.Name, s.rows))
 	}
 	in, err := pl.rt.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	raw := s.raw[row]
+	raw := s.row(row)
 	if o := s.cycle.ScoreList.Cached(s.cycle.Pod, &in); o != nil {
 		// Another pod that the same policies apply to, and that reads the
 		// same of the pod, was scored on this node version (and NodeInfo
@@ -228,22 +232,31 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 
 // combine returns the weighted mean of the normalized scores of the
 // enforced (or the Audit) rules for the nodes in rows, or nil when there
-// are none.
+// are none. One buffer of raw values and one of normalized scores serve
+// every rule.
 func (s *scoreState) combine(rows []int, audit bool) []int64 {
-	var normalized [][]int64
-	var weights []int32
+	var (
+		raw        []float64
+		normalized []int64
+		combiner   *engine.ScoreCombiner
+	)
 	for r, rl := range s.rules {
 		if rl.audit != audit {
 			continue
 		}
-		raw := make([]float64, len(rows))
-		for i, row := range rows {
-			raw[i] = s.raw[row][r]
+		if combiner == nil {
+			raw, normalized, combiner = make([]float64, len(rows)), make([]int64, len(rows)), engine.NewScoreCombiner(len(rows))
 		}
-		normalized = append(normalized, engine.NormalizeScores(raw, rl.normalization))
-		weights = append(weights, rl.weight)
+		for i, row := range rows {
+			raw[i] = s.row(int64(row))[r]
+		}
+		engine.NormalizeScoresInto(normalized, raw, rl.normalization)
+		combiner.Add(normalized, rl.weight)
 	}
-	return engine.CombineScores(normalized, weights)
+	if combiner == nil {
+		return nil
+	}
+	return combiner.Mean()
 }
 
 func readState(state fwk.CycleState) (*scoreState, error) {

@@ -33,7 +33,7 @@ func TestCombine(t *testing.T) {
 			{weight: 1, normalization: schedv1alpha1.MinMaxReverse},
 			{weight: 1, normalization: schedv1alpha1.MinMax, audit: true},
 		},
-		raw: [][]float64{{100, 4, 1}, {0, 2, 9}, {nan, nan, 5}},
+		raw: []float64{100, 4, 1, 0, 2, 9, nan, nan, 5}, rows: 3,
 	}
 	rows := []int{0, 1, 2}
 	// Node 0: (100*3 + 0*1)/4 = 75; node 1: (0*3 + 100*1)/4 = 25;
