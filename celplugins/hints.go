@@ -157,7 +157,7 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 // usesNodeInfo says whether an enforced filter of the cycle reads nodeInfo.
 func usesNodeInfo(c *Cycle) bool {
 	for _, p := range c.Filters {
-		if p.Enforcement != schedv1alpha1.Audit && p.UsesNodeInfo() {
+		if p.Enforced() && p.UsesNodeInfo() {
 			return true
 		}
 	}

@@ -162,6 +162,10 @@ func (p *CompiledPolicy) Err() error {
 	return &CompileError{Policy: p.Name, Errors: p.Errors}
 }
 
+// Enforced says whether the scheduler acts on the policy's decisions:
+// its enforcement is Enforce, not Audit.
+func (p *CompiledPolicy) Enforced() bool { return p.Enforcement != schedv1alpha1.Audit }
+
 // HasPreEnqueue says whether the policy has preEnqueue rules.
 func (p *CompiledPolicy) HasPreEnqueue() bool { return len(p.preEnqueue) > 0 }
 

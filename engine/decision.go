@@ -99,7 +99,7 @@ func (d Decision) WithStaticMessage() Decision {
 // Enforced says whether the scheduler acts on the decision: its policy's
 // enforcement is Enforce. An Audit policy's decision is only reported.
 func (d *Decision) Enforced() bool {
-	return d.Policy == nil || d.Policy.Enforcement != schedv1alpha1.Audit
+	return d.Policy == nil || d.Policy.Enforced()
 }
 
 // Acts says whether the scheduler acts on the decision: an enforced Reject,

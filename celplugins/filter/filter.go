@@ -73,7 +73,7 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 	state.Write(celplugins.StateKey, c)
 	if c.Rejection != nil {
 		// No node can help, and neither can preemption.
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, c.Rejection.String())
+		return nil, celplugins.Status(c.Rejection, c.Rejection.String())
 	}
 	if len(c.Filters) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -164,7 +164,7 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 		if pl.why != nil && d.Verdict == engine.Reject && c.ExplainOnce() {
 			pl.explain(ctx, c, pod, in, &d)
 		}
-		return fwk.NewStatus(rejectionCode(d.Policy), c.Message(&d)), true
+		return celplugins.Status(&d, c.Message(&d)), true
 	case d.WouldAct():
 		logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
 		c.DenyAudit(node.Name, d)
@@ -194,16 +194,6 @@ const ReasonRejectionDetail = "RejectionDetail"
 
 // maxEventNote is the API server's bound on an event's note.
 const maxEventNote = 1024
-
-// rejectionCode is the status code of a node that a policy's filter
-// rejects: evicting pods cannot change a rule that does not read nodeInfo,
-// so preemption is not tried for it.
-func rejectionCode(p *engine.CompiledPolicy) fwk.Code {
-	if p.UsesNodeInfo() {
-		return fwk.Unschedulable
-	}
-	return fwk.UnschedulableAndUnresolvable
-}
 
 // Reserve implements fwk.ReservePlugin: the cycle's filters are done, and
 // their counts go to celsched_policy_evaluations_total.

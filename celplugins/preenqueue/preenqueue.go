@@ -116,7 +116,7 @@ func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Stat
 		case d.Acts():
 			msg := d.String()
 			pl.enqueueReport(pod, msg)
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+			return celplugins.Status(&d, msg)
 		case d.WouldAct():
 			logger.V(2).Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
 		}

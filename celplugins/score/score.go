@@ -4,7 +4,6 @@ package score
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -109,7 +108,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	s := &scoreState{cycle: c, tally: pl.rt.Tally(engine.PointScore, c.Scores)}
 	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
-			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: p.Enforcement == schedv1alpha1.Audit})
+			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: !p.Enforced()})
 		}
 	}
 	s.raw, s.rows = make([]float64, len(nodes)*len(s.rules)), int64(len(nodes))
@@ -166,7 +165,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		clean = false
 		pl.rt.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
 		if d.Acts() {
-			return 0, fwk.AsStatus(errors.New(d.String()))
+			return 0, celplugins.Status(&d, d.String())
 		}
 		if d.Verdict == engine.Error || len(d.Ignored) > 0 {
 			// An Audit policy's error, or errors under Ignore: the rules
