@@ -67,6 +67,8 @@ type options struct {
 	nodes, pods, rounds             int
 	profilePods                     int
 	profileSeconds                  int
+	// profileStock profiles stock pods rather than celsched ones.
+	profileStock bool
 }
 
 func main() {
@@ -80,6 +82,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 3, "Rounds (stock, then celsched).")
 	flag.IntVar(&o.profilePods, "profile-pods", 0, "After the rounds, celsched pods to schedule under a CPU profile (0: none).")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 12, "Length of the CPU profile.")
+	flag.BoolVar(&o.profileStock, "profile-stock", false, "Profile stock pods instead of celsched ones (to compare the two profiles' CPU).")
 	flag.Parse()
 	if err := run(o); err != nil {
 		fmt.Fprintln(os.Stderr, "perf-binary:", err)
@@ -198,15 +201,19 @@ func run(o options) error {
 		go func() {
 			done <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, o.profileSeconds), path)
 		}()
-		rate, err := m.batch(ctx, cs, "profiled", celschedPod, o.profilePods)
+		profiled, profile := celschedPod, "celsched"
+		if o.profileStock {
+			profiled, profile = stockPod, "stock"
+		}
+		rate, err := m.batch(ctx, cs, "profiled", profiled, o.profilePods)
 		if err != nil {
 			return err
 		}
 		if err := <-done; err != nil {
 			return fmt.Errorf("taking the CPU profile: %w", err)
 		}
-		fmt.Printf("perf-binary: %d celsched pods at %.1f pods/s under a %ds CPU profile: %s (go tool pprof -top %s %s)\n",
-			o.profilePods, rate, o.profileSeconds, path, o.manager, path)
+		fmt.Printf("perf-binary: %d %s pods at %.1f pods/s under a %ds CPU profile: %s (go tool pprof -top %s %s)\n",
+			o.profilePods, profile, rate, o.profileSeconds, path, o.manager, path)
 	}
 	return nil
 }
