@@ -34,7 +34,6 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -81,7 +80,7 @@ func run(workDir, samplesDir string) error {
 			fmt.Fprintln(os.Stderr, "stopping the control plane:", err)
 		}
 	}()
-	kubeconfig, err := writeKubeconfig(env, cfg, workDir)
+	kubeconfig, err := testenv.WriteAdminKubeconfig(env, cfg, workDir)
 	if err != nil {
 		return err
 	}
@@ -163,23 +162,6 @@ func scheme() *runtime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(schedv1alpha1.AddToScheme(s))
 	return s
-}
-
-// writeKubeconfig writes an admin kubeconfig for kubectl.
-func writeKubeconfig(env *envtest.Environment, cfg *rest.Config, dir string) (string, error) {
-	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
-	if err != nil {
-		return "", fmt.Errorf("creating the admin user: %w", err)
-	}
-	data, err := user.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		return "", err
-	}
-	return path, nil
 }
 
 // node is a simulated node.

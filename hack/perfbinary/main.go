@@ -44,13 +44,13 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // workloads are what the celsched pods are measured with, and the stock
@@ -109,7 +109,7 @@ func run(o options) error {
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = 5000, 5000
-	kubeconfig, err := writeKubeconfig(env, cfg, o.dir)
+	kubeconfig, err := testenv.WriteAdminKubeconfig(env, cfg, o.dir)
 	if err != nil {
 		return err
 	}
@@ -248,20 +248,6 @@ func writeSchedulerConfig(from, dir string) (string, error) {
 	}
 	data = append(data, []byte("clientConnection:\n  qps: 5000\n  burst: 5000\n")...)
 	path := filepath.Join(dir, "scheduler-config.yaml")
-	return path, os.WriteFile(path, data, 0o600)
-}
-
-// writeKubeconfig writes an admin kubeconfig for the manager.
-func writeKubeconfig(env *envtest.Environment, cfg *rest.Config, dir string) (string, error) {
-	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
-	if err != nil {
-		return "", fmt.Errorf("creating the admin user: %w", err)
-	}
-	data, err := user.KubeConfig()
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "kubeconfig")
 	return path, os.WriteFile(path, data, 0o600)
 }
 

@@ -182,3 +182,22 @@ func RunManager(ctx context.Context, cfg *rest.Config, c client.Client, opts app
 	}
 	return stop, nil
 }
+
+// WriteAdminKubeconfig writes a kubeconfig of a system:masters user of the
+// control plane into dir, and returns its path: for kubectl, and for a
+// manager run as a separate process.
+func WriteAdminKubeconfig(env *envtest.Environment, cfg *rest.Config, dir string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, cfg)
+	if err != nil {
+		return "", fmt.Errorf("creating the admin user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
