@@ -149,23 +149,49 @@ var (
 	}
 )
 
+// choices draws the parts of a generated policy from fuzzed bytes (0 once
+// they run out); fill puts the fuzzed string ({s}), integer ({n}) and
+// small non-negative integer ({k}, below smallBound) into a fragment.
+type choices struct {
+	bytes []byte
+	fill  func(string) string
+}
+
+func newChoices(b []byte, str string, n, smallBound int64) *choices {
+	small := n % smallBound
+	if small < 0 {
+		small = -small
+	}
+	return &choices{bytes: b, fill: strings.NewReplacer("{s}", strconv.Quote(str), "{n}", strconv.FormatInt(n, 10), "{k}", strconv.FormatInt(small, 10)).Replace}
+}
+
+func (c *choices) next() int {
+	if len(c.bytes) == 0 {
+		return 0
+	}
+	v := int(c.bytes[0])
+	c.bytes = c.bytes[1:]
+	return v
+}
+
+// condition is one of bools, or two of them combined with && or ||.
+func (c *choices) condition(bools []string) string {
+	x := c.fill(bools[c.next()%len(bools)])
+	switch c.next() % 4 {
+	case 1:
+		x += " && " + c.fill(bools[c.next()%len(bools)])
+	case 2:
+		x = "!(" + x + ") || " + c.fill(bools[c.next()%len(bools)])
+	}
+	return x
+}
+
 // fuzzPolicy builds a policy from choices: variables, filters with
 // messageExpressions, and scores, each an expression drawn from the
 // fragments above, combined with && and ||, and reading the variables.
 func fuzzPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPolicy {
-	next := func() int {
-		if len(choices) == 0 {
-			return 0
-		}
-		c := int(choices[0])
-		choices = choices[1:]
-		return c
-	}
-	small := n % 1000
-	if small < 0 {
-		small = -small
-	}
-	fill := strings.NewReplacer("{s}", strconv.Quote(str), "{n}", strconv.FormatInt(n, 10), "{k}", strconv.FormatInt(small, 10)).Replace
+	c := newChoices(choices, str, n, 1000)
+	next, fill := c.next, c.fill
 	strs, nums, bools := stringFragments, numberFragments, boolFragments
 	b := builder.MakePolicy("fuzz")
 	if next()%2 == 1 {
@@ -177,22 +203,12 @@ func fuzzPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPo
 		b.Variable("count", fill(nums[next()%len(nums)]))
 		nums = append(nums[:len(nums):len(nums)], "variables.count")
 	}
-	condition := func() string {
-		x := fill(bools[next()%len(bools)])
-		switch next() % 4 {
-		case 1:
-			x += " && " + fill(bools[next()%len(bools)])
-		case 2:
-			x = "!(" + x + ") || " + fill(bools[next()%len(bools)])
-		}
-		return x
-	}
 	for i := range 1 + next()%3 {
 		message := ""
 		if next()%2 == 1 {
 			message = fill(strs[next()%len(strs)])
 		}
-		b.FilterMsg(fmt.Sprintf("f%d", i), condition(), "", message)
+		b.FilterMsg(fmt.Sprintf("f%d", i), c.condition(bools), "", message)
 	}
 	normalizations := []schedv1alpha1.ScoreNormalization{schedv1alpha1.MinMax, schedv1alpha1.MinMaxReverse, schedv1alpha1.None}
 	for i := range next() % 3 {

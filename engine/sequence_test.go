@@ -98,19 +98,8 @@ var (
 
 // seqPolicy builds a policy from choices.
 func seqPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPolicy {
-	next := func() int {
-		if len(choices) == 0 {
-			return 0
-		}
-		c := int(choices[0])
-		choices = choices[1:]
-		return c
-	}
-	small := n % 500
-	if small < 0 {
-		small = -small
-	}
-	fill := strings.NewReplacer("{s}", strconv.Quote(str), "{n}", strconv.FormatInt(n, 10), "{k}", strconv.FormatInt(small, 10)).Replace
+	c := newChoices(choices, str, n, 500)
+	next, fill := c.next, c.fill
 	bools, nums := seqBools, seqNumbers
 	b := builder.MakePolicy("seq")
 	if next()%2 == 1 {
@@ -131,16 +120,6 @@ func seqPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPol
 			nums = append(nums[:len(nums):len(nums)], v.numbers...)
 		}
 	}
-	condition := func() string {
-		x := fill(bools[next()%len(bools)])
-		switch next() % 4 {
-		case 1:
-			x += " && " + fill(bools[next()%len(bools)])
-		case 2:
-			x = "!(" + x + ") || " + fill(bools[next()%len(bools)])
-		}
-		return x
-	}
 	switch next() % 4 {
 	case 1:
 		b.Condition("not-skipped", fill("pod.metadata.namespace != {s}"))
@@ -155,7 +134,7 @@ func seqPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPol
 		if next()%2 == 1 {
 			message = fill(seqStrings[next()%len(seqStrings)])
 		}
-		b.FilterMsg(fmt.Sprintf("f%d", i), condition(), "", message)
+		b.FilterMsg(fmt.Sprintf("f%d", i), c.condition(bools), "", message)
 	}
 	normalizations := []schedv1alpha1.ScoreNormalization{schedv1alpha1.MinMax, schedv1alpha1.MinMaxReverse, schedv1alpha1.None}
 	for i := range next() % 3 {
