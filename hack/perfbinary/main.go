@@ -123,7 +123,7 @@ func run(o options) error {
 	}
 	_ = schedv1alpha1.AddToScheme(c.Scheme())
 
-	pprofAddr, probeAddr := freeAddr(), freeAddr()
+	pprofAddr, probeAddr, metricsAddr := freeAddr(), freeAddr(), freeAddr()
 	logPath := filepath.Join(o.dir, "manager.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -135,7 +135,7 @@ func run(o options) error {
 		return err
 	}
 	mgr := exec.Command(o.manager, "--kubeconfig", kubeconfig, "--leader-elect=false", "--webhook-port=0",
-		"--metrics-bind-address=0", "--health-probe-bind-address", probeAddr, "--pprof-bind-address", pprofAddr,
+		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", probeAddr, "--pprof-bind-address", pprofAddr,
 		"--config", schedulerConfig)
 	mgr.Stdout, mgr.Stderr = logFile, logFile
 	if err := mgr.Start(); err != nil {
@@ -194,6 +194,10 @@ func run(o options) error {
 	sorted := slices.Clone(ratios)
 	sort.Float64s(sorted)
 	fmt.Printf("perf-binary: %s, %d nodes: celsched/stock per round %s, median %.2f\n", o.workload, o.nodes, formatRatios(ratios), sorted[len(sorted)/2])
+	// Attempts that did not bind a pod (retried) cost time no CPU shows.
+	if attempts, err := scheduleAttempts("http://" + metricsAddr + "/metrics/scheduler"); err == nil {
+		fmt.Printf("perf-binary: scheduling attempts by profile and result: %s\n", attempts)
+	}
 
 	if o.profilePods > 0 {
 		path := filepath.Join(o.dir, "cpu.pprof")
@@ -490,4 +494,25 @@ func parallel(workers, n int, f func(int) error) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// scheduleAttempts reads kube-scheduler's scheduler_schedule_attempts_total
+// from the manager's metrics, as "profile/result=count" pairs.
+func scheduleAttempts(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	var out []string
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, "scheduler_schedule_attempts_total{") {
+			out = append(out, strings.TrimPrefix(line, "scheduler_schedule_attempts_total"))
+		}
+	}
+	return strings.Join(out, " "), nil
 }
