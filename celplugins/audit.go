@@ -18,7 +18,9 @@ import (
 // in one scheduling cycle: at match time, and per node (Filter runs on nodes
 // in parallel).
 type auditDenials struct {
-	match  []engine.Decision // written in Prepare only
+	// match are the decisions of the match conditions and preEnqueue
+	// rules that would have acted; written in Prepare only.
+	match  []engine.Decision
 	mu     sync.Mutex
 	byNode map[string][]engine.Decision
 }
@@ -41,11 +43,12 @@ func (c *Cycle) auditDenials(node string) []engine.Decision {
 }
 
 // ReportAudit reports, once a pod is bound, what the matching Audit
-// policies would have done: for each, the decisions that would have
-// rejected the pod (match), held it (preEnqueue) or kept it off its node
-// (filters) become violations (audit.Log.Report); every matching Audit
-// policy counts the pod as evaluated.
-func (rt *Runtime) ReportAudit(ctx context.Context, c *Cycle, recorder events.EventRecorder, pod *corev1.Pod, node string) {
+// policies would have done in its cycle: for each, the decisions that would
+// have rejected the pod (match), held it (preEnqueue, evaluated in Prepare)
+// or kept it off its node (filters) become violations (audit.Log.Report);
+// every matching Audit policy counts the pod as evaluated. It evaluates
+// nothing.
+func (r *Reporter) ReportAudit(ctx context.Context, c *Cycle, recorder events.EventRecorder, pod *corev1.Pod, node string) {
 	if len(c.Audit) == 0 {
 		return
 	}
@@ -59,11 +62,6 @@ func (rt *Runtime) ReportAudit(ctx context.Context, c *Cycle, recorder events.Ev
 				violations = append(violations, audit.Violation(&d, pod, node, now))
 			}
 		}
-		if p.HasPreEnqueue() {
-			if d := p.PreEnqueue(ctx, c.Pod); d.WouldAct() {
-				violations = append(violations, audit.Violation(&d, pod, node, now))
-			}
-		}
 		for _, d := range denials {
 			if d.Policy == p {
 				violations = append(violations, audit.Violation(&d, pod, node, now))
@@ -72,6 +70,6 @@ func (rt *Runtime) ReportAudit(ctx context.Context, c *Cycle, recorder events.Ev
 		if len(violations) > 0 {
 			logger.V(2).Info("Audit SchedulingPolicy would have rejected the placement", "pod", klog.KObj(pod), "node", node, "policy", p.Name, "violations", len(violations))
 		}
-		rt.AuditLog.Report(recorder, p, pod, node, violations)
+		r.AuditLog.Report(recorder, p, pod, node, violations)
 	}
 }

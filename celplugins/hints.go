@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,28 +24,47 @@ const (
 	NamespaceResource        fwk.EventResource = "namespaces.v1."
 )
 
+// Requeuer decides what the CEL plugins requeue: the queueing hints of
+// their cluster events, and the pending pods that a params object's change
+// may affect (ParamsChanged). It only reads: a hint is a pure function of
+// its event and the inputs, and records, logs (beyond V(5)) and starts
+// nothing.
+type Requeuer struct {
+	inputs *Inputs
+	// activator requeues pods (the scheduling queue, through the first
+	// framework handle attached), and lists them: for params events.
+	activator atomic.Pointer[podActivator]
+}
+
+// podActivator is what ParamsChanged needs of the scheduler.
+type podActivator struct {
+	activate func(logger klog.Logger, pods map[string]*corev1.Pod)
+	// pods lists the pods of a namespace, or of all when it is empty.
+	pods func(namespace string) ([]*corev1.Pod, error)
+}
+
 // PolicyEvents is the SchedulingPolicy event registration of a plugin
 // that rejects pods by policy: updates and deletions requeue the pods the
 // old or new version may apply to. Additions do not: a new policy only
 // adds rules, it cannot make a rejected pod schedulable.
-func (rt *Runtime) PolicyEvents() fwk.ClusterEventWithHint {
+func (q *Requeuer) PolicyEvents() fwk.ClusterEventWithHint {
 	return fwk.ClusterEventWithHint{
 		Event:          fwk.ClusterEvent{Resource: SchedulingPolicyResource, ActionType: fwk.Add | fwk.Update | fwk.Delete},
-		QueueingHintFn: rt.PolicyHint,
+		QueueingHintFn: q.PolicyHint,
 	}
 }
 
 // NamespaceEvents requeues pods when their namespace's labels change.
-func (rt *Runtime) NamespaceEvents() fwk.ClusterEventWithHint {
+func (q *Requeuer) NamespaceEvents() fwk.ClusterEventWithHint {
 	return fwk.ClusterEventWithHint{
 		Event:          fwk.ClusterEvent{Resource: NamespaceResource, ActionType: fwk.Update},
-		QueueingHintFn: rt.NamespaceHint,
+		QueueingHintFn: q.NamespaceHint,
 	}
 }
 
 // PodLabelEvents requeues a pod whose own labels changed (policies select
 // pods by label).
-func (rt *Runtime) PodLabelEvents() fwk.ClusterEventWithHint {
+func (q *Requeuer) PodLabelEvents() fwk.ClusterEventWithHint {
 	return fwk.ClusterEventWithHint{
 		Event:          fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodLabel},
 		QueueingHintFn: OwnLabelsHint,
@@ -56,7 +76,7 @@ func (rt *Runtime) PodLabelEvents() fwk.ClusterEventWithHint {
 // policy whose old or new selectors select the pod. It only reads: the
 // PolicyFeed has applied the event to the registry before kube-scheduler
 // calls the hint, so the retried pod sees it.
-func (rt *Runtime) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (q *Requeuer) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldPolicy, err := policyOf(oldObj)
 	if err != nil {
 		return fwk.Queue, err
@@ -71,7 +91,7 @@ func (rt *Runtime) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newOb
 	if newPolicy != nil && newPolicy.Generation == oldPolicy.Generation {
 		return fwk.QueueSkip, nil // status or metadata only
 	}
-	ns, err := rt.namespaces.get(pod.Namespace)
+	ns, err := q.inputs.namespace(pod.Namespace)
 	if err != nil {
 		return fwk.Queue, nil // cannot tell: retry
 	}
@@ -92,7 +112,7 @@ func selects(spec *schedv1alpha1.SchedulingPolicySpec, pod *corev1.Pod, ns *core
 // NamespaceHint requeues a pod when the labels of its namespace change. It
 // only reads: the PolicyFeed gave the new version to ObserveNamespace before
 // the hint runs, so the retry sees the new labels.
-func (rt *Runtime) NamespaceHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (q *Requeuer) NamespaceHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldNs, err := convert[corev1.Namespace](oldObj)
 	if err != nil {
 		return fwk.Queue, err
@@ -128,13 +148,13 @@ func OwnLabelsHint(_ klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.Queu
 // the policies: a new node, or a node that passes the policies' filters now
 // and did not before. Filters that read nodeInfo cannot be judged outside a
 // scheduling cycle and always requeue.
-func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (q *Requeuer) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldNode, _ := oldObj.(*corev1.Node)
 	newNode, okNew := newObj.(*corev1.Node)
 	if !okNew {
 		return fwk.Queue, fmt.Errorf("node event without a new node: %T", newObj)
 	}
-	c, _, err := rt.match(newHintContext(), pod)
+	c, _, err := q.inputs.match(newHintContext(), pod)
 	if err != nil {
 		return fwk.Queue, err
 	}
@@ -144,10 +164,10 @@ func (rt *Runtime) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	if usesNodeInfo(c) {
 		return fwk.Queue, nil // e.g. allocatable changed
 	}
-	if !rt.mayPass(c, newNode) {
+	if !q.mayPass(c, newNode) {
 		return fwk.QueueSkip, nil
 	}
-	if oldNode != nil && rt.mayPass(c, oldNode) {
+	if oldNode != nil && q.mayPass(c, oldNode) {
 		return fwk.QueueSkip, nil // the policies did not reject this node before
 	}
 	logger.V(5).Info("Node may pass the policies now, requeueing the pod", "pod", klog.KObj(pod), "node", klog.KObj(newNode))
@@ -166,8 +186,8 @@ func usesNodeInfo(c *Cycle) bool {
 
 // mayPass says whether the enforced filters of a cycle, none of which reads
 // nodeInfo, pass on a node.
-func (rt *Runtime) mayPass(c *Cycle, node *corev1.Node) bool {
-	in, err := rt.Converter.Node(node, nil)
+func (q *Requeuer) mayPass(c *Cycle, node *corev1.Node) bool {
+	in, err := q.inputs.Converter.Node(node, nil)
 	if err != nil {
 		return true
 	}
@@ -183,7 +203,7 @@ func (rt *Runtime) mayPass(c *Cycle, node *corev1.Node) bool {
 // filter reading nodeInfo (its pods, requested resources or pod count) may
 // admit now that a pod on some node was added, removed, relabelled or
 // scaled down.
-func (rt *Runtime) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+func (q *Requeuer) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	other, _ := newObj.(*corev1.Pod)
 	if other == nil {
 		other, _ = tombstoned[*corev1.Pod](oldObj)
@@ -200,7 +220,7 @@ func (rt *Runtime) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if other.Spec.NodeName == "" {
 		return fwk.QueueSkip, nil
 	}
-	c, _, err := rt.match(newHintContext(), pod)
+	c, _, err := q.inputs.match(newHintContext(), pod)
 	if err != nil {
 		return fwk.Queue, err
 	}

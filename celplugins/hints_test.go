@@ -36,7 +36,7 @@ func newTestRuntime(t *testing.T, namespaceList ...*corev1.Namespace) (*Runtime,
 	}
 	registry := engine.NewRegistry(engine.NewCompiler(env))
 	rt := NewRuntime(registry, engine.NewConverter(env, 0))
-	rt.namespaces = &namespaces{lister: corelisters.NewNamespaceLister(indexer), seen: map[string]*corev1.Namespace{}}
+	rt.Inputs.namespaces = &namespaces{lister: corelisters.NewNamespaceLister(indexer), seen: map[string]*corev1.Namespace{}}
 	return rt, registry
 }
 
@@ -105,7 +105,7 @@ func TestPolicyHint(t *testing.T) {
 			rt, registry := newTestRuntime(t, ml)
 			registry.Upsert(v1)
 			before := registry.Snapshot()
-			got, err := rt.PolicyHint(klog.Background(), p, tc.oldObj, tc.newObj)
+			got, err := rt.Requeue.PolicyHint(klog.Background(), p, tc.oldObj, tc.newObj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestNamespaceHint(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt, _ := newTestRuntime(t, old) // the lister has not seen the update yet
-			got, err := rt.NamespaceHint(klog.Background(), tc.pod, unstructuredOf(t, tc.oldObj), unstructuredOf(t, tc.newObj))
+			got, err := rt.Requeue.NamespaceHint(klog.Background(), tc.pod, unstructuredOf(t, tc.oldObj), unstructuredOf(t, tc.newObj))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,14 +150,14 @@ func TestNamespaceHint(t *testing.T) {
 	// The hint only reads; the retry reads the labels the feed observed
 	// before the hint ran (PolicyFeed.Namespace), although the lister lags.
 	rt, _ := newTestRuntime(t, old)
-	if _, err := rt.NamespaceHint(klog.Background(), pod("ml", "p", nil), old, approved); err != nil {
+	if _, err := rt.Requeue.NamespaceHint(klog.Background(), pod("ml", "p", nil), old, approved); err != nil {
 		t.Fatal(err)
 	}
-	if ns, err := rt.namespaces.get("ml"); err != nil || ns.ResourceVersion != "10" {
+	if ns, err := rt.Inputs.namespaces.get("ml"); err != nil || ns.ResourceVersion != "10" {
 		t.Errorf("namespace after the hint: %+v, %v; want the lister's version: the hint must not write", ns, err)
 	}
-	rt.ObserveNamespace(approved)
-	ns, err := rt.namespaces.get("ml")
+	rt.Inputs.ObserveNamespace(approved)
+	ns, err := rt.Inputs.namespaces.get("ml")
 	if err != nil || ns.Labels["gpu-approved"] != "true" {
 		t.Errorf("namespace after the feed observed the update: %+v, %v; want the approved version", ns, err)
 	}
@@ -213,7 +213,7 @@ func TestNodeHint(t *testing.T) {
 			if tc.oldObj != nil {
 				oldObj = tc.oldObj
 			}
-			got, err := rt.NodeHint(klog.Background(), p, oldObj, tc.newObj)
+			got, err := rt.Requeue.NodeHint(klog.Background(), p, oldObj, tc.newObj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,7 +248,7 @@ func TestPodHint(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rt, registry := newTestRuntime(t, namespace("web", "1", nil))
 			registry.Upsert(testPolicy("rules", "1", "", tc.filter, 1))
-			got, err := rt.PodHint(klog.Background(), p, tc.oldObj, tc.newObj)
+			got, err := rt.Requeue.PodHint(klog.Background(), p, tc.oldObj, tc.newObj)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -273,26 +273,26 @@ func TestHintsOnlyRead(t *testing.T) {
 	registry.Upsert(builder.MakePolicy("audit").Audit().Filter("zone", "node.metadata.?labels[?'zone'].orValue('') == 'a'").Obj())
 	registry.Upsert(builder.MakePolicy("pods").Filter("few", "nodeInfo.podCount < 10").Obj())
 	notified := 0
-	rt.Notify = func(string) { notified++ }
-	tallies := [2]any{rt.tallies[0].Load(), rt.tallies[1].Load()}
+	rt.Report.Notify = func(string) { notified++ }
+	tallies := [2]any{rt.Report.tallies[0].Load(), rt.Report.tallies[1].Load()}
 	p := pod("ns", "p", map[string]string{"app": "web"})
 	logger := klog.Background()
-	if _, err := rt.NodeHint(logger, p, node("n", "1", nil), node("n", "2", map[string]string{"rack": "r1"})); err != nil {
+	if _, err := rt.Requeue.NodeHint(logger, p, node("n", "1", nil), node("n", "2", map[string]string{"rack": "r1"})); err != nil {
 		t.Fatal(err)
 	}
 	other := pod("ns", "other", nil)
 	other.Spec.NodeName = "n"
-	if hint, err := rt.PodHint(logger, p, nil, other); err != nil || hint != fwk.Queue {
+	if hint, err := rt.Requeue.PodHint(logger, p, nil, other); err != nil || hint != fwk.Queue {
 		t.Fatalf("PodHint: %v, %v, want Queue (a filter reads nodeInfo)", hint, err)
 	}
-	if got := [2]any{rt.tallies[0].Load(), rt.tallies[1].Load()}; got != tallies {
+	if got := [2]any{rt.Report.tallies[0].Load(), rt.Report.tallies[1].Load()}; got != tallies {
 		t.Errorf("a hint changed the cycle's tallies")
 	}
 	for _, name := range []string{"condition-fails", "filter-fails", "audit", "pods"} {
-		if r, ok := rt.Errors.Get(name); ok {
+		if r, ok := rt.Report.Errors.Get(name); ok {
 			t.Errorf("a hint recorded an error of %s: %+v", name, r)
 		}
-		if r, ok := rt.Slow.Get(name); ok {
+		if r, ok := rt.Report.Slow.Get(name); ok {
 			t.Errorf("a hint recorded a slow rule of %s: %+v", name, r)
 		}
 	}
@@ -303,7 +303,7 @@ func TestHintsOnlyRead(t *testing.T) {
 	if _, err := rt.Prepare(context.Background(), p, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := rt.Errors.Get("condition-fails"); !ok {
+	if _, ok := rt.Report.Errors.Get("condition-fails"); !ok {
 		t.Errorf("Prepare recorded no error of condition-fails: the test's policy does not fail")
 	}
 }

@@ -25,9 +25,9 @@ import (
 )
 
 // kindRetry is how long a param kind that the API server does not serve
-// (its CRD is missing) is remembered as missing before it is looked up
-// again.
-const kindRetry = 5 * time.Second
+// (its CRD is missing) is remembered as missing before the store looks it
+// up again.
+var kindRetry = 5 * time.Second
 
 // ParamsStore is the scheduler's view of the params objects of
 // parameterized policies: one dynamic informer per param kind that a
@@ -38,8 +38,10 @@ const kindRetry = 5 * time.Second
 // each). Each object version is converted to a CEL value once, on first
 // use, and the policies bound to it are kept with it.
 //
-// Its kinds are written by the PolicyFeed only (Sync, after each policy
-// event), as the registry is; the plugins only read it (Resolve).
+// Its kinds are written by the store's own sync only: Sync, which the
+// PolicyFeed calls after each policy event, as the registry is written, and
+// the retry of kinds found not served, which Sync arms. The plugins only
+// read it (Resolve, Bound, Namespace, KindError start nothing).
 type ParamsStore struct {
 	Env    *engine.Environment
 	Client dynamic.Interface
@@ -49,7 +51,7 @@ type ParamsStore struct {
 	Mapper meta.RESTMapper
 	// Changed, when set, is told each params object that was added,
 	// updated or deleted, after the store sees it (the queueing: see
-	// Runtime.ParamsChanged). It must not block for long.
+	// Requeuer.ParamsChanged). It must not block for long.
 	Changed func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured)
 	Logger  klog.Logger
 
@@ -57,7 +59,10 @@ type ParamsStore struct {
 	kinds map[schema.GroupVersionKind]*paramKind
 	// stopped is closed by Stop: informers started after it stop at once.
 	stopped chan struct{}
-	once    sync.Once
+	// retry, when set, looks the kinds that are not served up again
+	// (retryMissing).
+	retry *time.Timer
+	once  sync.Once
 }
 
 // paramKind is the informer of one param kind, and the CEL values of its
@@ -119,6 +124,41 @@ func (s *ParamsStore) Sync(snapshot *engine.Snapshot) {
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}
+	s.armRetry()
+}
+
+// armRetry makes retryMissing run in kindRetry when a kind is not served
+// and no retry is due; the caller holds s.mu.
+func (s *ParamsStore) armRetry() {
+	if s.retry != nil {
+		return
+	}
+	select {
+	case <-s.stopped:
+		return
+	default:
+	}
+	for _, k := range s.kinds {
+		if k.err != nil {
+			s.retry = time.AfterFunc(kindRetry, s.retryMissing)
+			return
+		}
+	}
+}
+
+// retryMissing looks the kinds that were not served up again (their CRD
+// may be installed now) and starts their informers, whose initial list
+// requeues the pods their objects concern (Changed).
+func (s *ParamsStore) retryMissing() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retry = nil
+	for gvk, k := range s.kinds {
+		if k.err != nil && time.Since(k.checked) >= kindRetry {
+			s.kinds[gvk] = s.start(gvk)
+		}
+	}
+	s.armRetry()
 }
 
 // start starts the informer of a kind; the caller holds s.mu.
@@ -177,6 +217,10 @@ func (s *ParamsStore) Stop() {
 	default:
 		close(s.stopped)
 	}
+	if s.retry != nil {
+		s.retry.Stop()
+		s.retry = nil
+	}
 }
 
 // changed forgets an object's old value and tells Changed.
@@ -231,8 +275,8 @@ func (s *ParamsStore) KindError(gvk schema.GroupVersionKind) error {
 	return nil
 }
 
-// kind returns the watched kind, looking a missing one up again when it
-// was found missing more than kindRetry ago (its CRD may be installed now).
+// kind returns the watched kind. It only reads: a kind found not served is
+// looked up again by the store's retry (retryMissing), not here.
 func (s *ParamsStore) kind(gvk schema.GroupVersionKind) (*paramKind, error) {
 	s.init()
 	s.mu.Lock()
@@ -242,10 +286,6 @@ func (s *ParamsStore) kind(gvk schema.GroupVersionKind) (*paramKind, error) {
 		// A policy the feed has not synced yet: cannot happen, the feed
 		// syncs before the policy is in the registry's snapshot.
 		return nil, fmt.Errorf("%w: paramKind %s is not watched yet", engine.ErrParamsNotReady, gvk)
-	}
-	if k.err != nil && time.Since(k.checked) > kindRetry {
-		k = s.start(gvk)
-		s.kinds[gvk] = k
 	}
 	return k, k.err
 }
@@ -347,11 +387,8 @@ func IsParamsNotReady(err error) bool { return errors.Is(err, engine.ErrParamsNo
 
 // selectedByAny says whether one of the policies' selectors select the pod
 // (or its namespace is not known: it may).
-func (rt *Runtime) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.Pod) bool {
-	var ns *corev1.Namespace
-	if rt.namespaces != nil {
-		ns, _ = rt.namespaces.get(pod.Namespace)
-	}
+func (q *Requeuer) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.Pod) bool {
+	ns, _ := q.inputs.namespace(pod.Namespace)
 	for _, p := range policies {
 		if p.NamespaceSelector != nil && ns == nil {
 			return true
@@ -372,8 +409,8 @@ func (rt *Runtime) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.
 // in both cases only those the selectors of a policy reading the object
 // select. Only pods that are unschedulable or held move (Activate leaves
 // the others). It only reads: the store saw the event first.
-func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
-	a := rt.activator.Load()
+func (q *Requeuer) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
+	a := q.activator.Load()
 	if a == nil {
 		return
 	}
@@ -386,7 +423,7 @@ func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *u
 	}
 	var affecting []*engine.CompiledPolicy
 	perNamespace := true
-	for _, p := range rt.Policies.Snapshot().Policies() {
+	for _, p := range q.inputs.Policies.Snapshot().Policies() {
 		spec := p.ParamSpec()
 		if spec == nil || spec.Kind != kind || (spec.Namespace != "" && spec.Namespace != obj.GetNamespace()) {
 			continue
@@ -414,7 +451,7 @@ func (rt *Runtime) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *u
 	}
 	pending := map[string]*corev1.Pod{}
 	for _, pod := range pods {
-		if pod.Spec.NodeName == "" && rt.selectedByAny(affecting, pod) {
+		if pod.Spec.NodeName == "" && q.selectedByAny(affecting, pod) {
 			pending[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}

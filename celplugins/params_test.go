@@ -4,7 +4,9 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -176,6 +178,73 @@ func TestParamsStoreKindNotServed(t *testing.T) {
 	}
 }
 
+// laterMapper serves its kinds only once served is set, as an API server
+// does once a CRD is installed, and counts the lookups.
+type laterMapper struct {
+	meta.RESTMapper
+	served  atomic.Bool
+	lookups atomic.Int32
+}
+
+func (m *laterMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
+	m.lookups.Add(1)
+	if !m.served.Load() {
+		return nil, &meta.NoKindMatchError{GroupKind: gk, SearchedVersions: versions}
+	}
+	return m.RESTMapper.RESTMapping(gk, versions...)
+}
+
+// TestParamsStoreReadersStartNothing: reading a kind that is not served
+// (Resolve, KindError, Namespace, Bound) looks nothing up and starts no
+// informer, however long after it was found not served; the store's own
+// retry looks it up again and starts it once the kind is served, and its
+// objects are then resolved.
+func TestParamsStoreReadersStartNothing(t *testing.T) {
+	defer func(d time.Duration) { kindRetry = d }(kindRetry)
+	kindRetry = time.Millisecond
+	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
+	mapper := &laterMapper{RESTMapper: f.store.Mapper}
+	f.store.Mapper = mapper
+	f.upsert(tenantParamsPolicy("tenant"))
+	// Hold the store's retry, to see what the readers do alone.
+	f.store.mu.Lock()
+	if f.store.retry == nil || !f.store.retry.Stop() {
+		f.store.mu.Unlock()
+		t.Fatal("Sync armed no retry of the kind that is not served")
+	}
+	f.store.retry = nil
+	f.store.mu.Unlock()
+	lookups := mapper.lookups.Load()
+
+	spec := f.registry.Snapshot().Get("tenant").ParamSpec()
+	pod := st.MakePod().Namespace("team-a").Name("p").Obj()
+	params := &engine.Params{Kind: configMapGVK, Namespace: "team-a", Name: "placement"}
+	for range 5 {
+		time.Sleep(2 * kindRetry)
+		if _, err := f.store.Resolve(spec, pod); err == nil || IsParamsNotReady(err) {
+			t.Fatalf("Resolve of a kind not served: %v, want its error", err)
+		}
+		if err := f.store.KindError(configMapGVK); err == nil {
+			t.Fatal("KindError of a kind not served: nil")
+		}
+		_ = f.store.Namespace(spec, pod)
+		_ = f.store.Bound(f.registry.Snapshot().Get("tenant"), params)
+	}
+	if got := mapper.lookups.Load(); got != lookups {
+		t.Fatalf("the readers looked the kind up %d times, want none (only the store's sync does)", got-lookups)
+	}
+
+	mapper.served.Store(true)
+	f.store.mu.Lock()
+	f.store.armRetry()
+	f.store.mu.Unlock()
+	waitFor(t, func() bool { return f.store.KindError(configMapGVK) == nil })
+	got, err := f.store.Resolve(spec, pod)
+	if err != nil || len(got) != 1 || got[0].String() != "ConfigMap team-a/placement" {
+		t.Fatalf("after the kind is served: %v, %v", got, err)
+	}
+}
+
 func TestParamsStoreNotSynced(t *testing.T) {
 	f := newParamsFixture(t)
 	// Named by no policy: not watched yet, so not ready (never skipped).
@@ -193,7 +262,7 @@ type fakeActivator struct {
 }
 
 func (a *fakeActivator) attach(rt *Runtime) {
-	rt.activator.Store(&podActivator{
+	rt.Requeue.activator.Store(&podActivator{
 		activate: func(_ klog.Logger, pods map[string]*corev1.Pod) {
 			for k := range pods {
 				a.activated = append(a.activated, k)
@@ -268,7 +337,7 @@ func TestParamsChanged(t *testing.T) {
 			rt := NewRuntime(registry, engine.NewConverter(env, 0))
 			a := &fakeActivator{pods: pods}
 			a.attach(rt)
-			rt.ParamsChanged(configMapGVK, tc.oldObj, tc.newObj)
+			rt.Requeue.ParamsChanged(configMapGVK, tc.oldObj, tc.newObj)
 			if diff := cmp.Diff(tc.want, a.activated, sortStrings); diff != "" {
 				t.Errorf("activated (-want +got):\n%s", diff)
 			}

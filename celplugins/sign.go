@@ -33,9 +33,9 @@ type signed struct {
 // and it stays true while policies, params objects and namespaces change.
 // It declines (Unschedulable) when a policy that may apply reads the pod's
 // name, the whole pod or nodeInfo.pods.
-func (rt *Runtime) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	snapshot := rt.Policies.Snapshot()
-	if last := rt.lastSigned.Load(); last != nil && last.uid == pod.UID && last.resourceVersion == pod.ResourceVersion &&
+func (in *Inputs) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	snapshot := in.Policies.Snapshot()
+	if last := in.lastSigned.Load(); last != nil && last.uid == pod.UID && last.resourceVersion == pod.ResourceVersion &&
 		last.snapshot == snapshot && pod.ResourceVersion != "" {
 		return last.fragments, last.status
 	}
@@ -45,9 +45,9 @@ func (rt *Runtime) SignPod(_ context.Context, pod *corev1.Pod) ([]fwk.SignFragme
 	} else {
 		s.status = fwk.NewStatus(fwk.Unschedulable, "a SchedulingPolicy that may apply reads the pod's name, the whole pod or nodeInfo.pods")
 	}
-	rt.lastSigned.Store(s)
+	in.lastSigned.Store(s)
 	return s.fragments, s.status
 }
 
-// lastSigned is kept in the Runtime.
+// lastSigned is kept in the Inputs.
 type lastSigned = atomic.Pointer[signed]

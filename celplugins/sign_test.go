@@ -102,7 +102,7 @@ func TestSignPod(t *testing.T) {
 			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{tc.policy}, plugintest.Namespace("ns", nil))
 			sign := func(pod *corev1.Pod) string {
 				t.Helper()
-				fragments, status := rt.SignPod(context.Background(), pod)
+				fragments, status := rt.Inputs.SignPod(context.Background(), pod)
 				if tc.declines {
 					if status.Code() != fwk.Unschedulable {
 						t.Fatalf("SignPod: %v, want Unschedulable", status)
@@ -158,7 +158,7 @@ func TestSignPodStaysTrue(t *testing.T) {
 	sign := func(name string) string {
 		pod := st.MakePod().Namespace("ns").Name(name).UID(name).SchedulerName("celsched").Obj()
 		pod.ResourceVersion = "1"
-		fragments, status := rt.SignPod(context.Background(), pod)
+		fragments, status := rt.Inputs.SignPod(context.Background(), pod)
 		if !status.IsSuccess() || len(fragments) != 1 {
 			t.Fatalf("SignPod: %v, %v", fragments, status)
 		}
@@ -168,9 +168,9 @@ func TestSignPodStaysTrue(t *testing.T) {
 		}
 		return string(data)
 	}
-	rt.Params = placement("1", "a")
+	rt.Inputs.Params = placement("1", "a")
 	first := sign("p1")
-	rt.Params = placement("2", "b")
+	rt.Inputs.Params = placement("2", "b")
 	if second := sign("p2"); second != first {
 		t.Errorf("signatures of replicas signed before and after a params change differ:\n%s\n%s", first, second)
 	}

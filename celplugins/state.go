@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/engine"
@@ -87,33 +86,31 @@ func (c *Cycle) Clone() fwk.StateData { return c }
 // Prepare matches the current policies against a pod for a scheduling
 // cycle, once: the cycle's evaluations, matching included, share the time
 // budget, and what matching saw (errors, Audit would-be rejections) is
-// recorded, and the cycle's filter tally started.
+// reported, and the cycle's filter tally started.
 func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Duration) (*Cycle, error) {
 	if budget <= 0 {
 		budget = DefaultEvaluationBudget
 	}
 	cycleCtx, release := context.WithTimeoutCause(ctx, budget, fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget))
-	c, ignored, err := rt.match(cycleCtx, pod)
+	c, ignored, err := rt.Inputs.match(cycleCtx, pod)
 	if err != nil {
 		release()
 		return nil, err
 	}
 	c.Ctx, c.Budget, c.release = cycleCtx, budget, release
-	logger := klog.FromContext(ctx)
-	for i := range ignored {
-		m := &ignored[i]
-		rt.NoteErrors(cycleCtx, budget, &m.Decision, pod, "")
-		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
-	}
-	for i := range c.matched {
-		d := &c.matched[i]
-		rt.NoteErrors(cycleCtx, budget, d, pod, "")
-		if d.WouldAct() {
-			logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", d.Policy.Name, "reason", d.String())
+	for _, p := range c.Audit {
+		// What the Audit policy's preEnqueue rules would have done, for
+		// PostBind to report: evaluated here, once, under the cycle's
+		// budget and snapshot.
+		if p.HasPreEnqueue() {
+			if d := p.PreEnqueue(cycleCtx, c.Pod); d.WouldAct() {
+				c.audit.match = append(c.audit.match, d)
+			}
 		}
 	}
+	rt.Report.Matched(cycleCtx, c, ignored, pod)
 	if len(c.Filters) > 0 {
-		c.FilterTally = rt.Tally(engine.PointFilter, c.Filters)
+		c.FilterTally = rt.Report.Tally(engine.PointFilter, c.Filters)
 	}
 	return c, nil
 }
@@ -123,15 +120,15 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 // records nothing, logs nothing and starts no timer; the evaluations run
 // under ctx. The match results skipped under failurePolicy Ignore are
 // returned apart, for the cycle to record.
-func (rt *Runtime) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.MatchResult, error) {
-	in, err := rt.PodInput(pod)
+func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.MatchResult, error) {
+	podIn, err := in.PodInput(pod)
 	if err != nil {
 		return nil, nil, err
 	}
-	c := &Cycle{Ctx: ctx, Budget: DefaultEvaluationBudget, Pod: in}
+	c := &Cycle{Ctx: ctx, Budget: DefaultEvaluationBudget, Pod: podIn}
 	var ignored []engine.MatchResult
-	snapshot := rt.Policies.Snapshot()
-	matches := snapshot.Match(ctx, in, func(m engine.MatchResult) { ignored = append(ignored, m) })
+	snapshot := in.Policies.Snapshot()
+	matches := snapshot.Match(ctx, podIn, func(m engine.MatchResult) { ignored = append(ignored, m) })
 	for i := range matches {
 		d := matches[i].Decision
 		p := d.Policy

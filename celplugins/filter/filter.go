@@ -53,7 +53,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args}
 	if args.ExplainRejections {
 		pl.why = &engine.Why{}
-		if r, ok := rt.Policies.(interface{ ExplainRules() }); ok {
+		if r, ok := rt.Inputs.Policies.(interface{ ExplainRules() }); ok {
 			r.ExplainRules()
 		}
 	}
@@ -81,9 +81,9 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 	return nil, nil
 }
 
-// SignPod implements fwk.SignPlugin (see celplugins.Runtime.SignPod).
+// SignPod implements fwk.SignPlugin (see celplugins.Inputs.SignPod).
 func (pl *Filter) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	return pl.rt.SignPod(ctx, pod)
+	return pl.rt.Inputs.SignPod(ctx, pod)
 }
 
 // PreFilterExtensions implements fwk.PreFilterPlugin; the state does not
@@ -99,7 +99,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		return fwk.AsStatus(fmt.Errorf("reading %s: PreFilter did not run", celplugins.StateKey))
 	}
 	node := nodeInfo.Node()
-	in, err := pl.rt.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
+	in, err := pl.rt.Inputs.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -149,7 +149,7 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 	c.FilterTally.Passed(*passing, i)
 	c.FilterTally.Add(i, &d)
 	*passing = i + 1
-	pl.rt.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
+	pl.rt.Report.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
 	logger := klog.FromContext(ctx)
 	if len(d.Ignored) > 0 {
 		if v := logger.V(4); v.Enabled() {
@@ -211,7 +211,7 @@ func (pl *Filter) Unreserve(context.Context, fwk.CycleState, *corev1.Pod, string
 // the placement.
 func (pl *Filter) PostBind(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeName string) {
 	if c := celplugins.ReadCycle(state); c != nil {
-		pl.rt.ReportAudit(ctx, c, pl.recorder, pod, nodeName)
+		pl.rt.Report.ReportAudit(ctx, c, pl.recorder, pod, nodeName)
 	}
 }
 
@@ -221,15 +221,15 @@ func (pl *Filter) PostBind(ctx context.Context, state fwk.CycleState, pod *corev
 // labels of the pod or its namespace change.
 func (pl *Filter) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		pl.rt.PolicyEvents(),
-		pl.rt.NamespaceEvents(),
+		pl.rt.Requeue.PolicyEvents(),
+		pl.rt.Requeue.NamespaceEvents(),
 		{
 			Event:          fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeAllocatable | fwk.UpdateNodeAnnotation},
-			QueueingHintFn: pl.rt.NodeHint,
+			QueueingHintFn: pl.rt.Requeue.NodeHint,
 		},
 		{
 			Event:          fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Add | fwk.Delete | fwk.UpdatePodLabel | fwk.UpdatePodScaleDown},
-			QueueingHintFn: pl.rt.PodHint,
+			QueueingHintFn: pl.rt.Requeue.PodHint,
 		},
 	}, nil
 }

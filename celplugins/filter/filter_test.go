@@ -127,7 +127,7 @@ func TestStatusCodes(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
-			rt.Params = tc.params
+			rt.Inputs.Params = tc.params
 			pl := &Filter{rt: rt}
 			pl.args.EvaluationBudget.Duration = time.Minute // no cut-off, even under -race
 			ctx := context.Background()
@@ -210,11 +210,11 @@ func TestTimeBudget(t *testing.T) {
 			if got.Code() != fwk.UnschedulableAndUnresolvable || got.Message() != tc.wantFirst {
 				t.Errorf("Filter: %v %q, want UnschedulableAndUnresolvable %q", got.Code(), got.Message(), tc.wantFirst)
 			}
-			report, ok := rt.Slow.Get("a-slow")
+			report, ok := rt.Report.Slow.Get("a-slow")
 			if !ok || report.Rule != "filters/slow" || report.Node != "n1" || report.Pod != "ns/p" || report.Count != 1 {
 				t.Errorf("slow report %+v, want filters/slow on ns/p and n1, once", report)
 			}
-			if _, ok := rt.Slow.Get("b-fast"); ok {
+			if _, ok := rt.Report.Slow.Get("b-fast"); ok {
 				t.Error("the policy evaluated after the budget was spent was reported slow")
 			}
 		})
@@ -414,7 +414,7 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 				c := celplugins.ReadCycle(state)
 				for n := range cached {
 					if i > 0 {
-						in, err := pl.rt.Converter.NodeInput(cached[n].Node(), cached[n].GetGeneration(), cached[n], celplugins.NodeInfoFrom)
+						in, err := pl.rt.Inputs.Converter.NodeInput(cached[n].Node(), cached[n].GetGeneration(), cached[n], celplugins.NodeInfoFrom)
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -461,9 +461,9 @@ func TestExplainRejections(t *testing.T) {
 			if explain {
 				// As New does, before the policies are fed.
 				pl.why = &engine.Why{}
-				rt.Policies.(*engine.Registry).ExplainRules()
+				rt.Inputs.Policies.(*engine.Registry).ExplainRules()
 			}
-			rt.Policies.(*engine.Registry).Upsert(policy)
+			rt.Inputs.Policies.(*engine.Registry).Upsert(policy)
 			recorder := events.NewFakeRecorder(10)
 			pl.recorder = recorder
 			pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
@@ -528,7 +528,7 @@ func TestConcurrentCyclesAndHints(t *testing.T) {
 					n := nodes[i%len(nodes)].Node()
 					old := n.DeepCopy()
 					delete(old.Labels, "team")
-					hint, err := pl.rt.NodeHint(klog.Background(), pod, old, n)
+					hint, err := pl.rt.Requeue.NodeHint(klog.Background(), pod, old, n)
 					if want := map[bool]fwk.QueueingHint{true: fwk.Queue, false: fwk.QueueSkip}[n.Labels["team"] == team]; err != nil || hint != want {
 						errs <- fmt.Errorf("hint for %s/%s on %s: %v, %v, want %v", team, pod.Name, n.Name, hint, err, want)
 					}

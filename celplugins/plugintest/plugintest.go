@@ -44,7 +44,7 @@ func Runtime(t testing.TB, policies []*schedv1alpha1.SchedulingPolicy, namespace
 		}
 	}
 	rt := celplugins.NewRuntime(registry, engine.NewConverter(env, 0))
-	rt.UseNamespaces(corelisters.NewNamespaceLister(indexer))
+	rt.Inputs.UseNamespaces(corelisters.NewNamespaceLister(indexer))
 	return rt
 }
 

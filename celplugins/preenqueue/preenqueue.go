@@ -90,11 +90,11 @@ func (pl *PreEnqueue) Name() string { return Name }
 // enforced rule that is false (or an error with failurePolicy Fail) holds
 // the pod; an Audit one is only logged.
 func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Status {
-	snapshot := pl.rt.Policies.Snapshot()
+	snapshot := pl.rt.Inputs.Policies.Snapshot()
 	if !anyPreEnqueue(snapshot) {
 		return nil
 	}
-	in, err := pl.rt.PodInput(pod)
+	in, err := pl.rt.Inputs.PodInput(pod)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -107,8 +107,8 @@ func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Stat
 		if !matched {
 			continue
 		}
-		pl.rt.Count(&d)
-		pl.rt.NoteErrors(ctx, 0, &d, pod, "")
+		pl.rt.Report.Count(&d)
+		pl.rt.Report.NoteErrors(ctx, 0, &d, pod, "")
 		if len(d.Ignored) > 0 {
 			logger.V(4).Info("Ignoring preEnqueue errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", p.Name, "errs", d.Ignored)
 		}
@@ -138,9 +138,9 @@ func anyPreEnqueue(s *engine.Snapshot) bool {
 // labels of the pod or its namespace change.
 func (pl *PreEnqueue) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		pl.rt.PolicyEvents(),
-		pl.rt.NamespaceEvents(),
-		pl.rt.PodLabelEvents(),
+		pl.rt.Requeue.PolicyEvents(),
+		pl.rt.Requeue.NamespaceEvents(),
+		pl.rt.Requeue.PodLabelEvents(),
 	}, nil
 }
 

@@ -51,9 +51,9 @@ func New(_ context.Context, _ runtime.Object, h fwk.Handle, rt *celplugins.Runti
 // Name implements fwk.Plugin.
 func (pl *Score) Name() string { return Name }
 
-// SignPod implements fwk.SignPlugin (see celplugins.Runtime.SignPod).
+// SignPod implements fwk.SignPlugin (see celplugins.Inputs.SignPod).
 func (pl *Score) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	return pl.rt.SignPod(ctx, pod)
+	return pl.rt.Inputs.SignPod(ctx, pod)
 }
 
 // scoreState holds the raw values of one cycle. Each Score call takes a
@@ -105,7 +105,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	if len(c.Scores) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	s := &scoreState{cycle: c, tally: pl.rt.Tally(engine.PointScore, c.Scores)}
+	s := &scoreState{cycle: c, tally: pl.rt.Report.Tally(engine.PointScore, c.Scores)}
 	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: !p.Enforced()})
@@ -131,7 +131,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if row >= s.rows {
 		return 0, fwk.AsStatus(fmt.Errorf("node %s: more nodes scored than PreScore was given (%d)", node.Name, s.rows))
 	}
-	in, err := pl.rt.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
+	in, err := pl.rt.Inputs.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
@@ -163,7 +163,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		s.tally.Add(i, &d)
 		passing = i + 1
 		clean = false
-		pl.rt.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
+		pl.rt.Report.NoteErrors(ctx, s.cycle.Budget, &d, pod, node.Name)
 		if d.Acts() {
 			return 0, celplugins.Status(&d, d.String())
 		}

@@ -145,7 +145,7 @@ func TestParamsScoresCombine(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))
-			if rt.Params, err = engine.NewStaticParams(env, tc.params); err != nil {
+			if rt.Inputs.Params, err = engine.NewStaticParams(env, tc.params); err != nil {
 				t.Fatal(err)
 			}
 			pl := &Score{rt: rt}
@@ -285,7 +285,7 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in, err := pl.rt.Converter.NodeInput(cached[0].Node(), cached[0].GetGeneration(), cached[0], celplugins.NodeInfoFrom)
+			in, err := pl.rt.Inputs.Converter.NodeInput(cached[0].Node(), cached[0].GetGeneration(), cached[0], celplugins.NodeInfoFrom)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -213,7 +213,7 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 	if err != nil {
 		return nil, fmt.Errorf("reading the params objects: %w", err)
 	}
-	s.rt.Params = params
+	s.rt.Inputs.Params = params
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.nodes)+len(c.pods)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {
@@ -274,7 +274,7 @@ func (s *Scheduler) Policies() []*engine.CompiledPolicy { return s.compiled }
 // Applies names the policies that apply to the pod (engine's Match: they
 // match, or apply with an error), in name order.
 func (s *Scheduler) Applies(ctx context.Context, pod *corev1.Pod) ([]string, error) {
-	in, err := s.rt.PodInput(pod)
+	in, err := s.rt.Inputs.PodInput(pod)
 	if err != nil {
 		return nil, err
 	}

@@ -128,7 +128,7 @@ func (r *Report) Node(name string) *NodeResult {
 
 // explain fills Policies with every policy's detail.
 func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
-	in, err := rt.PodInput(pod)
+	in, err := rt.Inputs.PodInput(pod)
 	if err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (r *Report) explainPolicy(ctx context.Context, rt *celplugins.Runtime, m *e
 		if err != nil {
 			return err
 		}
-		nin, err := rt.Converter.Node(ni.Node(), func() *engine.NodeInfo { return celplugins.NodeInfo(ni) })
+		nin, err := rt.Inputs.Converter.Node(ni.Node(), func() *engine.NodeInfo { return celplugins.NodeInfo(ni) })
 		if err != nil {
 			return err
 		}

@@ -230,7 +230,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		default:
 		}
 	}
-	rt.Notify = notify
+	rt.Report.Notify = notify
 	paramsClient, err := dynamic.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-params"))
 	if err != nil {
 		return nil, fmt.Errorf("creating the params client: %w", err)
@@ -239,18 +239,18 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		Env:     env,
 		Client:  paramsClient,
 		Mapper:  mgr.GetRESTMapper(),
-		Changed: rt.ParamsChanged,
+		Changed: rt.Requeue.ParamsChanged,
 		Logger:  klog.FromContext(ctx).WithName("params"),
 	}
-	rt.Params = params
+	rt.Inputs.Params = params
 	feed := &celplugins.PolicyFeed{
 		Registry:  registry,
 		Logger:    klog.FromContext(ctx).WithName("policy-feed"),
 		Compiled:  notify,
-		Namespace: rt.ObserveNamespace,
+		Namespace: rt.Inputs.ObserveNamespace,
 		Params:    params,
 	}
-	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Slow, Errors: rt.Errors, ParamKinds: params}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Report.Slow, Errors: rt.Report.Errors, ParamKinds: params}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
 	}
 
@@ -272,7 +272,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			}
 		}
 	}
-	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: rt.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
 

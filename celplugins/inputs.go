@@ -1,0 +1,134 @@
+package celplugins
+
+import (
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
+
+	"github.com/celsched/celsched/engine"
+)
+
+// Inputs is what the CEL plugins read: the policies in force, the
+// converter that caches pod, node and namespace values, the pods'
+// namespaces and the params objects. It only reads; nothing it returns is
+// written after.
+type Inputs struct {
+	Policies  Policies
+	Converter *engine.Converter
+	// Params, when set, finds the params objects of parameterized
+	// policies (the scheduler's ParamsStore); without it they follow their
+	// failurePolicy.
+	Params engine.ParamsResolver
+
+	namespaces *namespaces
+	// lastSigned is the last pod signed. Key: pod UID, resourceVersion and
+	// policy snapshot. Bound: one. Written by SignPod.
+	lastSigned lastSigned
+}
+
+// UseNamespaces reads the pods' namespaces from a lister: the scheduler's
+// (Attach), or a test's.
+func (in *Inputs) UseNamespaces(lister interface {
+	Get(name string) (*corev1.Namespace, error)
+}) {
+	in.namespaces = &namespaces{lister: lister, seen: map[string]*corev1.Namespace{}}
+}
+
+// PodInput converts a pod and its namespace for the engine. A namespace
+// that is not known yet leaves the namespace unset: expressions that read
+// it fail and follow their policy's failurePolicy.
+func (in *Inputs) PodInput(pod *corev1.Pod) (*engine.PodInput, error) {
+	ns, err := in.namespaces.get(pod.Namespace)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
+	}
+	out, err := in.Converter.Pod(pod, ns)
+	if err != nil {
+		return nil, err
+	}
+	out.Params = in.Params
+	return out, nil
+}
+
+// namespaces is the scheduler's namespace lister, plus the namespace
+// versions that queueing hints saw before the lister did: a pod requeued
+// because its namespace's labels changed must be evaluated against the new
+// labels, although the scheduler's dynamic informer (which fires the hint)
+// and its typed informer (behind the lister) may deliver the change in
+// either order.
+type namespaces struct {
+	lister interface {
+		Get(name string) (*corev1.Namespace, error)
+	}
+	mu   sync.Mutex
+	seen map[string]*corev1.Namespace
+}
+
+func (n *namespaces) get(name string) (*corev1.Namespace, error) {
+	ns, err := n.lister.Get(name)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	seen, ok := n.seen[name]
+	if !ok {
+		return ns, err
+	}
+	if err == nil && !newerVersion(seen, ns) {
+		delete(n.seen, name) // the lister caught up
+		return ns, nil
+	}
+	return seen, nil
+}
+
+// ObserveNamespace records a namespace version the scheduler's dynamic
+// informer delivered, for pods evaluated before the typed lister has it
+// (PolicyFeed.Namespace).
+func (in *Inputs) ObserveNamespace(ns *corev1.Namespace) {
+	if in.namespaces != nil {
+		in.namespaces.observe(ns)
+	}
+}
+
+// namespace returns a pod's namespace as the plugins see it (nil and the
+// error when it is not known).
+func (in *Inputs) namespace(name string) (*corev1.Namespace, error) {
+	if in.namespaces == nil {
+		return nil, fmt.Errorf("namespace %s: no namespace lister", name)
+	}
+	return in.namespaces.get(name)
+}
+
+// forgetNamespace drops a deleted namespace from the caches.
+func (in *Inputs) forgetNamespace(name string) {
+	in.Converter.ForgetNamespace(name)
+	if in.namespaces != nil {
+		in.namespaces.forget(name)
+	}
+}
+
+// observe records a namespace version seen in an event.
+func (n *namespaces) observe(ns *corev1.Namespace) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if old, ok := n.seen[ns.Name]; !ok || newerVersion(ns, old) {
+		n.seen[ns.Name] = ns
+	}
+}
+
+func (n *namespaces) forget(name string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.seen, name)
+}
+
+// newerVersion says whether a is a later version of the same namespace
+// than b.
+func newerVersion(a, b *corev1.Namespace) bool {
+	if a.UID != b.UID {
+		return true
+	}
+	c, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
+	return err == nil && c > 0
+}
