@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/google/cel-go/common/types"
@@ -66,8 +67,15 @@ type PodInput struct {
 	// it, they fail (and follow their failurePolicy).
 	Params ParamsResolver
 
-	pod, namespace ref.Val
-	schedulerName  string
+	// pod is the pod's CEL value, converted on first read (podValue):
+	// policies that read only the node, or no policy at all, never pay for
+	// it.
+	podOnce   sync.Once
+	pod       ref.Val
+	namespace ref.Val
+	podEnv    *Environment
+
+	schedulerName string
 
 	// keys are the pod's memo keys (memo.go) by podReads, interned in
 	// podKeys on first use; 0 when not computed yet. They live as long as
@@ -127,24 +135,35 @@ func (n *NodeInput) forEvaluation() *NodeInput {
 // Pod converts a pod and its namespace. The namespace may be nil when it is
 // unknown; expressions reading it then fail with an error.
 func (c *Converter) Pod(pod *corev1.Pod, ns *corev1.Namespace) (*PodInput, error) {
-	podVal, err := c.env.toVal(pod, c.env.podValues)
-	if err != nil {
-		return nil, fmt.Errorf("converting pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
 	in := &PodInput{
 		Pod:           pod,
 		Namespace:     ns,
-		pod:           podVal,
+		podEnv:        c.env,
 		schedulerName: pod.Spec.SchedulerName,
 		podKeys:       &c.podKeys,
 	}
 	if ns != nil {
+		var err error
 		in.namespace, err = c.cached(c.namespaces, ns.Name, ns.UID, ns.ResourceVersion, ns, c.env.namespaceValues)
 		if err != nil {
 			return nil, fmt.Errorf("converting namespace %s: %w", ns.Name, err)
 		}
 	}
 	return in, nil
+}
+
+// podValue returns the pod's CEL value, converting it on first use (the
+// cycle's evaluations share it); a pod that cannot be converted is an
+// error value, which fails the expressions that read it.
+func (in *PodInput) podValue() ref.Val {
+	in.podOnce.Do(func() {
+		v, err := in.podEnv.toVal(in.Pod, in.podEnv.podValues)
+		if err != nil {
+			v = types.NewErr("converting pod %s/%s: %v", in.Pod.Namespace, in.Pod.Name, err)
+		}
+		in.pod = v
+	})
+	return in.pod
 }
 
 // Node returns the input of a node for one cycle. info, when not nil, builds

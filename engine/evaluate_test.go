@@ -216,3 +216,31 @@ func TestScoreNotFinite(t *testing.T) {
 		t.Fatalf("want a finite-number error, got %v", err)
 	}
 }
+
+// TestPodConvertedOnlyWhenRead: a pod is converted to its CEL value on the
+// first read of `pod`, once per PodInput: node-only policies never pay for
+// it, and what a pod-reading rule sees is the pod.
+func TestPodConvertedOnlyWhenRead(t *testing.T) {
+	conv := NewConverter(testEnv(t), 0)
+	nodeOnly := compileOK(t, builder.MakePolicy("node-only").Filter("zone", "node.metadata.labels[?'zone'].orValue('') != 'blocked'").Obj())
+	podReading := compileOK(t, builder.MakePolicy("pod-reading").Filter("app", "pod.metadata.labels[?'app'].orValue('') == 'web'").Obj())
+	in := podInput(t, conv, map[string]string{"app": "web"}, nil)
+	node := nodeInput(t, conv, "n1", map[string]string{"zone": "a"}, nil)
+	if d := nodeOnly.Filter(context.Background(), in, node); d.Verdict != Pass {
+		t.Fatalf("node-only: %s", d.String())
+	}
+	if in.pod != nil {
+		t.Fatal("a node-only policy converted the pod")
+	}
+	if d := podReading.Filter(context.Background(), in, node); d.Verdict != Pass {
+		t.Fatalf("pod-reading: %s", d.String())
+	}
+	first := in.pod
+	if first == nil {
+		t.Fatal("a pod-reading policy passed without the pod's value")
+	}
+	other := nodeInput(t, conv, "n2", map[string]string{"zone": "b"}, nil)
+	if d := podReading.Filter(context.Background(), in, other); d.Verdict != Pass || in.pod != first {
+		t.Fatalf("second node: %s, converted again: %v", d.String(), in.pod != first)
+	}
+}
