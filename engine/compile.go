@@ -93,6 +93,9 @@ type CompiledPolicy struct {
 	// match conditions and preEnqueue rules too: whether a pod it selects
 	// can be signed (Snapshot.Signature).
 	signs, reads podReads
+	// texts are the policy version's rejection messages, formatted once
+	// (Decision.String); shared with the copies bound to params.
+	texts *rejectionTexts
 }
 
 // expr is one compiled expression.
@@ -231,6 +234,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		Enforcement:     spec.Enforcement,
 		FailurePolicy:   spec.FailurePolicy,
 		variableIndex:   map[string]int{},
+		texts:           &rejectionTexts{},
 	}
 	out.Selectors, out.Errors = NewSelectors(spec)
 	var paramErrs field.ErrorList

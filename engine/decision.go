@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -125,7 +127,7 @@ func (d *Decision) String() string {
 	case Pass:
 		return ""
 	case Reject:
-		s = fmt.Sprintf("node(s) rejected by SchedulingPolicy %s, rule %s: %s", d.Policy.Name, d.Rule, oneLine(d.Message))
+		return d.Policy.texts.rejection(d)
 	case Hold:
 		s = fmt.Sprintf("held by SchedulingPolicy %s, rule %s: %s", d.Policy.Name, d.Rule, oneLine(d.Message))
 	case Error:
@@ -139,6 +141,39 @@ func (d *Decision) String() string {
 		}
 	}
 	return Truncate(s, MaxMessageLength)
+}
+
+// rejectionTexts are a policy version's formatted rejections, by rule and
+// message: a rejection is formatted once, not once per scheduling cycle.
+// Bound: maxRejectionTexts (messageExpressions can make a message per
+// node); past it, rejections are formatted each time.
+type rejectionTexts struct {
+	m sync.Map // rejectionKey -> string
+	n atomic.Int32
+}
+
+type rejectionKey struct{ rule, message string }
+
+const maxRejectionTexts = 64
+
+// rejection is Decision.String of a Reject.
+func (t *rejectionTexts) rejection(d *Decision) string {
+	if t == nil {
+		return formatRejection(d)
+	}
+	key := rejectionKey{d.Rule, d.Message}
+	if s, ok := t.m.Load(key); ok {
+		return s.(string)
+	}
+	s := formatRejection(d)
+	if t.n.Add(1) <= maxRejectionTexts {
+		t.m.Store(key, s)
+	}
+	return s
+}
+
+func formatRejection(d *Decision) string {
+	return Truncate(fmt.Sprintf("node(s) rejected by SchedulingPolicy %s, rule %s: %s", d.Policy.Name, d.Rule, oneLine(d.Message)), MaxMessageLength)
 }
 
 // podErrorMessage is ErrorMessage for a message a pod's owner reads: an

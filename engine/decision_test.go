@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -258,5 +259,26 @@ func TestPodMessagesHideData(t *testing.T) {
 				t.Errorf("message %q hides CEL's own error", msg)
 			}
 		})
+	}
+}
+
+// TestRejectionTextsBounded: a policy's rejections are formatted once per
+// rule and message, at most maxRejectionTexts of them are kept, and every
+// one reads the same whether it was kept or not.
+func TestRejectionTextsBounded(t *testing.T) {
+	p := compileOK(t, builder.MakePolicy("p").Filter("f", "true").Obj())
+	for round := range 2 {
+		for i := range 2 * maxRejectionTexts {
+			d := Decision{Policy: p, Point: PointFilter, Verdict: Reject, Rule: "f", Message: fmt.Sprintf("message %d", i)}
+			want := fmt.Sprintf("node(s) rejected by SchedulingPolicy p, rule f: message %d", i)
+			if got := d.String(); got != want {
+				t.Fatalf("round %d: %q, want %q", round, got, want)
+			}
+		}
+	}
+	kept := 0
+	p.texts.m.Range(func(any, any) bool { kept++; return true })
+	if kept != maxRejectionTexts {
+		t.Errorf("kept %d texts, want %d", kept, maxRejectionTexts)
 	}
 }

@@ -78,3 +78,44 @@ func TestNodeCache(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestNodeCacheByObject: a node object is found through its slot once the
+// map found it, only that object (another object of another version with
+// the same name is not), and the slot lets go of an entry the cache
+// replaces or forgets.
+func TestNodeCacheByObject(t *testing.T) {
+	c := &nodeCache{max: 100}
+	v1 := &corev1.Node{}
+	v1.Name, v1.UID, v1.ResourceVersion = "n", "uid-n", "1"
+	e1 := &nodeEntry{node: v1, uid: v1.UID, resourceVersion: "1"}
+	c.store("n", e1)
+	if c.load(v1) != e1 {
+		t.Fatal("the stored version is not found")
+	}
+	for range 3 { // merge into the read map, whose hit fills the slot
+		c.load(v1)
+	}
+	if c.slot(v1).Load() != e1 {
+		t.Fatal("a read of the object did not fill its slot")
+	}
+	v2 := v1.DeepCopy()
+	v2.ResourceVersion = "2"
+	if c.load(v2) != nil {
+		t.Fatal("another version was found")
+	}
+	e2 := &nodeEntry{node: v2, uid: v2.UID, resourceVersion: "2"}
+	c.store("n", e2)
+	if c.slot(v1).Load() != nil {
+		t.Error("the replaced entry is still in its slot")
+	}
+	if c.load(v2) != e2 {
+		t.Error("the new version is not found")
+	}
+	for range 3 {
+		c.load(v2)
+	}
+	c.store("n", nil)
+	if c.slot(v2).Load() != nil {
+		t.Error("the forgotten entry is still in its slot")
+	}
+}
