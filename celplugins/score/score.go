@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,31 @@ type scoreState struct {
 	next atomic.Int64
 }
 
+// rawBuffers are the raw value tables of finished cycles, for the next
+// ones: a table is nodes x rules floats (tens of KiB on a large cluster),
+// allocated per cycle otherwise. NormalizeScore returns its cycle's.
+var rawBuffers sync.Pool
+
+// rawTable returns a zeroed table of n values.
+func rawTable(n int) []float64 {
+	if b, ok := rawBuffers.Get().(*[]float64); ok && cap(*b) >= n {
+		t := (*b)[:n]
+		clear(t)
+		return t
+	}
+	return make([]float64, n)
+}
+
+// release returns the state's raw values to rawBuffers; the state reads no
+// raw value after.
+func (s *scoreState) release() {
+	raw := s.raw
+	s.raw, s.rows = nil, 0
+	if cap(raw) > 0 {
+		rawBuffers.Put(&raw)
+	}
+}
+
 // row returns the raw values of a row.
 func (s *scoreState) row(i int64) []float64 {
 	n := int64(len(s.rules))
@@ -111,7 +137,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: !p.Enforced()})
 		}
 	}
-	s.raw, s.rows = make([]float64, len(nodes)*len(s.rules)), int64(len(nodes))
+	s.raw, s.rows = rawTable(len(nodes)*len(s.rules)), int64(len(nodes))
 	state.Write(stateKey, s)
 	return nil
 }
@@ -209,6 +235,7 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 		rows[i] = int(row)
 	}
 	enforced, audit := s.combine(rows, false), s.combine(rows, true)
+	s.release()
 	for i := range scores {
 		scores[i].Score = 0
 		if enforced != nil {
