@@ -67,9 +67,9 @@ type Cycle struct {
 	// explained: a RejectionDetail event was recorded in this cycle
 	// (Args.ExplainRejections).
 	explained atomic.Bool
-	// rejections are the messages of the cycle's rejections so far, by
-	// policy, rule and message: formatted once, not per node.
-	rejections sync.Map
+	// texts are the message of each filter policy's last rejection in the
+	// cycle (Message), by index in Filters.
+	texts []atomic.Pointer[rejectionText]
 
 	// audit collects what the Audit policies would have rejected: at match
 	// time, and per node; nil when no Audit policy matches.
@@ -158,6 +158,7 @@ func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.
 	}
 	if len(c.Filters) > 0 {
 		c.FilterList = snapshot.List(engine.PointFilter, c.Filters)
+		c.texts = make([]atomic.Pointer[rejectionText], len(c.Filters))
 	}
 	if len(c.Scores) > 0 {
 		c.ScoreList = snapshot.List(engine.PointScore, c.Scores)
@@ -174,27 +175,29 @@ func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.
 // written at all.
 const maxDistinctMessages = 16
 
-// Message is the status message of a decision that acts on a node: its
-// String, unless the cycle already has maxDistinctMessages distinct ones,
-// in which case the rule's static message replaces its messageExpression's
-// result. Reading a message seen before takes no lock.
-func (c *Cycle) Message(d *engine.Decision) string {
-	if d.Verdict != engine.Reject {
+// Message is the status message of a decision of the cycle's i-th filter
+// policy that acts on a node: its String, unless the cycle already has
+// maxDistinctMessages distinct ones, in which case the rule's static
+// message replaces its messageExpression's result. The message of the
+// policy's last rejection is kept in its slot: a rejection with the same
+// rule and message (a static message, or a remembered outcome) reads it
+// there, without a lock or a hash.
+func (c *Cycle) Message(i int, d *engine.Decision) string {
+	if d.Verdict != engine.Reject || i >= len(c.texts) {
 		return c.message(d)
 	}
-	key := rejectionKey{policy: d.Policy, rule: d.Rule, message: d.Message}
-	if msg, ok := c.rejections.Load(key); ok {
-		return msg.(string)
+	slot := &c.texts[i]
+	if t := slot.Load(); t != nil && t.rule == d.Rule && t.message == d.Message {
+		return t.text
 	}
-	msg := c.message(d)
-	c.rejections.Store(key, msg)
-	return msg
+	text := c.message(d)
+	slot.Store(&rejectionText{rule: d.Rule, message: d.Message, text: text})
+	return text
 }
 
-// rejectionKey is what a rejection's message is made of.
-type rejectionKey struct {
-	policy        *engine.CompiledPolicy
-	rule, message string
+// rejectionText is the status message of a rejection.
+type rejectionText struct {
+	rule, message, text string
 }
 
 func (c *Cycle) message(d *engine.Decision) string {

@@ -150,9 +150,8 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 	c.FilterTally.Add(i, &d)
 	*passing = i + 1
 	pl.rt.Report.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
-	logger := klog.FromContext(ctx)
 	if len(d.Ignored) > 0 {
-		if v := logger.V(4); v.Enabled() {
+		if v := klog.FromContext(ctx).V(4); v.Enabled() {
 			v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "errs", d.Ignored)
 		}
 	}
@@ -164,9 +163,9 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 		if pl.why != nil && d.Verdict == engine.Reject && c.ExplainOnce() {
 			pl.explain(ctx, c, pod, in, &d)
 		}
-		return celplugins.Status(&d, c.Message(&d)), true
+		return celplugins.Status(&d, c.Message(i, &d)), true
 	case d.WouldAct():
-		logger.V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
+		klog.FromContext(ctx).V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
 		c.DenyAudit(node.Name, d)
 	}
 	return nil, false
