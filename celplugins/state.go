@@ -3,6 +3,7 @@ package celplugins
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,10 +61,13 @@ type Cycle struct {
 	// matched are the decisions of the policies that apply, for the cycle
 	// to record once (Prepare).
 	matched []engine.Decision
-	// messages are the distinct rejection messages of the cycle so far, at
-	// most maxDistinctMessages (see Message).
-	messages sync.Map
-	distinct atomic.Int32
+	// messages are the distinct rejection messages of the cycle so far:
+	// the first distinct of them, at most maxDistinctMessages (see
+	// Message). Read and written only when a policy's slot in texts does
+	// not hold the message.
+	mu       sync.Mutex
+	messages [maxDistinctMessages]string
+	distinct int
 	// explained: a RejectionDetail event was recorded in this cycle
 	// (Args.ExplainRejections).
 	explained atomic.Bool
@@ -129,6 +133,12 @@ func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.
 	var ignored []engine.MatchResult
 	snapshot := in.Policies.Snapshot()
 	matches := snapshot.Match(ctx, podIn, func(m engine.MatchResult) { ignored = append(ignored, m) })
+	if len(matches) > 0 {
+		c.matched = make([]engine.Decision, 0, len(matches))
+		// The policies with filters and with scores: one array for both.
+		policies := make([]*engine.CompiledPolicy, 0, 2*len(matches))
+		c.Filters, c.Scores = policies[:0:len(matches)], policies[len(matches):len(matches)]
+	}
 	for i := range matches {
 		d := matches[i].Decision
 		p := d.Policy
@@ -202,13 +212,18 @@ type rejectionText struct {
 
 func (c *Cycle) message(d *engine.Decision) string {
 	msg := d.String()
-	if _, seen := c.messages.Load(msg); seen {
+	c.mu.Lock()
+	if slices.Contains(c.messages[:c.distinct], msg) {
+		c.mu.Unlock()
 		return msg
 	}
-	if c.distinct.Add(1) <= maxDistinctMessages {
-		c.messages.Store(msg, struct{}{})
+	if c.distinct < maxDistinctMessages {
+		c.messages[c.distinct] = msg
+		c.distinct++
+		c.mu.Unlock()
 		return msg
 	}
+	c.mu.Unlock()
 	static := d.WithStaticMessage()
 	return static.String()
 }
@@ -221,6 +236,36 @@ func ReadCycle(state fwk.CycleState) *Cycle {
 	}
 	c, _ := data.(*Cycle)
 	return c
+}
+
+// LastState is what a plugin last wrote in a CycleState, kept beside the
+// state, so that the per-node calls of the cycle (Filter, Score) find it
+// without CycleState.Read: a sync.Map lookup that hashes the key, per node
+// and plugin. A state it does not know (a clone made for nominated pods or
+// preemption, or another cycle's in a dry run that runs several at once)
+// is read as before. Holding the state keeps it alive, so its address is
+// not reused by another cycle's state while it is here.
+type LastState[T any] struct {
+	last atomic.Pointer[stateData[T]]
+}
+
+type stateData[T any] struct {
+	state fwk.CycleState
+	data  T
+}
+
+// Remember records what was written in a state.
+func (l *LastState[T]) Remember(state fwk.CycleState, data T) {
+	l.last.Store(&stateData[T]{state: state, data: data})
+}
+
+// Get returns what was written in state, if it is the state remembered.
+func (l *LastState[T]) Get(state fwk.CycleState) (T, bool) {
+	if last := l.last.Load(); last != nil && last.state == state {
+		return last.data, true
+	}
+	var zero T
+	return zero, false
 }
 
 // NodeInfo is the engine's view of a scheduler NodeInfo: allocatable and

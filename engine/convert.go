@@ -239,6 +239,12 @@ func (e *nodeEntry) memoTable() *memoTable {
 }
 
 func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
+	// The object an entry was made from finds it without reading the
+	// object (a cache miss per node in a scheduling cycle): only objects
+	// with a resourceVersion get entries.
+	if e := c.nodes.loadObject(node); e != nil {
+		return e, nil
+	}
 	// An object without a resourceVersion (not from an apiserver) is never
 	// taken from the cache: it could be anything.
 	if node.ResourceVersion != "" {

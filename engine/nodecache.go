@@ -44,6 +44,15 @@ type nodeCache struct {
 // may still be found until the next merge: it is that version's value.)
 // The informer's object of a version is one object, whose strings the
 // entry shares: comparing pointers first saves reading the UID.
+// loadObject returns the entry made from this very object, from its
+// byObject slot, or nil. It reads nothing of the object.
+func (c *nodeCache) loadObject(node *corev1.Node) *nodeEntry {
+	if e := c.slot(node).Load(); e != nil && e.node == node {
+		return e
+	}
+	return nil
+}
+
 func (c *nodeCache) load(node *corev1.Node) *nodeEntry {
 	slot := c.slot(node)
 	if e := slot.Load(); e != nil && e.node == node {

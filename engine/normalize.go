@@ -106,7 +106,17 @@ type ScoreCombiner struct {
 }
 
 // NewScoreCombiner returns a combiner for nodes nodes.
-func NewScoreCombiner(nodes int) *ScoreCombiner { return &ScoreCombiner{sums: make([]int64, nodes)} }
+func NewScoreCombiner(nodes int) *ScoreCombiner {
+	c := ScoreCombinerInto(make([]int64, nodes))
+	return &c
+}
+
+// ScoreCombinerInto returns a combiner that sums into sums, one per node,
+// zeroed first: Mean returns sums.
+func ScoreCombinerInto(sums []int64) ScoreCombiner {
+	clear(sums)
+	return ScoreCombiner{sums: sums}
+}
 
 // Add adds a rule's normalized scores, one per node, with its weight.
 func (c *ScoreCombiner) Add(normalized []int64, weight int32) {

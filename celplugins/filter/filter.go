@@ -30,6 +30,9 @@ type Filter struct {
 	// why explains rejections in events (Args.ExplainRejections); nil
 	// when off.
 	why *engine.Why
+	// cycle is the Cycle PreFilter last wrote, for Filter to find
+	// without reading the CycleState per node.
+	cycle celplugins.LastState[*celplugins.Cycle]
 }
 
 var (
@@ -71,6 +74,7 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 		return nil, fwk.AsStatus(err)
 	}
 	state.Write(celplugins.StateKey, c)
+	pl.cycle.Remember(state, c)
 	if c.Rejection != nil {
 		// No node can help, and neither can preemption.
 		return nil, celplugins.Status(c.Rejection, c.Rejection.String())
@@ -94,9 +98,11 @@ func (pl *Filter) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 // rule that is false rejects the node; an Audit one is recorded for
 // PostBind.
 func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	c := celplugins.ReadCycle(state)
-	if c == nil {
-		return fwk.AsStatus(fmt.Errorf("reading %s: PreFilter did not run", celplugins.StateKey))
+	c, ok := pl.cycle.Get(state)
+	if !ok {
+		if c = celplugins.ReadCycle(state); c == nil {
+			return fwk.AsStatus(fmt.Errorf("reading %s: PreFilter did not run", celplugins.StateKey))
+		}
 	}
 	node := nodeInfo.Node()
 	in, err := pl.rt.Inputs.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)

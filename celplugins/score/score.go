@@ -33,6 +33,9 @@ const stateKey fwk.StateKey = "celsched.io/score"
 // the built-in score plugins.
 type Score struct {
 	rt *celplugins.Runtime
+	// state is the state PreScore last wrote, for Score to find without
+	// reading the CycleState per node.
+	state celplugins.LastState[*scoreState]
 }
 
 var (
@@ -139,6 +142,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	}
 	s.raw, s.rows = rawTable(len(nodes)*len(s.rules)), int64(len(nodes))
 	state.Write(stateKey, s)
+	pl.state.Remember(state, s)
 	return nil
 }
 
@@ -148,7 +152,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 // scores 0 on the node and takes no part in that rule's normalization;
 // under Fail an enforced policy's error fails the cycle.
 func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
-	s, err := readState(state)
+	s, err := pl.stateOf(state)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
@@ -218,13 +222,17 @@ func (pl *Score) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // enforced rules by weight. Audit rules are combined too, and the node they
 // would have preferred is logged, but they change no score.
 func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, scores fwk.NodeScoreList) *fwk.Status {
-	s, err := readState(state)
+	s, err := pl.stateOf(state)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	s.tally.Flush()
-	rows := make([]int, len(scores))
-	seen := make([]bool, s.next.Load())
+	b, _ := normalizeBuffers.Get().(*normalizeBuffer)
+	if b == nil {
+		b = &normalizeBuffer{}
+	}
+	defer normalizeBuffers.Put(b)
+	rows, seen := sized(&b.rows, len(scores)), sized(&b.seen, int(s.next.Load()))
 	for i, ns := range scores {
 		// The row Score wrote the node's raw values in.
 		row := ns.Score
@@ -234,7 +242,7 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 		seen[row] = true
 		rows[i] = int(row)
 	}
-	enforced, audit := s.combine(rows, false), s.combine(rows, true)
+	enforced, audit := s.combine(rows, false, b, &b.enforced), s.combine(rows, true, b, &b.audit)
 	s.release()
 	for i := range scores {
 		scores[i].Score = 0
@@ -257,32 +265,68 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 }
 
 // combine returns the weighted mean of the normalized scores of the
-// enforced (or the Audit) rules for the nodes in rows, or nil when there
-// are none. One buffer of raw values and one of normalized scores serve
-// every rule.
-func (s *scoreState) combine(rows []int, audit bool) []int64 {
+// enforced (or the Audit) rules for the nodes in rows, in *out, or nil
+// when there are none. b's buffers of raw values and of normalized scores
+// serve every rule.
+func (s *scoreState) combine(rows []int, audit bool, b *normalizeBuffer, out *[]int64) []int64 {
 	var (
-		raw        []float64
-		normalized []int64
-		combiner   *engine.ScoreCombiner
+		combiner engine.ScoreCombiner
+		found    bool
 	)
 	for r, rl := range s.rules {
 		if rl.audit != audit {
 			continue
 		}
-		if combiner == nil {
-			raw, normalized, combiner = make([]float64, len(rows)), make([]int64, len(rows)), engine.NewScoreCombiner(len(rows))
+		if !found {
+			found = true
+			combiner = engine.ScoreCombinerInto(sized(out, len(rows)))
 		}
+		raw, normalized := sized(&b.raw, len(rows)), sized(&b.normalized, len(rows))
 		for i, row := range rows {
 			raw[i] = s.row(int64(row))[r]
 		}
 		engine.NormalizeScoresInto(normalized, raw, rl.normalization)
 		combiner.Add(normalized, rl.weight)
 	}
-	if combiner == nil {
+	if !found {
 		return nil
 	}
 	return combiner.Mean()
+}
+
+// normalizeBuffers are NormalizeScore's buffers of finished cycles, for
+// the next ones: each is a slice over the scored nodes, allocated per
+// cycle otherwise.
+var normalizeBuffers sync.Pool
+
+// normalizeBuffer is what NormalizeScore needs per node.
+type normalizeBuffer struct {
+	rows            []int
+	seen            []bool
+	raw             []float64
+	normalized      []int64
+	enforced, audit []int64
+}
+
+// sized returns *buf with n zero values, reusing its array when it is
+// large enough (and keeping a new one in *buf).
+func sized[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+		return *buf
+	}
+	*buf = (*buf)[:n]
+	clear(*buf)
+	return *buf
+}
+
+// stateOf returns the cycle's score state: the one PreScore last wrote,
+// when state is its CycleState, or else read from state.
+func (pl *Score) stateOf(state fwk.CycleState) (*scoreState, error) {
+	if s, ok := pl.state.Get(state); ok {
+		return s, nil
+	}
+	return readState(state)
 }
 
 func readState(state fwk.CycleState) (*scoreState, error) {

@@ -36,16 +36,22 @@ func TestCombine(t *testing.T) {
 		raw: []float64{100, 4, 1, 0, 2, 9, nan, nan, 5}, rows: 3,
 	}
 	rows := []int{0, 1, 2}
-	// Node 0: (100*3 + 0*1)/4 = 75; node 1: (0*3 + 100*1)/4 = 25;
-	// node 2: failed, 0.
-	if diff := cmp.Diff([]int64{75, 25, 0}, s.combine(rows, false)); diff != "" {
-		t.Errorf("enforced (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]int64{0, 100, 50}, s.combine(rows, true)); diff != "" {
-		t.Errorf("audit (-want +got):\n%s", diff)
+	// The buffers hold another cycle's values, as when they come from the
+	// pool: they must not show.
+	b := &normalizeBuffer{raw: []float64{7, 7, 7, 7}, normalized: []int64{9, 9, 9, 9}}
+	out := []int64{5, 5, 5, 5}
+	for range 2 {
+		// Node 0: (100*3 + 0*1)/4 = 75; node 1: (0*3 + 100*1)/4 = 25;
+		// node 2: failed, 0.
+		if diff := cmp.Diff([]int64{75, 25, 0}, s.combine(rows, false, b, &out)); diff != "" {
+			t.Errorf("enforced (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]int64{0, 100, 50}, s.combine(rows, true, b, &b.audit)); diff != "" {
+			t.Errorf("audit (-want +got):\n%s", diff)
+		}
 	}
 	s.rules = s.rules[2:]
-	if got := s.combine(rows, false); got != nil {
+	if got := s.combine(rows, false, b, &out); got != nil {
 		t.Errorf("no enforced rules: %v, want nil", got)
 	}
 }

@@ -170,20 +170,58 @@ func run(o options) error {
 		return err
 	}
 	m := newMeter(ctx, cs, mgr.Process)
+	metricsURL := "http://" + metricsAddr + "/metrics/scheduler"
+	// measure schedules one batch, and says where its time went.
+	measure := func(namespace string, pod *corev1.Pod, profile string) (float64, string, error) {
+		before, err := scrapeScheduler(metricsURL)
+		if err != nil {
+			return 0, "", err
+		}
+		cpuBefore := readCPU(mgr.Process.Pid)
+		reqBefore, err := apiRequests(ctx, cs)
+		if err != nil {
+			return 0, "", err
+		}
+		rate, err := m.batch(ctx, cs, namespace, pod, o.pods)
+		if err != nil {
+			return 0, "", err
+		}
+		cpuAfter := readCPU(mgr.Process.Pid)
+		spread, err := placement(ctx, cs, namespace)
+		if err != nil {
+			return 0, "", err
+		}
+		reqAfter, err := apiRequests(ctx, cs)
+		if err != nil {
+			return 0, "", err
+		}
+		after, err := scrapeScheduler(metricsURL)
+		if err != nil {
+			return 0, "", err
+		}
+		return rate, spread + "; " + cpuAfter.perPod(cpuBefore, o.pods) + "; " + requestsPerPod(reqBefore, reqAfter, o.pods) + "; " + breakdown(before, after, profile, o.pods), nil
+	}
+	// What the manager and the machine use when nothing is scheduled:
+	// part of every batch's CPU per pod, more of a slower batch's.
+	idleBefore, idleStart := readCPU(mgr.Process.Pid), time.Now()
+	time.Sleep(3 * time.Second)
+	idleAfter, idleFor := readCPU(mgr.Process.Pid), time.Since(idleStart).Seconds()
+	fmt.Printf("perf-binary: idle CPU (cores): manager %.2f, machine %.2f\n",
+		(idleAfter.manager-idleBefore.manager)/idleFor, (idleAfter.machine-idleBefore.machine)/idleFor)
 	var ratios []float64
-	fmt.Printf("%-6s %-9s %8s %10s %7s\n", "round", "profile", "pods", "pods/s", "ratio")
+	fmt.Printf("%-6s %-9s %8s %10s %7s  %s\n", "round", "profile", "pods", "pods/s", "ratio", "where the time went (kube-scheduler's histograms)")
 	for r := 1; r <= o.rounds; r++ {
-		stock, err := m.batch(ctx, cs, fmt.Sprintf("stock-%d", r), stockPod, o.pods)
+		stock, where, err := measure(fmt.Sprintf("stock-%d", r), stockPod, stockPod.Spec.SchedulerName)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("%-6d %-9s %8d %10.1f %7s\n", r, "stock", o.pods, stock, "1")
-		celsched, err := m.batch(ctx, cs, fmt.Sprintf("celsched-%d", r), celschedPod, o.pods)
+		fmt.Printf("%-6d %-9s %8d %10.1f %7s  %s\n", r, "stock", o.pods, stock, "1", where)
+		celsched, where, err := measure(fmt.Sprintf("celsched-%d", r), celschedPod, celschedPod.Spec.SchedulerName)
 		if err != nil {
 			return err
 		}
 		ratios = append(ratios, celsched/stock)
-		fmt.Printf("%-6d %-9s %8d %10.1f %7.2f\n", r, "celsched", o.pods, celsched, celsched/stock)
+		fmt.Printf("%-6d %-9s %8d %10.1f %7.2f  %s\n", r, "celsched", o.pods, celsched, celsched/stock, where)
 		// Each round starts from empty nodes, as the first did.
 		for _, ns := range []string{fmt.Sprintf("stock-%d", r), fmt.Sprintf("celsched-%d", r)} {
 			if err := deletePods(ctx, cs, ns); err != nil {
@@ -195,8 +233,8 @@ func run(o options) error {
 	sort.Float64s(sorted)
 	fmt.Printf("perf-binary: %s, %d nodes: celsched/stock per round %s, median %.2f\n", o.workload, o.nodes, formatRatios(ratios), sorted[len(sorted)/2])
 	// Attempts that did not bind a pod (retried) cost time no CPU shows.
-	if attempts, err := scheduleAttempts("http://" + metricsAddr + "/metrics/scheduler"); err == nil {
-		fmt.Printf("perf-binary: scheduling attempts by profile and result: %s\n", attempts)
+	if scrape, err := scrapeScheduler(metricsURL); err == nil {
+		fmt.Printf("perf-binary: scheduling attempts by profile and result: %s\n", scrape.attempts())
 	}
 
 	if o.profilePods > 0 {
@@ -205,6 +243,13 @@ func run(o options) error {
 		go func() {
 			done <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, o.profileSeconds), path)
 		}()
+		// The heap profile's allocation counts before and after the batch:
+		// go tool pprof -sample_index=alloc_space -base allocs-before.pprof
+		// gives what the batch allocated.
+		allocsBefore := filepath.Join(o.dir, "allocs-before.pprof")
+		if err := fetch("http://"+pprofAddr+"/debug/pprof/allocs", allocsBefore); err != nil {
+			return fmt.Errorf("taking the allocation profile: %w", err)
+		}
 		profiled, profile := celschedPod, "celsched"
 		if o.profileStock {
 			profiled, profile = stockPod, "stock"
@@ -216,6 +261,11 @@ func run(o options) error {
 		if err := <-done; err != nil {
 			return fmt.Errorf("taking the CPU profile: %w", err)
 		}
+		allocs := filepath.Join(o.dir, "allocs.pprof")
+		if err := fetch("http://"+pprofAddr+"/debug/pprof/allocs", allocs); err != nil {
+			return fmt.Errorf("taking the allocation profile: %w", err)
+		}
+		fmt.Printf("perf-binary: what the batch allocated: go tool pprof -sample_index=alloc_space -base %s %s %s\n", allocsBefore, o.manager, allocs)
 		fmt.Printf("perf-binary: %d %s pods at %.1f pods/s under a %ds CPU profile: %s (go tool pprof -top %s %s)\n",
 			o.profilePods, profile, rate, o.profileSeconds, path, o.manager, path)
 	}
@@ -496,23 +546,257 @@ func parallel(workers, n int, f func(int) error) error {
 	return firstErr
 }
 
-// scheduleAttempts reads kube-scheduler's scheduler_schedule_attempts_total
-// from the manager's metrics, as "profile/result=count" pairs.
-func scheduleAttempts(url string) (string, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	var out []string
-	for _, line := range strings.Split(string(body), "\n") {
-		if strings.HasPrefix(line, "scheduler_schedule_attempts_total{") {
-			out = append(out, strings.TrimPrefix(line, "scheduler_schedule_attempts_total"))
+// cpuTimes are the CPU seconds used so far by the manager, the API
+// server, etcd, this program and the whole machine, from /proc (Linux);
+// zero where it cannot be read.
+type cpuTimes struct{ manager, apiserver, etcd, self, machine float64 }
+
+// clockTicks is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+func readCPU(manager int) cpuTimes {
+	t := cpuTimes{manager: processCPU(manager), self: processCPU(os.Getpid())}
+	// The control plane's processes, by name (this machine runs one).
+	if dirs, err := os.ReadDir("/proc"); err == nil {
+		for _, d := range dirs {
+			var pid int
+			if _, err := fmt.Sscan(d.Name(), &pid); err != nil {
+				continue
+			}
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			if err != nil {
+				continue
+			}
+			switch strings.TrimSpace(string(comm)) {
+			case "kube-apiserver":
+				t.apiserver += processCPU(pid)
+			case "etcd":
+				t.etcd += processCPU(pid)
+			}
 		}
 	}
-	return strings.Join(out, " "), nil
+	if data, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(data), "\n")
+		if f := strings.Fields(line); len(f) > 8 && f[0] == "cpu" {
+			// user nice system idle iowait irq softirq steal: all but idle
+			// and iowait.
+			for _, i := range []int{1, 2, 3, 6, 7, 8} {
+				var v float64
+				_, _ = fmt.Sscan(f[i], &v)
+				t.machine += v / clockTicks
+			}
+		}
+	}
+	return t
+}
+
+// processCPU returns the user and system CPU seconds of a process.
+func processCPU(pid int) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's closing parenthesis: utime and stime
+	// are the 12th and 13th.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) <= 12 {
+		return 0
+	}
+	var user, system float64
+	_, _ = fmt.Sscan(f[11], &user)
+	_, _ = fmt.Sscan(f[12], &system)
+	return (user + system) / clockTicks
+}
+
+// perPod says how much CPU a batch of pods cost each process and the
+// whole machine.
+func (t cpuTimes) perPod(before cpuTimes, pods int) string {
+	ms := func(after, before float64) float64 { return (after - before) * 1e3 / float64(pods) }
+	return fmt.Sprintf("CPU ms per pod: manager %.2f, kube-apiserver %.2f, etcd %.2f, perf-binary %.2f, machine %.2f",
+		ms(t.manager, before.manager), ms(t.apiserver, before.apiserver), ms(t.etcd, before.etcd), ms(t.self, before.self), ms(t.machine, before.machine))
+}
+
+// placement says on how many nodes a batch's pods landed, and the most
+// on one node: where the pods go changes what kube-scheduler does per pod
+// (a node's NodeInfo is copied into the snapshot each time a pod lands on
+// it, with all its pods).
+func placement(ctx context.Context, cs kubernetes.Interface, namespace string) (string, error) {
+	perNode := map[string]int{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := cs.CoreV1().Pods(namespace).List(ctx, opts)
+		if err != nil {
+			return "", err
+		}
+		for _, p := range list.Items {
+			perNode[p.Spec.NodeName]++
+		}
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			break
+		}
+	}
+	most := 0
+	for _, n := range perNode {
+		most = max(most, n)
+	}
+	return fmt.Sprintf("on %d nodes, at most %d on one", len(perNode), most), nil
+}
+
+// apiRequests reads the API server's apiserver_request_total, by verb and
+// resource (with subresource).
+func apiRequests(ctx context.Context, cs kubernetes.Interface) (map[string]float64, error) {
+	body, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the API server's metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		series, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, _ := strings.Cut(series, "} ")
+		var v float64
+		if _, err := fmt.Sscan(value, &v); err != nil {
+			continue
+		}
+		key := label(labels, "verb") + " " + label(labels, "resource")
+		if sub := label(labels, "subresource"); sub != "" {
+			key += "/" + sub
+		}
+		out[key] += v
+	}
+	return out, nil
+}
+
+func label(labels, name string) string {
+	_, rest, ok := strings.Cut(","+labels, ","+name+`="`)
+	if !ok {
+		return ""
+	}
+	value, _, _ := strings.Cut(rest, `"`)
+	return value
+}
+
+// requestsPerPod says which API requests a batch made, per pod, the most
+// frequent first (at least 0.05 per pod).
+func requestsPerPod(before, after map[string]float64, pods int) string {
+	type count struct {
+		key string
+		n   float64
+	}
+	var counts []count
+	for k, v := range after {
+		if d := (v - before[k]) / float64(pods); d >= 0.05 {
+			counts = append(counts, count{k, d})
+		}
+	}
+	sort.Slice(counts, func(i, j int) bool { return counts[i].n > counts[j].n })
+	parts := make([]string, len(counts))
+	for i, c := range counts {
+		parts[i] = fmt.Sprintf("%s %.2f", c.key, c.n)
+	}
+	return "API requests per pod: " + strings.Join(parts, ", ")
+}
+
+// schedulerMetrics is one scrape of the manager's /metrics/scheduler
+// (kube-scheduler's registry, with the Go runtime's metrics): the value of
+// each sample line, by its name and labels as printed.
+type schedulerMetrics map[string]float64
+
+// scrapeScheduler reads kube-scheduler's metrics from the manager.
+func scrapeScheduler(url string) (schedulerMetrics, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	out := schedulerMetrics{}
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for scanner.Scan() {
+		line := scanner.Text()
+		if !strings.HasPrefix(line, "scheduler_") && !strings.HasPrefix(line, "go_") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, scanner.Err()
+}
+
+// sum adds the samples of a metric whose labels include every given
+// name="value" pair.
+func (m schedulerMetrics) sum(metric string, labels ...string) float64 {
+	var total float64
+	for series, v := range m {
+		name, rest, _ := strings.Cut(series, "{")
+		if name != metric {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			if !strings.Contains(rest, l) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += v
+		}
+	}
+	return total
+}
+
+// attempts prints scheduler_schedule_attempts_total as
+// "profile/result=count" pairs: attempts that did not bind a pod (retried)
+// cost time that no CPU profile shows.
+func (m schedulerMetrics) attempts() string {
+	var out []string
+	for series, v := range m {
+		if rest, ok := strings.CutPrefix(series, "scheduler_schedule_attempts_total"); ok {
+			out = append(out, fmt.Sprintf("%s %.0f", rest, v))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// breakdown says where a batch's scheduling time went, per pod, from the
+// scheduler's own histograms (the difference of two scrapes around the
+// batch, of the profile that scheduled it): the whole attempt (scheduling
+// and binding cycles), the scheduling algorithm, and each extension point
+// that kube-scheduler times once per cycle (Filter: every node's filters).
+func breakdown(before, after schedulerMetrics, profile string, pods int) string {
+	perPod := func(metric string, labels ...string) string {
+		d := after.sum(metric, labels...) - before.sum(metric, labels...)
+		return fmt.Sprintf("%.0f", d/float64(pods)*1e6)
+	}
+	p := `profile="` + profile + `"`
+	parts := []string{
+		"attempt " + perPod("scheduler_scheduling_attempt_duration_seconds_sum", p),
+		// The algorithm's histogram has no profile label: a batch is one
+		// profile's pods.
+		"algorithm " + perPod("scheduler_scheduling_algorithm_duration_seconds_sum"),
+	}
+	for _, point := range []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "Bind"} {
+		parts = append(parts, point+" "+perPod("scheduler_framework_extension_point_duration_seconds_sum", p, `extension_point="`+point+`"`))
+	}
+	gcs := after.sum("go_gc_duration_seconds_count") - before.sum("go_gc_duration_seconds_count")
+	allocated := after.sum("go_memstats_alloc_bytes_total") - before.sum("go_memstats_alloc_bytes_total")
+	return fmt.Sprintf("us per pod: %s; KiB allocated per pod %.0f, %.0f GCs, heap %.0f MiB",
+		strings.Join(parts, ", "), allocated/float64(pods)/1024, gcs, after.sum("go_memstats_heap_inuse_bytes")/(1<<20))
 }
