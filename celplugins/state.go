@@ -95,7 +95,7 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	if budget <= 0 {
 		budget = DefaultEvaluationBudget
 	}
-	cycleCtx, release := context.WithTimeoutCause(ctx, budget, fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget))
+	cycleCtx, release := context.WithTimeoutCause(ctx, budget, budgetCause(budget))
 	c, ignored, err := rt.Inputs.match(cycleCtx, pod)
 	if err != nil {
 		release()
@@ -116,7 +116,33 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	if len(c.Filters) > 0 {
 		c.FilterTally = rt.Report.Tally(engine.PointFilter, c.Filters)
 	}
+	if len(c.Filters) == 0 && len(c.Scores) == 0 {
+		// Nothing is evaluated after this (the plugins skip Filter and
+		// Score): the timer stops now, rather than fire at the deadline for
+		// a cycle long over (a pod no policy applies to, most of them).
+		release()
+	}
 	return c, nil
+}
+
+// lastCause is the cause of the last budget's deadline, kept because the
+// budget hardly ever changes: one error for every cycle.
+var lastCause atomic.Pointer[budgetError]
+
+type budgetError struct {
+	budget time.Duration
+	err    error
+}
+
+// budgetCause returns the error a cycle's context ends with at its
+// deadline.
+func budgetCause(budget time.Duration) error {
+	if last := lastCause.Load(); last != nil && last.budget == budget {
+		return last.err
+	}
+	err := fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget)
+	lastCause.Store(&budgetError{budget: budget, err: err})
+	return err
 }
 
 // match converts the pod and matches the current policies against it:

@@ -1,7 +1,9 @@
 package celplugins
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
@@ -33,5 +35,30 @@ func TestLastState(t *testing.T) {
 	}
 	if got, _ := last.Get(other); got != c2 {
 		t.Error("the state remembered last was not answered")
+	}
+}
+
+// TestPrepareReleasesUnusedBudget: a cycle that evaluates nothing after
+// PreFilter (no policy with filters or scores applies) stops its budget's
+// timer at once; one that filters keeps its context until the deadline.
+func TestPrepareReleasesUnusedBudget(t *testing.T) {
+	rt, registry := newTestRuntime(t, namespace("web", "1", map[string]string{"team": "web"}), namespace("other", "1", nil))
+	registry.Upsert(testPolicy("web-only", "1", "web", "true", 1))
+	idle, err := rt.Prepare(context.Background(), pod("other", "p", nil), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idle.Filters) != 0 || idle.Ctx.Err() == nil {
+		t.Errorf("a pod no policy applies to: %d filters, context error %v; want none and the context ended", len(idle.Filters), idle.Ctx.Err())
+	}
+	busy, err := rt.Prepare(context.Background(), pod("web", "p", nil), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(busy.Filters) != 1 || busy.Ctx.Err() != nil {
+		t.Errorf("a pod the policy applies to: %d filters, context error %v; want one and the context live", len(busy.Filters), busy.Ctx.Err())
+	}
+	if _, ok := busy.Ctx.Deadline(); !ok {
+		t.Error("the cycle's context has no deadline")
 	}
 }
