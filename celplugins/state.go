@@ -29,9 +29,11 @@ const StateKey fwk.StateKey = "celsched.io/cycle"
 type Cycle struct {
 	// Ctx carries the cycle's CEL time budget (Args.EvaluationBudget) as
 	// its deadline, with engine.ErrTimeBudgetExceeded as the cause: the
-	// evaluations of the cycle run with it. It ends by itself at the
-	// deadline (kube-scheduler has no end-of-cycle hook to cancel it
-	// earlier); it is one timer per cycle, not per node.
+	// evaluations of the cycle run with it. It ends at the end of Prepare
+	// when nothing is evaluated after (no policy with filters or scores
+	// applies), and otherwise by itself at the deadline (kube-scheduler has
+	// no end-of-cycle hook to cancel it earlier); it is one timer per
+	// cycle, not per node.
 	Ctx context.Context
 	// Budget is the cycle's time budget, for messages.
 	Budget time.Duration
