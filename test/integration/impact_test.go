@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
 	"github.com/celsched/celsched/test/builder"
 )
@@ -160,4 +162,81 @@ func pod(r *impact.Report, name string) *impact.PodImpact {
 		}
 	}
 	return nil
+}
+
+// TestImpactParamsAgreesWithScheduler runs `celsched impact` against the
+// live cluster with parameterized policies: two tenants with a params
+// ConfigMap each naming their zone, three running pods of which one runs
+// outside its tenant's zone. A parameterized draft lists exactly that pod;
+// applied, the scheduler sends that pod, recreated, where impact said. A
+// ConfigMap draft lists the pods it refuses and the pending pod it places;
+// applied, the scheduler binds that pod where impact said.
+func TestImpactParamsAgreesWithScheduler(t *testing.T) {
+	grantConfigMapParams(t)
+	createNodes(t,
+		nodeSpec{name: "impact-pa", labels: map[string]string{zoneLabel: "impact-pa"}},
+		nodeSpec{name: "impact-pb", labels: map[string]string{zoneLabel: "impact-pb"}},
+	)
+	tenant := map[string]string{"impact-params": "tenant"}
+	ten1 := createNamespace(t, "impact-ten-1", tenant)
+	ten2 := createNamespace(t, "impact-ten-2", tenant)
+	createParams(t, ten1, "place", "impact-pa", nil)
+	place2 := createParams(t, ten2, "place", "impact-pb", nil)
+	createPod(t, ten1, "x1", boundTo("impact-pa"))
+	createPod(t, ten2, "y1", boundTo("impact-pb"))
+	y2 := createPod(t, ten2, "y2", boundTo("impact-pa")) // outside ten-2's zone
+	ours := []string{ten1, ten2}
+	dir := t.TempDir()
+
+	// A parameterized draft: only y2 is refused its node.
+	policy := builder.MakePolicy("impact-tenant-zone").NamespaceLabels(tenant).
+		ParamKind("v1", "ConfigMap").ParamRef("place", "", schedv1alpha1.DenyAction).
+		Filter("zone", tenantZonesFilter).Obj()
+	r := impactReport(t, "-f", writeObjects(t, dir, "policy", policy))
+	if diff := cmp.Diff(map[string]impact.Change{ten2 + "/y2": impact.EvictedWouldNotReturn}, changes(r, ours...)); diff != "" {
+		t.Errorf("parameterized draft: changes (-want +got):\n%s", diff)
+	}
+	y2Draft := pod(r, ten2+"/y2")
+	if y2Draft == nil || y2Draft.Draft.Feasible != 1 {
+		t.Fatalf("parameterized draft: y2 %+v, want one feasible node", y2Draft)
+	}
+
+	// Applied, y2 recreated goes to its tenant's zone: the only feasible
+	// node impact counted.
+	applyPolicy(t, policy)
+	deleteObject(t, y2)
+	expectNode(t, createPod(t, ten2, "y2"), "impact-pb")
+
+	// A params draft: ten-2 moves to zone impact-pa. Its running pods are
+	// refused their nodes; its pending pod that wants zone impact-pa is
+	// placed there.
+	wantsA := createPod(t, ten2, "wants-pa", func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{zoneLabel: "impact-pa"} })
+	waitPending(t, wantsA, reasonUnschedulable, "rejected by SchedulingPolicy impact-tenant-zone, rule zone")
+	moved := place2.DeepCopy()
+	moved.Data = map[string]string{"zones": "impact-pa"}
+	moved.ResourceVersion, moved.UID, moved.ManagedFields = "", "", nil
+	r = impactReport(t, "-f", writeObjects(t, dir, "params", moved))
+	want := map[string]impact.Change{
+		ten2 + "/y1":       impact.EvictedWouldNotReturn,
+		ten2 + "/y2":       impact.EvictedWouldNotReturn,
+		ten2 + "/wants-pa": impact.Placed,
+	}
+	if diff := cmp.Diff(want, changes(r, ours...)); diff != "" {
+		t.Errorf("params draft: changes (-want +got):\n%s", diff)
+	}
+	object := "ConfigMap/" + ten2 + "/place"
+	wantParams := []dryrun.ParamsChange{{Object: object, Change: dryrun.PolicyChanged, Policies: []string{"impact-tenant-zone"}}}
+	if diff := cmp.Diff(wantParams, r.Params, cmpopts.IgnoreFields(dryrun.ParamsChange{}, "Key", "Labels")); diff != "" {
+		t.Errorf("params draft: params (-want +got):\n%s", diff)
+	}
+	placed := pod(r, ten2+"/wants-pa")
+	if placed == nil || !slices.Equal(placed.Params, []string{object}) {
+		t.Fatalf("params draft: wants-pa %+v, want placed by %s", placed, object)
+	}
+
+	// Applied: the scheduler binds the pending pod where impact said.
+	setZones(t, place2, "impact-pa")
+	if got := waitForNode(t, wantsA); !slices.Contains(placed.Draft.Nodes, got) {
+		t.Errorf("the scheduler bound %s/%s to %s; impact said %v", wantsA.Namespace, wantsA.Name, got, placed.Draft.Nodes)
+	}
 }

@@ -12,10 +12,8 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -171,62 +169,15 @@ func clusterInput(ctx context.Context, c client.Client, key client.ObjectKey, dr
 		return nil, nil, err
 	}
 	in.Objects = volumes
-	if in.Params, err = paramObjects(ctx, c, pod, in.Policies); err != nil {
+	// The params objects the parameterized policies may use for the pod:
+	// of each paramKind, those of the namespace the policy looks in
+	// (paramRef.namespace, else the pod's), or all of a cluster-scoped kind.
+	params, paramNotes, err := listParams(ctx, c, in.Policies, func(ref *schedv1alpha1.ParamRef) string { return cmp.Or(ref.Namespace, pod.Namespace) })
+	if err != nil {
 		return nil, nil, err
 	}
+	in.Params, notes = params, append(notes, paramNotes...)
 	return in, notes, nil
-}
-
-// paramObjects reads the params objects the parameterized policies may use
-// for the pod: of each paramKind, those of the namespace the policy looks
-// in (paramRef.namespace, else the pod's), or all of a cluster-scoped kind.
-// A kind the cluster does not serve contributes nothing (the dry run then
-// reports the policy's params as not found).
-func paramObjects(ctx context.Context, c client.Client, pod *corev1.Pod, policies []*schedv1alpha1.SchedulingPolicy) ([]*unstructured.Unstructured, error) {
-	type source struct {
-		gvk       schema.GroupVersionKind
-		namespace string
-	}
-	seen := map[source]bool{}
-	var out []*unstructured.Unstructured
-	for _, p := range policies {
-		kind, ref := p.Spec.ParamKind, p.Spec.ParamRef
-		if kind == nil || ref == nil {
-			continue
-		}
-		gv, err := schema.ParseGroupVersion(kind.APIVersion)
-		if err != nil {
-			continue // the dry run reports the compile error
-		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gv.WithKind(kind.Kind + "List"))
-		item := &unstructured.Unstructured{}
-		item.SetGroupVersionKind(gv.WithKind(kind.Kind))
-		namespaced, err := c.IsObjectNamespaced(item)
-		if meta.IsNoMatchError(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("paramKind %s of SchedulingPolicy %s: %w", item.GroupVersionKind(), p.Name, err)
-		}
-		src := source{gvk: item.GroupVersionKind()}
-		var opts []client.ListOption
-		if namespaced {
-			src.namespace = cmp.Or(ref.Namespace, pod.Namespace)
-			opts = append(opts, client.InNamespace(src.namespace))
-		}
-		if seen[src] {
-			continue
-		}
-		seen[src] = true
-		if err := c.List(ctx, list, opts...); err != nil {
-			return nil, fmt.Errorf("listing the params (%s) of SchedulingPolicy %s: %w", src.gvk.Kind, p.Name, err)
-		}
-		for i := range list.Items {
-			out = append(out, &list.Items[i])
-		}
-	}
-	return out, nil
 }
 
 // volumeObjects reads what the volume plugins need for a pod with

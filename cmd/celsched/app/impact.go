@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -26,29 +28,37 @@ import (
 type impactOptions struct {
 	kube                              *genericclioptions.ConfigFlags
 	drafts, deletions, failOn         []string
+	deleteParams                      []string
 	nodes, pods, namespaces, policies []string
-	dump                              []string
+	dump, params                      []string
 	config, output                    string
 	prune, why                        bool
+	// maxPods bounds the pods listed by -o markdown.
+	maxPods int
 }
 
 // offline says whether the cluster comes from files.
 func (o *impactOptions) offline() bool {
-	return len(o.nodes)+len(o.pods)+len(o.namespaces)+len(o.policies)+len(o.dump) > 0
+	return len(o.nodes)+len(o.pods)+len(o.namespaces)+len(o.policies)+len(o.dump)+len(o.params) > 0
 }
 
 func newImpactCommand(s *streams) *cobra.Command {
 	o := impactOptions{kube: genericclioptions.NewConfigFlags(true)}
 	cmd := &cobra.Command{
-		Use:   "impact -f DRAFT_POLICIES... [--delete NAME]... [--nodes F --pods F --namespaces F --policies F | --dump F]",
-		Short: "What a policy change does to every pending and bound pod of a cluster",
+		Use:   "impact -f DRAFTS... [--delete NAME]... [--delete-params KIND/NAMESPACE/NAME]... [--nodes F --pods F --namespaces F --policies F --params F | --dump F]",
+		Short: "What a change of policies or of their params does to every pending and bound pod of a cluster",
 		Long: `impact evaluates every pod of the scheduler's profiles with the live
-SchedulingPolicies and with the draft applied (-f replaces the policies of
-the same name or adds them, --delete removes), side by side, with
-kube-scheduler's framework as eval does. The cluster is the kubeconfig's, or
-a dump in files (--nodes, --pods, --namespaces, --policies, or --dump with
-all of them, as kubectl get -o yaml prints). Nothing in the cluster is
-changed.
+SchedulingPolicies and their params objects, and with the draft applied,
+side by side, with kube-scheduler's framework as eval does. -f takes
+SchedulingPolicies, which replace the policies of the same name or are
+added, and params objects (ConfigMaps, custom resources of the kinds the
+policies' paramKind name), which replace the object of the same kind,
+namespace and name or are added; --delete and --delete-params remove. The
+cluster is the kubeconfig's (the params objects of every kind a live or
+drafted policy names are read too), or a dump in files (--nodes, --pods,
+--namespaces, --policies, --params, or --dump with all of them, as kubectl
+get -o yaml prints; a custom params kind needs its
+CustomResourceDefinition there). Nothing in the cluster is changed.
 
 For a pending pod: held, unschedulable or schedulable (and on which nodes),
 now and with the draft. For a bound pod: whether its node is still accepted
@@ -58,14 +68,15 @@ change. Changes: ` + changeNames() + `.
 --fail-on exits 1 when a pod has one of the changes given.`,
 		Example: `  celsched impact -f my-policy-change.yaml
   celsched impact -f drafts/ --delete old-policy --fail-on stranded,held,evicted-would-not-return
-  celsched impact -f draft.yaml --dump cluster.yaml -o json`,
+  celsched impact -f tenants/team-a/placement-configmap.yaml
+  celsched impact -f draft.yaml --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			report, err := runImpact(cmd.Context(), s, &o)
 			if err != nil {
 				return err
 			}
-			if err := printImpact(s.out, report, o.output); err != nil {
+			if err := printImpact(s.out, report, o.output, o.maxPods); err != nil {
 				return err
 			}
 			return failOn(report, o.failOn)
@@ -73,17 +84,20 @@ change. Changes: ` + changeNames() + `.
 	}
 	f := cmd.Flags()
 	o.kube.AddFlags(f)
-	f.StringSliceVarP(&o.drafts, "filename", "f", nil, "draft SchedulingPolicy files or directories, added to or replacing the live ones")
+	f.StringSliceVarP(&o.drafts, "filename", "f", nil, "draft files or directories: SchedulingPolicies and params objects, added to or replacing the live ones")
 	f.StringSliceVar(&o.deletions, "delete", nil, "names of live SchedulingPolicies the change deletes")
+	f.StringSliceVar(&o.deleteParams, "delete-params", nil, "live params objects the change deletes: KIND[.GROUP]/NAMESPACE/NAME, or KIND[.GROUP]/NAME")
 	f.BoolVar(&o.prune, "prune", false, "the drafts are the whole set of policies: live policies that are not among them are deleted (GitOps)")
 	f.StringSliceVar(&o.nodes, "nodes", nil, "offline: node files (documents or a List)")
 	f.StringSliceVar(&o.pods, "pods", nil, "offline: pod files, pending and bound")
 	f.StringSliceVar(&o.namespaces, "namespaces", nil, "offline: namespace files")
 	f.StringSliceVar(&o.policies, "policies", nil, "offline: the live SchedulingPolicy files or directories (instead of those of --dump)")
-	f.StringSliceVar(&o.dump, "dump", nil, "offline: files of Nodes, Pods, Namespaces, SchedulingPolicies and volume objects, or Lists of them")
+	f.StringSliceVar(&o.params, "params", nil, "offline: files of the live params objects of parameterized policies (ConfigMaps, custom resources and their CustomResourceDefinitions)")
+	f.StringSliceVar(&o.dump, "dump", nil, "offline: files of Nodes, Pods, Namespaces, SchedulingPolicies, params objects (and their CustomResourceDefinitions) and volume objects, or Lists of them")
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit 1 when a pod has one of these changes: "+changeNames())
 	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
-	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json, yaml or markdown (a pull-request comment)")
+	f.IntVar(&o.maxPods, "max-pods", 50, "-o markdown: list at most this many changed pods (the rest are counted)")
 	f.BoolVar(&o.why, "why", false, "for pods the draft holds or refuses their node: the false rules' sub-expressions and their values")
 	return cmd
 }
@@ -99,36 +113,56 @@ func changeNames() string {
 }
 
 func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Report, error) {
-	if err := checkOutput(o.output); err != nil {
-		return nil, err
+	if !slices.Contains([]string{"table", "json", "yaml", "markdown"}, o.output) {
+		return nil, usageError(fmt.Sprintf("unknown output format %q: want table, json, yaml or markdown", o.output))
 	}
-	if len(o.drafts) == 0 && len(o.deletions) == 0 {
-		return nil, usageError("-f (draft policies) or --delete is required")
+	if len(o.drafts) == 0 && len(o.deletions) == 0 && len(o.deleteParams) == 0 {
+		return nil, usageError("-f (draft policies or params objects), --delete or --delete-params is required")
 	}
 	for _, c := range o.failOn {
 		if !slices.Contains(impact.Changes, impact.Change(c)) || c == string(impact.Unchanged) {
 			return nil, usageError(fmt.Sprintf("--fail-on %q: want one of %s", c, changeNames()))
 		}
 	}
-	drafts, err := readPolicies(s, o.drafts)
+	in := &impact.Input{Deletions: o.deletions}
+	for _, d := range o.deleteParams {
+		k, err := dryrun.ParseParamsKey(d)
+		if err != nil {
+			return nil, usageError("--delete-params " + err.Error())
+		}
+		in.ParamsDeletions = append(in.ParamsDeletions, k)
+	}
+	drafts, others, err := readDrafts(s, o.drafts)
 	if err != nil {
 		return nil, inputError(err)
 	}
-	if len(o.drafts) > 0 && len(drafts) == 0 {
-		return nil, usageError(fmt.Sprintf("no SchedulingPolicy in %s", strings.Join(o.drafts, ", ")))
+	if len(o.drafts) > 0 && len(drafts)+len(others) == 0 {
+		return nil, usageError(fmt.Sprintf("no SchedulingPolicy or params object in %s", strings.Join(o.drafts, ", ")))
 	}
-	cfg, err := defaultconfig.Load(o.config)
-	if err != nil {
+	in.Drafts = drafts
+	if in.Config, err = defaultconfig.Load(o.config); err != nil {
 		return nil, inputError(err)
 	}
-	in := &impact.Input{Drafts: drafts, Deletions: o.deletions, Config: cfg, Why: o.why}
+	in.Why = o.why
+	var crds []*unstructured.Unstructured
 	if o.offline() {
-		err = readDump(s, o, in)
+		crds, err = readDump(s, o, in)
 	} else {
 		err = readCluster(ctx, o.kube, in)
 	}
 	if err != nil {
 		return nil, err
+	}
+	kinds := paramKinds(in.Live, in.Drafts)
+	params, draftCRDs, other := paramObjectsIn(others, kinds)
+	in.ParamsDrafts = params
+	if len(other) > 0 {
+		in.Notes = append(in.Notes, "-f: objects of kinds that are neither SchedulingPolicies nor the paramKind of a policy are left out: "+joinKinds(other))
+	}
+	if o.offline() {
+		if err := checkParamCRDs(kinds, append(crds, draftCRDs...), "--dump, --params or -f"); err != nil {
+			return nil, inputError(err)
+		}
 	}
 	if o.prune {
 		in.Deletions = append(in.Deletions, pruned(in.Live, in.Drafts, in.Deletions)...)
@@ -136,30 +170,72 @@ func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Repor
 	if _, _, err := dryrun.ApplyDrafts(in.Live, in.Drafts, in.Deletions); err != nil {
 		return nil, inputError(err)
 	}
+	if _, _, err := dryrun.ApplyParamsDrafts(in.Params, in.ParamsDrafts, in.ParamsDeletions); err != nil {
+		return nil, inputError(err)
+	}
 	return impact.Run(ctx, *in)
 }
 
-// readDump reads the cluster from files.
-func readDump(s *streams, o *impactOptions, in *impact.Input) error {
+// readDrafts reads files of SchedulingPolicies (-f, --policies): the
+// policies, and the other objects (params objects,
+// CustomResourceDefinitions) as they are.
+func readDrafts(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy, []*unstructured.Unstructured, error) {
+	docs, err := readDocuments(files, s.in)
+	if err != nil {
+		return nil, nil, err
+	}
+	var policies []*schedv1alpha1.SchedulingPolicy
+	var others []*document
+	for _, d := range docs {
+		if !d.isPolicy() {
+			if apiVersion, kind := d.kind(); apiVersion != "" && kind != "" { // not a kustomization.yaml
+				others = append(others, d)
+			}
+			continue
+		}
+		p, err := d.policy()
+		if err != nil {
+			return nil, nil, err
+		}
+		policies = append(policies, p)
+	}
+	objs, err := decodeUnstructured(others)
+	return policies, objs, err
+}
+
+// readDump reads the cluster from files, and returns the
+// CustomResourceDefinitions found.
+func readDump(s *streams, o *impactOptions, in *impact.Input) ([]*unstructured.Unstructured, error) {
 	var err error
 	if in.Nodes, err = readObjects[*corev1.Node](s, o.nodes, "Node"); err != nil {
-		return inputError(err)
+		return nil, inputError(err)
 	}
 	if in.Pods, err = readObjects[*corev1.Pod](s, o.pods, "Pod"); err != nil {
-		return inputError(err)
+		return nil, inputError(err)
 	}
 	if in.Namespaces, err = readObjects[*corev1.Namespace](s, o.namespaces, "Namespace"); err != nil {
-		return inputError(err)
+		return nil, inputError(err)
 	}
+	var candidates []*unstructured.Unstructured // params objects, and CRDs
 	if len(o.policies) > 0 {
-		if in.Live, err = readPolicies(s, o.policies); err != nil {
-			return inputError(err)
+		// A directory of policies may hold the CRDs of their params kinds.
+		var others []*unstructured.Unstructured
+		if in.Live, others, err = readDrafts(s, o.policies); err != nil {
+			return nil, inputError(err)
 		}
+		candidates = slices.DeleteFunc(others, func(u *unstructured.Unstructured) bool { return !isCRD(u) })
+	}
+	if len(o.params) > 0 {
+		params, err := readParams(s, o.params)
+		if err != nil {
+			return nil, inputError(err)
+		}
+		candidates = append(candidates, params...)
 	}
 	if len(o.dump) > 0 {
 		objs, err := readObjects[runtime.Object](s, o.dump, "object")
 		if err != nil {
-			return inputError(err)
+			return nil, inputError(err)
 		}
 		for _, obj := range objs {
 			switch obj := obj.(type) {
@@ -175,19 +251,37 @@ func readDump(s *streams, o *impactOptions, in *impact.Input) error {
 				}
 			case *corev1.PersistentVolumeClaim, *corev1.PersistentVolume, *storagev1.StorageClass, *storagev1.CSINode:
 				in.Objects = append(in.Objects, obj)
+			case *corev1.ConfigMap, *apiextensionsv1.CustomResourceDefinition, *unstructured.Unstructured:
+				u, ok := obj.(*unstructured.Unstructured)
+				if !ok {
+					if u, err = asUnstructured(obj); err != nil {
+						return nil, inputError(err)
+					}
+				}
+				candidates = append(candidates, u)
 			default:
-				return inputError(fmt.Errorf("--dump: a %s is not one of the kinds impact reads (Node, Pod, Namespace, SchedulingPolicy, PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode)",
+				return nil, inputError(fmt.Errorf("--dump: a %s is not one of the kinds impact reads (Node, Pod, Namespace, SchedulingPolicy, PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, and params objects)",
 					obj.GetObjectKind().GroupVersionKind().Kind))
 			}
 		}
 	}
 	if len(in.Nodes) == 0 {
-		return usageError("no nodes: give --nodes or --dump with Nodes (or no file flags, to read the kubeconfig's cluster)")
+		return nil, usageError("no nodes: give --nodes or --dump with Nodes (or no file flags, to read the kubeconfig's cluster)")
 	}
-	return nil
+	kinds := paramKinds(in.Live, in.Drafts)
+	params, crds, other := paramObjectsIn(candidates, kinds)
+	in.Params = params
+	// A dump holds ConfigMaps that no policy reads; any other kind that
+	// is not a params kind is a mistake.
+	other = slices.DeleteFunc(other, func(k string) bool { return k == "ConfigMap" })
+	if len(other) > 0 {
+		return nil, inputError(fmt.Errorf("--dump, --params: objects of kinds that impact does not read and no policy's paramKind names: %s", joinKinds(other)))
+	}
+	return crds, nil
 }
 
-// readCluster reads the cluster of the kubeconfig, in pages.
+// readCluster reads the cluster of the kubeconfig, in pages: the params
+// objects of every kind that a live or drafted policy names too.
 func readCluster(ctx context.Context, kube *genericclioptions.ConfigFlags, in *impact.Input) error {
 	c, err := newClient(kube)
 	if err != nil {
@@ -205,6 +299,13 @@ func readCluster(ctx context.Context, kube *genericclioptions.ConfigFlags, in *i
 	if in.Live, err = listAll[*schedv1alpha1.SchedulingPolicy](ctx, c, &schedv1alpha1.SchedulingPolicyList{}); err != nil {
 		return fmt.Errorf("listing SchedulingPolicies: %w", err)
 	}
+	// Every namespace's params (paramRef.namespace's when set): the
+	// policies look in each pod's namespace.
+	params, notes, err := listParams(ctx, c, append(slices.Clone(in.Live), in.Drafts...), func(ref *schedv1alpha1.ParamRef) string { return ref.Namespace })
+	if err != nil {
+		return err
+	}
+	in.Params, in.Notes = params, append(in.Notes, notes...)
 	if slices.ContainsFunc(in.Pods, hasClaims) {
 		if in.Objects, err = volumeLists(ctx, c, &corev1.PersistentVolumeClaimList{}); err != nil {
 			return err
@@ -254,32 +355,22 @@ func failOn(r *impact.Report, changes []string) error {
 	return fmt.Errorf("%d pod(s) with changes of --fail-on: %s", total, strings.Join(found, ", "))
 }
 
-func printImpact(w io.Writer, r *impact.Report, format string) error {
-	if format != "table" {
+func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) error {
+	switch format {
+	case "table":
+	case "markdown":
+		return printImpactMarkdown(w, r, maxPods)
+	default:
 		return printStructured(w, r, format)
 	}
-	var changes []string
-	unchanged := 0
-	for _, c := range r.Policies {
-		if c.Change == dryrun.PolicyUnchanged {
-			unchanged++
-			continue
-		}
-		changes = append(changes, c.Name+" "+c.Change)
+	fmt.Fprintln(w, "Draft: "+draftLine(r))
+	if line := paramsLine(r); line != "" {
+		fmt.Fprintln(w, "Params: "+line)
 	}
-	switch {
-	case len(changes) == 0:
-		fmt.Fprintf(w, "Draft: no SchedulingPolicy changes (%d unchanged)\n", unchanged)
-	case unchanged > 0:
-		fmt.Fprintf(w, "Draft: SchedulingPolicy %s (%d unchanged)\n", strings.Join(changes, ", "), unchanged)
-	default:
-		fmt.Fprintf(w, "Draft: SchedulingPolicy %s\n", strings.Join(changes, ", "))
-	}
-	sum := r.Summary
-	fmt.Fprintf(w, "Pods: %d pending and %d bound of the scheduler's profiles; %d not affected (no changed policy applies to them); %d of other schedulers, not evaluated\n",
-		sum.Pending, sum.Bound, sum.NotAffected, sum.OtherSchedulers)
+	fmt.Fprintln(w, "Pods: "+podsLine(&r.Summary))
 	printNotes(w, r.Notes)
 
+	sum := r.Summary
 	fmt.Fprintln(w, "\nChanges:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  CHANGE\tPODS")
@@ -291,6 +382,7 @@ func printImpact(w io.Writer, r *impact.Report, format string) error {
 	_ = tw.Flush()
 	printCounts(w, "NAMESPACE", sum.ByNamespace)
 	printCounts(w, "POLICY", sum.ByPolicy)
+	printCounts(w, "PARAMS", sum.ByParams)
 
 	if len(r.Pods) == 0 {
 		fmt.Fprintln(w, "\nNo pod changes.")
@@ -301,13 +393,66 @@ func printImpact(w io.Writer, r *impact.Report, format string) error {
 	fmt.Fprintln(tw, "  POD\tNODE\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
 	for i := range r.Pods {
 		p := &r.Pods[i]
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, orDash(p.Node), p.Change, outcome(p.Now), outcome(p.Draft), strings.Join(p.Policies, ", "))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, orDash(p.Node), p.Change, outcome(p.Now), outcome(p.Draft), podPolicies(p))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	printWhy(w, r)
 	return nil
+}
+
+// draftLine says what the draft does to the policies.
+func draftLine(r *impact.Report) string {
+	var changes []string
+	unchanged := 0
+	for _, c := range r.Policies {
+		if c.Change == dryrun.PolicyUnchanged {
+			unchanged++
+			continue
+		}
+		changes = append(changes, c.Name+" "+c.Change)
+	}
+	switch {
+	case len(changes) == 0 && unchanged == 0:
+		return "no SchedulingPolicy changes"
+	case len(changes) == 0:
+		return fmt.Sprintf("no SchedulingPolicy changes (%d unchanged)", unchanged)
+	case unchanged > 0:
+		return fmt.Sprintf("SchedulingPolicy %s (%d unchanged)", strings.Join(changes, ", "), unchanged)
+	default:
+		return "SchedulingPolicy " + strings.Join(changes, ", ")
+	}
+}
+
+// paramsLine says what the draft does to params objects, and which
+// policies read each; empty when it touches none.
+func paramsLine(r *impact.Report) string {
+	parts := make([]string, 0, len(r.Params))
+	for _, c := range r.Params {
+		readers := "read by no policy"
+		if len(c.Policies) > 0 {
+			readers = "read by " + strings.Join(c.Policies, ", ")
+		}
+		parts = append(parts, fmt.Sprintf("%s %s (%s)", c.Object, c.Change, readers))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// podsLine counts the pods evaluated and left out.
+func podsLine(sum *impact.Summary) string {
+	return fmt.Sprintf("%d pending and %d bound of the scheduler's profiles; %d not affected (no changed policy or params object applies to them); %d of other schedulers, not evaluated",
+		sum.Pending, sum.Bound, sum.NotAffected, sum.OtherSchedulers)
+}
+
+// podPolicies are the policies behind a pod's change, and the params
+// objects they read that changed.
+func podPolicies(p *impact.PodImpact) string {
+	out := strings.Join(p.Policies, ", ")
+	if len(p.Params) > 0 {
+		out += " (params " + strings.Join(p.Params, ", ") + ")"
+	}
+	return out
 }
 
 // printWhy prints the false rules of the pods that have them (--why).

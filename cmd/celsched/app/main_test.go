@@ -238,10 +238,13 @@ func TestImpact(t *testing.T) {
 		args     []string
 		wantCode int
 	}{
-		"table":  {args: shop},
-		"json":   {args: append(slices.Clone(shop), "-o", "json")},
-		"yaml":   {args: append(slices.Clone(shop), "-o", "yaml")},
-		"loosen": {args: loosen},
+		"table": {args: shop},
+		"json":  {args: append(slices.Clone(shop), "-o", "json")},
+		// A pull-request comment: the changed pods capped at 2, the rest
+		// counted.
+		"markdown": {args: append(slices.Clone(shop), "-o", "markdown", "--max-pods", "2", "--why")},
+		"yaml":     {args: append(slices.Clone(shop), "-o", "yaml")},
+		"loosen":   {args: loosen},
 		// --why: the false rules behind refusals and holds.
 		"why":      {args: append(slices.Clone(shop), "--why")},
 		"why-held": {args: []string{"-f", filepath.Join(dir, "shop-in-zone-a.yaml"), "-f", filepath.Join(dir, "hold-shop.yaml"), "--why", "-o", "yaml"}},
@@ -272,5 +275,58 @@ func TestImpact(t *testing.T) {
 			}
 			golden.Compare(t, filepath.Join(dir, name+".golden"), out.String()+errOut.String())
 		})
+	}
+}
+
+// TestImpactParams: impact reads the params objects of parameterized
+// policies (from --dump, --params and -f), and a params draft is a change:
+// two tenants with a place ConfigMap each, three running pods of which one
+// (ten-2/y2) is outside its tenant's zone.
+func TestImpactParams(t *testing.T) {
+	dir := filepath.Join("testdata", "impact", "params")
+	file := func(name string) string { return filepath.Join(dir, name) }
+	crd := filepath.Join("..", "..", "..", "config", "samples", "custom-params", "tenantplacement-crd.yaml")
+	cluster := []string{"impact", "--dump", file("cluster.yaml")}
+	live := append(slices.Clone(cluster), "--params", file("configmaps.yaml"), "--policies", file("tenant-zone.yaml"))
+	cases := map[string]struct {
+		args     []string
+		wantCode int
+	}{
+		// The draft policy refuses exactly the pod outside its zone.
+		"policy-draft":          {args: append(slices.Clone(cluster), "--dump", file("configmaps.yaml"), "-f", file("tenant-zone.yaml"))},
+		"params-files":          {args: append(slices.Clone(cluster), "--params", file("configmaps.yaml"), "-f", file("tenant-zone.yaml"))},
+		"custom-kind":           {args: append(slices.Clone(cluster), "--dump", crd, "--params", file("placements.yaml"), "-f", file("custom-kind.yaml"))},
+		"params-draft":          {args: append(slices.Clone(live), "-f", file("ten-2-zone-a.yaml"))},
+		"params-draft-markdown": {args: append(slices.Clone(live), "-f", file("ten-2-zone-a.yaml"), "-o", "markdown")},
+		"delete-params":         {args: append(slices.Clone(live), "--delete-params", "ConfigMap/ten-1/place")},
+		// Bad input: one line, exit 2.
+		"custom-kind-no-crd":    {args: append(slices.Clone(cluster), "--params", file("placements.yaml"), "-f", file("custom-kind.yaml")), wantCode: 2},
+		"delete-params-unknown": {args: append(slices.Clone(live), "--delete-params", "ConfigMap/ten-1/nope"), wantCode: 2},
+		"delete-params-bad":     {args: append(slices.Clone(live), "--delete-params", "ConfigMap"), wantCode: 2},
+	}
+	outputs := map[string]string{}
+	for name, tc := range cases {
+		var out, errOut bytes.Buffer
+		code := Run(tc.args, strings.NewReader(""), &out, &errOut)
+		if code != tc.wantCode {
+			t.Errorf("%s: exit code %d, want %d; output:\n%s%s", name, code, tc.wantCode, out.String(), errOut.String())
+		}
+		if tc.wantCode == 2 && (out.Len() != 0 || strings.Count(errOut.String(), "\n") != 1) {
+			t.Errorf("%s: want one error line on stderr and nothing on stdout, got:\n%s\n---\n%s", name, out.String(), errOut.String())
+		}
+		outputs[name] = out.String() + errOut.String()
+		if name != "params-files" && name != "custom-kind" {
+			golden.Compare(t, filepath.Join(dir, name+".golden"), outputs[name])
+		}
+	}
+	// The same params from --dump, from --params, or as custom resources
+	// (but for the policy's name and message): the same verdicts.
+	if outputs["params-files"] != outputs["policy-draft"] {
+		t.Errorf("--params and --dump disagree:\n%s\n---\n%s", outputs["params-files"], outputs["policy-draft"])
+	}
+	for _, name := range []string{"policy-draft", "custom-kind"} {
+		if !strings.Contains(outputs[name], "ten-2/y2  p-a   evicted-would-not-return") || strings.Count(outputs[name], "evicted-would-not-return  accepted") != 1 {
+			t.Errorf("%s: want ten-2/y2 and only it evicted-would-not-return, got:\n%s", name, outputs[name])
+		}
 	}
 }

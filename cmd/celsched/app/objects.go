@@ -63,6 +63,15 @@ func decodeOne[T runtime.Object](data []byte, d *document, kind string) (T, erro
 		where = fmt.Sprintf("%s:%d", d.file, d.root.Line)
 	}
 	obj, _, err := decoder.Decode(data, nil, nil)
+	if runtime.IsNotRegisteredError(err) {
+		// A kind the CLI does not know (a custom resource: params) is read
+		// as it is, where any object is wanted.
+		if u, uerr := unstructuredOf(data, d); uerr == nil {
+			if t, ok := any(u).(T); ok {
+				return t, nil
+			}
+		}
+	}
 	if err != nil {
 		return zero, fmt.Errorf("%s: %w", where, err)
 	}

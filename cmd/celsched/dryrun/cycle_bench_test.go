@@ -53,7 +53,7 @@ func BenchmarkCycle(b *testing.B) {
 				}
 				first := pod("p-0", "100m")
 				cluster := NewCluster(WithNamespaces(nil, first), ns, nil, nil)
-				s, err := cluster.Scheduler(context.Background(), ps, cfg)
+				s, err := cluster.Scheduler(context.Background(), ps, nil, cfg)
 				if err != nil {
 					b.Fatal(err)
 				}

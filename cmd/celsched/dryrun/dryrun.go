@@ -94,8 +94,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	cluster := NewCluster(WithNamespaces(in.Namespaces, pod), in.Nodes, in.Pods, in.Objects)
-	cluster.Params = in.Params
-	s, err := cluster.Scheduler(ctx, in.Policies, in.Config)
+	s, err := cluster.Scheduler(ctx, in.Policies, in.Params, in.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -126,10 +125,6 @@ type Cluster struct {
 	// nodeInfos are the snapshot's nodes in name order, for a stable
 	// report (the scheduler's order does not change feasibility or scores).
 	nodeInfos []fwk.NodeInfo
-	// Params are the params objects of parameterized policies (ConfigMaps,
-	// custom resources). A kind none of whose objects has a namespace is
-	// taken as cluster-scoped.
-	Params []*unstructured.Unstructured
 	// EvaluationBudget, when longer than the profile's, is the CEL
 	// plugins' time budget per pod (celplugins.Args) in the Schedulers
 	// built afterwards. The budget bounds the wall time of a cycle; a dry
@@ -185,8 +180,10 @@ type Scheduler struct {
 }
 
 // Scheduler builds the frameworks of every profile of cfg with the
-// policies; cfg must be defaulted (as loaded by the manager).
-func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.SchedulingPolicy, cfg *schedulerconfig.KubeSchedulerConfiguration) (*Scheduler, error) {
+// policies and the params objects of the parameterized ones (ConfigMaps,
+// custom resources: a kind none of whose objects has a namespace is taken
+// as cluster-scoped); cfg must be defaulted (as loaded by the manager).
+func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.SchedulingPolicy, params []*unstructured.Unstructured, cfg *schedulerconfig.KubeSchedulerConfiguration) (*Scheduler, error) {
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		return nil, err
@@ -209,11 +206,11 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 		frameworks: map[string]framework.Framework{},
 		why:        &engine.Why{},
 	}
-	params, err := engine.NewStaticParams(env, c.Params)
+	static, err := engine.NewStaticParams(env, params)
 	if err != nil {
 		return nil, fmt.Errorf("reading the params objects: %w", err)
 	}
-	s.rt.Inputs.Params = params
+	s.rt.Inputs.Params = static
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.nodes)+len(c.pods)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {
@@ -283,6 +280,25 @@ func (s *Scheduler) Applies(ctx context.Context, pod *corev1.Pod) ([]string, err
 		if m := p.Match(ctx, in); m.Matches || m.Decision.Verdict != engine.Pass || len(m.Decision.Ignored) > 0 {
 			out = append(out, p.Name)
 		}
+	}
+	return out, nil
+}
+
+// ParamsRead names the params objects that the policy of that name, if
+// parameterized, reads for the pod (its paramRef resolved in paramRef's
+// namespace or the pod's).
+func (s *Scheduler) ParamsRead(pod *corev1.Pod, policy string) ([]ParamsKey, error) {
+	i := slices.IndexFunc(s.compiled, func(p *engine.CompiledPolicy) bool { return p.Name == policy })
+	if i < 0 || s.compiled[i].ParamSpec() == nil {
+		return nil, nil
+	}
+	found, err := s.rt.Inputs.Params.Resolve(s.compiled[i].ParamSpec(), pod)
+	if err != nil {
+		return nil, fmt.Errorf("params of SchedulingPolicy %s: %w", policy, err)
+	}
+	out := make([]ParamsKey, 0, len(found))
+	for _, f := range found {
+		out = append(out, ParamsKey{Group: f.Kind.Group, Kind: f.Kind.Kind, Namespace: f.Namespace, Name: f.Name})
 	}
 	return out, nil
 }

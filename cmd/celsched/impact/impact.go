@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -32,6 +33,14 @@ type Input struct {
 	// or are added; Deletions name live policies to remove.
 	Live, Drafts []*schedv1alpha1.SchedulingPolicy
 	Deletions    []string
+	// Params are the live params objects of parameterized policies
+	// (ConfigMaps, custom resources); ParamsDrafts replace those of their
+	// kind, namespace and name or are added; ParamsDeletions name live
+	// ones to remove. A change of params is a change as a policy's is.
+	Params, ParamsDrafts []*unstructured.Unstructured
+	ParamsDeletions      []dryrun.ParamsKey
+	// Notes are said first in the report (what reading the input noticed).
+	Notes []string
 	Nodes        []*corev1.Node
 	Namespaces   []*corev1.Namespace
 	// Pods are all the cluster's pods, pending and bound, of every
@@ -104,7 +113,11 @@ type Report struct {
 	// Policies are the policies the draft adds, changes or deletes (and
 	// drafts equal to the live policy, as unchanged).
 	Policies []dryrun.PolicyChange `json:"policies"`
-	Notes    []string              `json:"notes,omitempty"`
+	// Params are the params objects the draft adds, changes or deletes
+	// (and drafts equal to the live object, as unchanged), with the
+	// policies that read each.
+	Params  []dryrun.ParamsChange `json:"params,omitempty"`
+	Notes   []string              `json:"notes,omitempty"`
 	Summary  Summary               `json:"summary"`
 	// Pods are the pods whose outcome changes, by change and then by name.
 	Pods []PodImpact `json:"pods"`
@@ -128,6 +141,9 @@ type Summary struct {
 	// namespace, and per policy of the draft that applies to them.
 	ByNamespace map[string]map[Change]int `json:"byNamespace"`
 	ByPolicy    map[string]map[Change]int `json:"byPolicy"`
+	// ByParams counts the changed pods per changed params object that a
+	// policy applying to them reads (Report.Params' Object).
+	ByParams map[string]map[Change]int `json:"byParams,omitempty"`
 }
 
 // PodImpact is what the draft does to one pod.
@@ -139,8 +155,12 @@ type PodImpact struct {
 	Now    Outcome `json:"now"`
 	Draft  Outcome `json:"draft"`
 	// Policies are the added, changed or deleted policies that apply to
-	// the pod now or with the draft.
+	// the pod now or with the draft, and those that read a changed params
+	// object for it.
 	Policies []string `json:"policies"`
+	// Params are the changed params objects that these policies read for
+	// the pod, now or with the draft.
+	Params []string `json:"params,omitempty"`
 	// Why are, when asked for (Input.Why), the policies whose rules hold
 	// the pod or refuse its node with the draft, with the false rules and
 	// their sub-expressions' values; for the changes held and
@@ -177,16 +197,82 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Policies: changes, Pods: []PodImpact{}, Summary: Summary{
+	draftParams, paramsChanges, err := dryrun.ApplyParamsDrafts(in.Params, in.ParamsDrafts, in.ParamsDeletions)
+	if err != nil {
+		return nil, err
+	}
+	r := &Report{Policies: changes, Params: paramsChanges, Pods: []PodImpact{}, Notes: slices.Clone(in.Notes), Summary: Summary{
 		ByChange: map[Change]int{}, ByNamespace: map[string]map[Change]int{}, ByPolicy: map[string]map[Change]int{},
 	}}
-	changed := sets.New[string]()
-	for _, c := range changes {
-		if c.Change != dryrun.PolicyUnchanged {
-			changed.Insert(c.Name)
+	var c change
+	c.policies = sets.New[string]()
+	for _, pc := range changes {
+		if pc.Change != dryrun.PolicyUnchanged {
+			c.policies.Insert(pc.Name)
 		}
 	}
+	c.params = map[dryrun.ParamsKey]string{}
+	for _, pc := range paramsChanges {
+		if pc.Change != dryrun.PolicyUnchanged {
+			c.params[pc.Key] = pc.Object
+		}
+	}
+	if len(c.params) > 0 {
+		r.Summary.ByParams = map[string]map[Change]int{}
+	}
 
+	evaluate, bound := r.podsToEvaluate(in)
+	namespaces := dryrun.WithNamespaces(in.Namespaces, evaluate...)
+	if n := len(namespaces) - len(in.Namespaces); n > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d namespace(s) of pods are not in the input; assumed with only their name label", n))
+	}
+
+	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
+	cluster.EvaluationBudget = EvaluationBudget
+	if c.now, err = cluster.Scheduler(ctx, in.Live, in.Params, in.Config); err != nil {
+		return nil, err
+	}
+	defer c.now.Close()
+	if c.next, err = cluster.Scheduler(ctx, draft, draftParams, in.Config); err != nil {
+		return nil, err
+	}
+	defer c.next.Close()
+	for _, p := range c.next.Policies() {
+		if c.policies.Has(p.Name) && p.Err() != nil {
+			first, _, _ := strings.Cut(p.Err().Error(), "\n")
+			r.Notes = append(r.Notes, "draft "+first+" (celsched validate shows every error)")
+		}
+	}
+	for i := range r.Params {
+		r.Params[i].Policies = c.readers(&r.Params[i])
+	}
+
+	results := make([]*PodImpact, len(evaluate))
+	err = parallel(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
+		var err error
+		results[i], err = c.evaluatePod(ctx, evaluate[i])
+		if err != nil || !in.Why || results[i] == nil {
+			return err
+		}
+		switch results[i].Change {
+		case Held:
+			results[i].Why, err = c.next.Why(ctx, evaluate[i], "")
+		case EvictedWouldNotReturn:
+			results[i].Why, err = c.next.Why(ctx, evaluate[i], evaluate[i].Spec.NodeName)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.add(results)
+	return r, nil
+}
+
+// podsToEvaluate sorts the input's pods: those of the profiles to
+// evaluate, and the bound ones, which take room on their nodes. It counts
+// them in the summary.
+func (r *Report) podsToEvaluate(in Input) (evaluate, bound []*corev1.Pod) {
 	profiles := sets.New[string]()
 	for _, p := range in.Config.Profiles {
 		profiles.Insert(p.SchedulerName)
@@ -195,7 +281,6 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	for _, n := range in.Nodes {
 		nodes.Insert(n.Name)
 	}
-	var bound, evaluate []*corev1.Pod
 	offNodes := 0
 	for i, p := range in.Pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
@@ -232,48 +317,12 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if offNodes > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d pod(s) bound to nodes that are not in the input are left out", offNodes))
 	}
-	namespaces := dryrun.WithNamespaces(in.Namespaces, evaluate...)
-	if n := len(namespaces) - len(in.Namespaces); n > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d namespace(s) of pods are not in the input; assumed with only their name label", n))
-	}
+	return evaluate, bound
+}
 
-	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
-	cluster.EvaluationBudget = EvaluationBudget
-	now, err := cluster.Scheduler(ctx, in.Live, in.Config)
-	if err != nil {
-		return nil, err
-	}
-	defer now.Close()
-	next, err := cluster.Scheduler(ctx, draft, in.Config)
-	if err != nil {
-		return nil, err
-	}
-	defer next.Close()
-	for _, p := range next.Policies() {
-		if changed.Has(p.Name) && p.Err() != nil {
-			first, _, _ := strings.Cut(p.Err().Error(), "\n")
-			r.Notes = append(r.Notes, "draft "+first+" (celsched validate shows every error)")
-		}
-	}
-
-	results := make([]*PodImpact, len(evaluate))
-	err = parallel(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
-		var err error
-		results[i], err = evaluatePod(ctx, now, next, changed, evaluate[i])
-		if err != nil || !in.Why || results[i] == nil {
-			return err
-		}
-		switch results[i].Change {
-		case Held:
-			results[i].Why, err = next.Why(ctx, evaluate[i], "")
-		case EvictedWouldNotReturn:
-			results[i].Why, err = next.Why(ctx, evaluate[i], evaluate[i].Spec.NodeName)
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
+// add counts the pods' results (nil: not affected) and lists the changed
+// pods, by change and then by name.
+func (r *Report) add(results []*PodImpact) {
 	for _, res := range results {
 		if res == nil {
 			r.Summary.NotAffected++
@@ -290,6 +339,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		for _, p := range res.Policies {
 			count(r.Summary.ByPolicy, p, res.Change)
 		}
+		for _, p := range res.Params {
+			count(r.Summary.ByParams, p, res.Change)
+		}
 	}
 	sort.SliceStable(r.Pods, func(i, j int) bool {
 		a, b := slices.Index(Changes, r.Pods[i].Change), slices.Index(Changes, r.Pods[j].Change)
@@ -298,7 +350,31 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 		return r.Pods[i].Pod < r.Pods[j].Pod
 	})
-	return r, nil
+}
+
+// change is the change evaluated: the schedulers with the live and with
+// the drafted policies and params, and what differs between them.
+type change struct {
+	now, next *dryrun.Scheduler
+	// policies are the names of the added, changed and deleted policies.
+	policies sets.Set[string]
+	// params are the added, changed and deleted params objects, with
+	// their names in the report.
+	params map[dryrun.ParamsKey]string
+}
+
+// readers names the policies, live or drafted, whose paramRef may select
+// the params object.
+func (c *change) readers(pc *dryrun.ParamsChange) []string {
+	out := sets.New[string]()
+	for _, s := range []*dryrun.Scheduler{c.now, c.next} {
+		for _, p := range s.Policies() {
+			if dryrun.Reads(p.ParamSpec(), pc.Key, pc.Labels...) {
+				out.Insert(p.Name)
+			}
+		}
+	}
+	return sets.List(out)
 }
 
 func count(m map[string]map[Change]int, key string, c Change) {
@@ -308,22 +384,46 @@ func count(m map[string]map[Change]int, key string, c Change) {
 	m[key][c]++
 }
 
-// evaluatePod evaluates a pod with both policy sets; nil when no changed
-// policy applies to it either way.
-func evaluatePod(ctx context.Context, now, next *dryrun.Scheduler, changed sets.Set[string], pod *corev1.Pod) (*PodImpact, error) {
-	before, err := now.Applies(ctx, pod)
+// evaluatePod evaluates a pod with both policy sets; nil when the change
+// cannot touch it: no changed policy applies to it either way, and no
+// policy that applies reads a changed params object for it.
+func (c *change) evaluatePod(ctx context.Context, pod *corev1.Pod) (*PodImpact, error) {
+	before, err := c.now.Applies(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	after, err := next.Applies(ctx, pod)
+	after, err := c.next.Applies(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	relevant := sets.List(changed.Intersection(sets.New(before...).Insert(after...)))
+	relevant := c.policies.Intersection(sets.New(before...).Insert(after...))
+	params := sets.New[string]()
+	if len(c.params) > 0 {
+		for _, side := range []struct {
+			s        *dryrun.Scheduler
+			policies []string
+		}{{c.now, before}, {c.next, after}} {
+			for _, policy := range side.policies {
+				keys, err := side.s.ParamsRead(pod, policy)
+				if err != nil {
+					return nil, err
+				}
+				for _, k := range keys {
+					if name, ok := c.params[k]; ok {
+						relevant.Insert(policy)
+						params.Insert(name)
+					}
+				}
+			}
+		}
+	}
 	if len(relevant) == 0 {
 		return nil, nil
 	}
-	res := &PodImpact{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName, Policies: relevant}
+	res := &PodImpact{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName, Policies: sets.List(relevant)}
+	if params.Len() > 0 {
+		res.Params = sets.List(params)
+	}
 	outcome := pending
 	eval := (*dryrun.Scheduler).Schedule
 	if pod.Spec.NodeName != "" {
@@ -333,7 +433,7 @@ func evaluatePod(ctx context.Context, now, next *dryrun.Scheduler, changed sets.
 	for _, side := range []struct {
 		s   *dryrun.Scheduler
 		out *Outcome
-	}{{now, &res.Now}, {next, &res.Draft}} {
+	}{{c.now, &res.Now}, {c.next, &res.Draft}} {
 		report, err := eval(side.s, ctx, pod)
 		if err != nil {
 			return nil, fmt.Errorf("pod %s: %w", res.Pod, err)
