@@ -76,7 +76,9 @@ func ParamsKeyOf(obj *unstructured.Unstructured) ParamsKey {
 }
 
 // GroupKind is the key's kind.
-func (k ParamsKey) GroupKind() schema.GroupKind { return schema.GroupKind{Group: k.Group, Kind: k.Kind} }
+func (k ParamsKey) GroupKind() schema.GroupKind {
+	return schema.GroupKind{Group: k.Group, Kind: k.Kind}
+}
 
 // String is the key as reports and --delete-params write it:
 // KIND[.GROUP]/NAMESPACE/NAME, or KIND[.GROUP]/NAME for a cluster-scoped

@@ -40,9 +40,9 @@ type Input struct {
 	Params, ParamsDrafts []*unstructured.Unstructured
 	ParamsDeletions      []dryrun.ParamsKey
 	// Notes are said first in the report (what reading the input noticed).
-	Notes []string
-	Nodes        []*corev1.Node
-	Namespaces   []*corev1.Namespace
+	Notes      []string
+	Nodes      []*corev1.Node
+	Namespaces []*corev1.Namespace
 	// Pods are all the cluster's pods, pending and bound, of every
 	// scheduler: bound pods take room on their nodes.
 	Pods []*corev1.Pod
@@ -118,7 +118,7 @@ type Report struct {
 	// policies that read each.
 	Params  []dryrun.ParamsChange `json:"params,omitempty"`
 	Notes   []string              `json:"notes,omitempty"`
-	Summary  Summary               `json:"summary"`
+	Summary Summary               `json:"summary"`
 	// Pods are the pods whose outcome changes, by change and then by name.
 	Pods []PodImpact `json:"pods"`
 }
