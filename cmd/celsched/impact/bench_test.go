@@ -2,41 +2,27 @@ package impact
 
 import (
 	"context"
-	"fmt"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/builder"
 )
 
-// largeCluster generates nodes in three zones, namespaces, and pods
-// spread over them (bound) plus pending pods, and live policies that keep
-// each namespace in two zones and prefer one.
-func largeCluster(nodes, pods, pending int) Input {
-	zones := []string{"a", "b", "c"}
-	in := Input{}
-	for i := range nodes {
-		in.Nodes = append(in.Nodes, node(fmt.Sprintf("node-%04d", i), zones[i%3]))
-	}
-	const namespaces = 30
-	for i := range namespaces {
-		ns := fmt.Sprintf("team-%02d", i)
-		in.Namespaces = append(in.Namespaces, namespace(ns, map[string]string{"zone": zones[i%3]}))
-	}
-	for i := range pods {
-		ns := fmt.Sprintf("team-%02d", i%namespaces)
-		nodeName := ""
-		if i >= pending {
-			// on a node of the namespace's zone or the next one
-			nodeName = in.Nodes[(i%namespaces%3+i%2+3*(i/7))%nodes].Name
+// largeInput is builder.LargeCluster as impact's input, with a draft.
+func largeInput(tb testing.TB, nodes, pods, pending int, draft *schedv1alpha1.SchedulingPolicy) Input {
+	tb.Helper()
+	c := builder.LargeCluster(nodes, pods, pending)
+	in := Input{Nodes: c.Nodes, Namespaces: c.Namespaces, Pods: c.Pods, Live: c.Live, Config: config(tb),
+		Drafts: []*schedv1alpha1.SchedulingPolicy{draft}}
+	for _, cm := range c.ConfigMaps {
+		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cm)
+		if err != nil {
+			tb.Fatal(err)
 		}
-		in.Pods = append(in.Pods, pod(ns, fmt.Sprintf("p-%05d", i), nodeName, map[string]string{"app": fmt.Sprintf("app-%d", i%100)}))
-	}
-	in.Live = []*schedv1alpha1.SchedulingPolicy{
-		builder.MakePolicy("home-zones").Condition("labelled", "has(namespaceObject.metadata.labels) && 'zone' in namespaceObject.metadata.labels").
-			Filter("zone", "node.metadata.labels['"+zoneLabel+"'] != 'c' || namespaceObject.metadata.labels['zone'] == 'c'").Obj(),
-		builder.MakePolicy("prefer-home").Score("home",
-			"node.metadata.labels['"+zoneLabel+"'] == namespaceObject.metadata.?labels[?'zone'].orValue('') ? 100 : 0", 1, schedv1alpha1.None).Obj(),
+		in.Params = append(in.Params, &unstructured.Unstructured{Object: content})
 	}
 	return in
 }
@@ -47,28 +33,34 @@ func largeCluster(nodes, pods, pending int) Input {
 //
 //	go test ./cmd/celsched/impact -run '^$' -bench Run1000Nodes3000Pods -benchtime 1x
 func BenchmarkRun1000Nodes3000Pods(b *testing.B) {
-	benchmarkRun(b, largeCluster(1000, 3000, 500))
+	benchmarkRun(b, largeInput(b, 1000, 3000, 500, builder.HomeZonesDraft()), 3000)
 }
 
-// BenchmarkRunSmall is the same at a tenth of the size, for profiles.
+// BenchmarkRun5000Nodes10000Pods: 5000 nodes, 10,000 pods (1000 pending),
+// a draft of the parameterized policy that the tenants' pods (half of
+// them) match, each tenant with its params ConfigMap.
+//
+//	go test ./cmd/celsched/impact -run '^$' -bench Run5000Nodes10000Pods -benchtime 1x
+func BenchmarkRun5000Nodes10000Pods(b *testing.B) {
+	benchmarkRun(b, largeInput(b, 5000, 10000, 1000, builder.TenantZonesDraft()), 5000)
+}
+
+// BenchmarkRunSmall is the first at a tenth of the size, for profiles.
 func BenchmarkRunSmall(b *testing.B) {
-	benchmarkRun(b, largeCluster(300, 300, 50))
+	benchmarkRun(b, largeInput(b, 300, 300, 50, builder.HomeZonesDraft()), 300)
 }
 
-func benchmarkRun(b *testing.B, in Input) {
-	in.Config = config(b)
-	in.Drafts = []*schedv1alpha1.SchedulingPolicy{
-		builder.MakePolicy("home-zones").Condition("labelled", "has(namespaceObject.metadata.labels) && 'zone' in namespaceObject.metadata.labels").
-			Filter("zone", "node.metadata.labels['"+zoneLabel+"'] == namespaceObject.metadata.labels['zone'] || namespaceObject.metadata.labels['zone'] == 'b'").Obj(),
-	}
+// benchmarkRun runs impact on the input; affected pods are evaluated with
+// both policy sets.
+func benchmarkRun(b *testing.B, in Input, affected int) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r, err := Run(context.Background(), in)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if r.Summary.Pending+r.Summary.Bound != len(in.Pods) || r.Summary.NotAffected != 0 || len(r.Pods) == 0 {
-			b.Fatalf("summary %+v, %d changed pods: want %d pods, all affected, some changed", r.Summary, len(r.Pods), len(in.Pods))
+		if r.Summary.Pending+r.Summary.Bound != len(in.Pods) || len(in.Pods)-r.Summary.NotAffected != affected || len(r.Pods) == 0 {
+			b.Fatalf("summary %+v, %d changed pods: want %d pods, %d affected, some changed", r.Summary, len(r.Pods), len(in.Pods), affected)
 		}
 		b.ReportMetric(float64(len(r.Pods)), "changed-pods")
 	}
