@@ -11,7 +11,8 @@ import (
 )
 
 // This file is the memo of expression results per node version: each rule
-// is evaluated at most once per distinct input (design.md, Performance).
+// is evaluated at most once per distinct input (docs/scheduler.md, "What
+// each cache holds").
 //
 //   - An expression that reads only node (directly or through variables)
 //     has one result per node version: the first pod to need it evaluates

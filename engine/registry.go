@@ -16,7 +16,7 @@ import (
 // that changed and publishes a new snapshot.
 //
 // A registry has one writer: the event handler on the scheduler's own
-// SchedulingPolicy informer (celplugins.PolicyInformer), which sees every
+// SchedulingPolicy informer (celplugins.PolicyFeed), which sees every
 // object's events in order. So a registry needs no tombstones or version
 // comparisons: the last event about a name is the truth.
 type Registry struct {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Start-up runs and their pods: issue 12 asks for 10 runs of 500 pods.
+// Start-up runs and their pods: 10 runs of 500 pods each.
 const (
 	startupRuns = 10
 	startupPods = 500
