@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -127,6 +128,12 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	patch := client.MergeFromWithOptions(policy.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	policy.Status = status
 	if err := r.Client.Status().Patch(ctx, policy, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			// A newer version exists (a spec change, another writer): its
+			// event brings the policy back; no error to log.
+			ctrl.LoggerFrom(ctx).V(1).Info("SchedulingPolicy changed while its status was written; looking again", "generation", policy.Generation)
+			return ctrl.Result{RequeueAfter: registryLag}, nil
+		}
 		return ctrl.Result{}, fmt.Errorf("writing the status: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("SchedulingPolicy status written", "ready", condition.Status, "reason", condition.Reason, "generation", policy.Generation)
