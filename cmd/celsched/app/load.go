@@ -175,45 +175,14 @@ func (d *document) policy() (*schedv1alpha1.SchedulingPolicy, error) {
 		return nil, fmt.Errorf("%s:%d: want apiVersion %s, kind SchedulingPolicy; got %q, %q", d.file, d.root.Line, schedv1alpha1.GroupVersion, apiVersion, kind)
 	}
 	p := &schedv1alpha1.SchedulingPolicy{}
-	if err := yaml.UnmarshalStrict(d.json, p); err != nil {
-		msg := strings.TrimPrefix(err.Error(), "error unmarshaling JSON: while decoding JSON: json: ")
-		line := d.root.Line
-		if m := unknownField.FindStringSubmatch(msg); m != nil {
-			if n, path := findKey(d.root, m[1], ""); n != nil {
-				line, msg = n.Line, path+": unknown field"
-			}
-		}
-		return nil, fmt.Errorf("%s:%d: %s", d.file, line, msg)
+	if err := d.decode(p); err != nil {
+		return nil, err
 	}
 	return p, nil
 }
 
-var unknownField = regexp.MustCompile(`unknown field "([^"]+)"`)
-
-// findKey returns the first mapping key with the given name, depth first,
-// and its field path.
-func findKey(n *yamlv3.Node, name, path string) (*yamlv3.Node, string) {
-	switch n.Kind {
-	case yamlv3.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key := n.Content[i].Value
-			p := key
-			if path != "" {
-				p = path + "." + key
-			}
-			if key == name {
-				return n.Content[i], p
-			}
-			if found, fp := findKey(n.Content[i+1], name, p); found != nil {
-				return found, fp
-			}
-		}
-	case yamlv3.SequenceNode:
-		for i, c := range n.Content {
-			if found, fp := findKey(c, name, fmt.Sprintf("%s[%d]", path, i)); found != nil {
-				return found, fp
-			}
-		}
-	}
-	return nil, ""
+// decode decodes the document strictly (decodeStrict).
+func (d *document) decode(out any) error {
+	return decodeStrict(d.file, d.root, d.json, out)
 }
+

@@ -28,8 +28,12 @@ func TestValidate(t *testing.T) {
 		"misspelt-field": {"misspelt-field.yaml", 1},
 		"scope-and-type": {"scope-and-type.yaml", 1},
 		"unknown-field":  {"unknown-field.yaml", 1},
-		"malformed":      {"malformed.yaml", 2},
-		"missing":        {"missing.yaml", 2},
+		// The one strict decoder: duplicated keys and wrong types, each
+		// at its line with its field path.
+		"duplicate-key": {"duplicate-key.yaml", 1},
+		"wrong-type":    {"wrong-type.yaml", 1},
+		"malformed":     {"malformed.yaml", 2},
+		"missing":       {"missing.yaml", 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -212,7 +216,7 @@ func TestTestBadInput(t *testing.T) {
 	}
 	cases := map[string]struct{ file, want string }{
 		"no suites":     {write("empty.yaml", "apiVersion: v1\nkind: ConfigMap\n"), "no PolicyTest suites"},
-		"unknown field": {write("typo.yaml", "apiVersion: celsched.io/v1alpha1\nkind: PolicyTest\ncasses: []\n"), `unknown field "casses"`},
+		"unknown field": {write("typo.yaml", "apiVersion: celsched.io/v1alpha1\nkind: PolicyTest\ncasses: []\n"), `typo.yaml:3: casses: unknown field (did you mean "cases"?)`},
 		"missing policy file": {write("missing.yaml", "apiVersion: celsched.io/v1alpha1\nkind: PolicyTest\npolicies: [nope.yaml]\ncases: []\n"),
 			"nope.yaml: no such file or directory"},
 	}
@@ -262,6 +266,8 @@ func TestImpact(t *testing.T) {
 		"unknown-delete":  {args: []string{"--delete", "nope"}, wantCode: 2},
 		"missing-draft":   {args: []string{"-f", filepath.Join(dir, "missing.yaml")}, wantCode: 2},
 		"wrong-kind":      {args: append(slices.Clone(shop), "--nodes", filepath.Join("testdata", "eval", "pod-trainer.yaml")), wantCode: 2},
+		// A misspelt field in a List's second item: its line and path.
+		"list-item-typo": {args: append(slices.Clone(shop), "--nodes", filepath.Join(dir, "nodes-typo.yaml")), wantCode: 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,45 +1,47 @@
 package app
 
 import (
+	"encoding/json"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
+	yamlv3 "go.yaml.in/yaml/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
 
-// decoder decodes Kubernetes objects strictly: unknown fields are errors.
-var decoder = func() runtime.Decoder {
+// scheme knows the kinds the CLI decodes into Go types; other kinds are
+// read as unstructured objects where any object is wanted.
+var scheme = func() *runtime.Scheme {
 	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	return serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(schedv1alpha1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme))
+	return scheme
 }()
 
-// decodeObjects decodes every document of the files as objects of type T;
-// a List (as `kubectl get -o yaml` prints) contributes its items.
+// decodeObjects decodes every document of the files as objects of type T,
+// strictly (decodeStrict); a List (as `kubectl get -o yaml` prints)
+// contributes its items.
 func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error) {
 	var out []T
 	for _, d := range docs {
 		if _, k := d.kind(); k == "List" {
-			list := &corev1.List{}
-			if _, _, err := decoder.Decode(d.json, nil, list); err != nil {
+			var list struct {
+				Items []json.RawMessage `json:"items"`
+			}
+			if err := json.Unmarshal(d.json, &list); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
 			}
-			for _, item := range list.Items {
-				obj, err := decodeOne[T](item.Raw, d, kind)
+			items := child(d.root, "items")
+			for i, raw := range list.Items {
+				obj, err := decodeOne[T](d.file, items.Content[i], raw, kind)
 				if err != nil {
 					return nil, err
 				}
@@ -47,7 +49,7 @@ func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error)
 			}
 			continue
 		}
-		obj, err := decodeOne[T](d.json, d, kind)
+		obj, err := decodeOne[T](d.file, d.root, d.json, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -56,29 +58,42 @@ func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error)
 	return out, nil
 }
 
-func decodeOne[T runtime.Object](data []byte, d *document, kind string) (T, error) {
+// decodeOne decodes one object, of the Go type its apiVersion and kind
+// name.
+func decodeOne[T runtime.Object](file string, node *yamlv3.Node, data []byte, kind string) (T, error) {
 	var zero T
-	where := d.file
-	if d.root.Line > 0 {
-		where = fmt.Sprintf("%s:%d", d.file, d.root.Line)
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(data, &tm); err != nil {
+		return zero, fmt.Errorf("%s:%d: %w", file, node.Line, err)
 	}
-	obj, _, err := decoder.Decode(data, nil, nil)
+	if tm.APIVersion == "" || tm.Kind == "" {
+		return zero, fmt.Errorf("%s:%d: want a %s: apiVersion and kind are required", file, node.Line, kind)
+	}
+	gvk := schema.FromAPIVersionAndKind(tm.APIVersion, tm.Kind)
+	obj, err := scheme.New(gvk)
 	if runtime.IsNotRegisteredError(err) {
 		// A kind the CLI does not know (a custom resource: params) is read
 		// as it is, where any object is wanted.
-		if u, uerr := unstructuredOf(data, d); uerr == nil {
-			if t, ok := any(u).(T); ok {
-				return t, nil
-			}
+		u, uerr := unstructuredOf(data, file, node.Line)
+		if uerr != nil {
+			return zero, uerr
 		}
+		if t, ok := any(u).(T); ok {
+			return t, nil
+		}
+		return zero, fmt.Errorf("%s:%d: want a %s, got a %s", file, node.Line, kind, tm.Kind)
 	}
 	if err != nil {
-		return zero, fmt.Errorf("%s: %w", where, err)
+		return zero, fmt.Errorf("%s:%d: %w", file, node.Line, err)
 	}
 	t, ok := obj.(T)
 	if !ok {
-		return zero, fmt.Errorf("%s: want a %s, got a %s", where, kind, obj.GetObjectKind().GroupVersionKind().Kind)
+		return zero, fmt.Errorf("%s:%d: want a %s, got a %s", file, node.Line, kind, tm.Kind)
 	}
+	if err := decodeStrict(file, node, data, obj); err != nil {
+		return zero, err
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
 	return t, nil
 }
 
@@ -120,7 +135,7 @@ func readPolicies(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy
 func decodeUnstructured(docs []*document) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, d := range docs {
-		obj, err := unstructuredOf(d.json, d)
+		obj, err := unstructuredOf(d.json, d.file, d.root.Line)
 		if err != nil {
 			return nil, err
 		}
@@ -139,13 +154,13 @@ func decodeUnstructured(docs []*document) ([]*unstructured.Unstructured, error) 
 	return out, nil
 }
 
-func unstructuredOf(data []byte, d *document) (*unstructured.Unstructured, error) {
+func unstructuredOf(data []byte, file string, line int) (*unstructured.Unstructured, error) {
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON(data); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
+		return nil, fmt.Errorf("%s:%d: %w", file, line, err)
 	}
 	if obj.GetKind() == "" || obj.GetAPIVersion() == "" || obj.GetName() == "" && !obj.IsList() {
-		return nil, fmt.Errorf("%s:%d: a params object needs apiVersion, kind and metadata.name", d.file, d.root.Line)
+		return nil, fmt.Errorf("%s:%d: a params object needs apiVersion, kind and metadata.name", file, line)
 	}
 	return obj, nil
 }

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
@@ -202,8 +201,8 @@ func loadSuites(s *streams, paths []string) ([]*Suite, error) {
 			continue
 		}
 		spec := &PolicyTest{}
-		if err := yaml.UnmarshalStrict(d.json, spec); err != nil {
-			return nil, fmt.Errorf("%s:%d: %v", d.file, d.root.Line, err)
+		if err := d.decode(spec); err != nil {
+			return nil, err
 		}
 		suite, err := loadSuite(s, d.file, spec)
 		if err != nil {
@@ -391,7 +390,11 @@ func inlineObjects[T runtime.Object](s *streams, dir string, entries []json.RawM
 			out = append(out, objs...)
 			continue
 		}
-		obj, err := decodeOne[T](raw, &document{file: fmt.Sprintf("entry %d", i), root: &yamlv3.Node{}}, kind)
+		var node yamlv3.Node // the entry's JSON as a tree, for the strict check
+		if err := yamlv3.Unmarshal(raw, &node); err != nil || len(node.Content) == 0 {
+			return nil, fmt.Errorf("%s entry %d: %v", kind, i, err)
+		}
+		obj, err := decodeOne[T](fmt.Sprintf("%s entry %d", kind, i), node.Content[0], raw, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +419,7 @@ func inlineParams(s *streams, dir string, entries []json.RawMessage) ([]*unstruc
 			out = append(out, objs...)
 			continue
 		}
-		obj, err := unstructuredOf(raw, &document{file: fmt.Sprintf("entry %d", i), root: &yamlv3.Node{}})
+		obj, err := unstructuredOf(raw, fmt.Sprintf("params entry %d", i), 1)
 		if err != nil {
 			return nil, err
 		}
