@@ -185,4 +185,3 @@ func (d *document) policy() (*schedv1alpha1.SchedulingPolicy, error) {
 func (d *document) decode(out any) error {
 	return decodeStrict(d.file, d.root, d.json, out)
 }
-
