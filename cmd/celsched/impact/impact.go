@@ -222,6 +222,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 
 	evaluate, bound := r.podsToEvaluate(in)
+	// The pods of a namespace one after the other: a rule's remembered
+	// results on a node are kept per namespace (and the pod fields it
+	// reads), a few at a time, so that pods taken in turn from many
+	// namespaces would miss them every time.
+	slices.SortStableFunc(evaluate, func(a, b *corev1.Pod) int { return strings.Compare(a.Namespace, b.Namespace) })
 	namespaces := dryrun.WithNamespaces(in.Namespaces, evaluate...)
 	if n := len(namespaces) - len(in.Namespaces); n > 0 {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d namespace(s) of pods are not in the input; assumed with only their name label", n))
