@@ -712,118 +712,151 @@ func (r *references) firstNodeScoped() *reference {
 	return first
 }
 
+// references finds what an expression reads: its root variables, the
+// pod's fields, the variables it uses, and whether it reads the whole pod
+// (a bare pod or pod.metadata) or nodeInfo.pods.
 func (pc *policyCompiler) references(ast *cel.Ast) *references {
-	refs := &references{}
-	// A bare `variables` (not variables.<name>) may read any variable;
-	// likewise a bare `pod` or `pod.metadata`.
-	variablesIdents, variablesSelects := 0, 0
-	podIdents, podSelects, metadataSelects, metadataFieldSelects := 0, 0, 0, 0
-	refs.podFields = map[string]bool{}
+	v := &referenceVisitor{pc: pc, refs: &references{podFields: map[string]bool{}}}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
 		case celast.CallKind:
-			call := e.AsCall()
-			switch call.FunctionName() {
-			case "flatten":
-				refs.unboundedCall = true
-			case operators.OptSelect:
-				// pod.?field and pod.metadata.?field read one field, as
-				// the plain selections below do.
-				args := call.Args()
-				if len(args) != 2 || args[1].Kind() != celast.LiteralKind {
-					return
-				}
-				name, ok := args[1].AsLiteral().Value().(string)
-				if !ok {
-					return
-				}
-				op := args[0]
-				switch {
-				case op.Kind() == celast.IdentKind && op.AsIdent() == PodVar && name != "metadata":
-					podSelects++
-					refs.podFields[name] = true
-				case op.Kind() == celast.SelectKind && op.AsSelect().FieldName() == "metadata" &&
-					op.AsSelect().Operand().Kind() == celast.IdentKind && op.AsSelect().Operand().AsIdent() == PodVar:
-					metadataFieldSelects++
-					refs.podFields["metadata."+name] = true
-				}
-			}
+			v.call(e.AsCall())
 		case celast.IdentKind:
-			// A comprehension variable of the same name counts as the
-			// input: conservative, it only makes less cacheable.
-			switch e.AsIdent() {
-			case PodVar:
-				refs.reads |= readsPod
-				podIdents++
-			case NamespaceVar:
-				refs.reads |= readsNamespace
-			case VariablesVar:
-				variablesIdents++
-			case ParamsVar:
-				refs.reads |= readsParams
-				// Params have no declared size bound: tracked.
-				refs.unboundedVariable = true
-			}
-			switch e.AsIdent() {
-			case NodeVar:
-				refs.reads |= readsNode
-				if refs.node == nil {
-					refs.node = &reference{id: e.ID(), what: "node"}
-				}
-			case NodeInfoVar:
-				refs.reads |= readsNodeInfo
-				if refs.nodeInfo == nil {
-					refs.nodeInfo = &reference{id: e.ID(), what: "nodeInfo"}
-				}
-			}
+			v.ident(e)
 		case celast.SelectKind:
-			sel := e.AsSelect()
-			op := sel.Operand()
-			if op.Kind() == celast.SelectKind && op.AsSelect().FieldName() == "metadata" &&
-				op.AsSelect().Operand().Kind() == celast.IdentKind && op.AsSelect().Operand().AsIdent() == PodVar {
-				metadataFieldSelects++
-				refs.podFields["metadata."+sel.FieldName()] = true
-			}
-			if op.Kind() != celast.IdentKind {
-				return
-			}
-			if op.AsIdent() == PodVar {
-				podSelects++
-				if sel.FieldName() == "metadata" {
-					metadataSelects++
-				} else {
-					refs.podFields[sel.FieldName()] = true
-				}
-			}
-			switch op.AsIdent() {
-			case VariablesVar:
-				variablesSelects++
-				if i, ok := pc.out.variableIndex[sel.FieldName()]; ok {
-					refs.reads |= pc.out.variables[i].reads
-				} else {
-					refs.reads |= readsAll // a variable that did not compile
-				}
-				if !pc.scalarVariables[sel.FieldName()] {
-					refs.unboundedVariable = true
-				}
-				if refs.nodeVariable != nil {
-					return
-				}
-				if i, ok := pc.out.variableIndex[sel.FieldName()]; ok && pc.out.variables[i].nodeScoped {
-					refs.nodeVariable = &reference{id: e.ID(), what: "variables." + sel.FieldName() + " (it reads node or nodeInfo)"}
-				}
-			case NodeInfoVar:
-				if sel.FieldName() == "pods" {
-					refs.nodeInfoPods = true
-				}
-			}
+			v.selection(e)
 		}
 	}))
-	if variablesIdents > variablesSelects {
-		for _, v := range pc.out.variables {
-			refs.reads |= v.reads
+	refs := v.refs
+	// A bare `variables` (not variables.<name>) may read any variable;
+	// likewise a bare `pod` or `pod.metadata`.
+	if v.variablesIdents > v.variablesSelects {
+		for _, variable := range pc.out.variables {
+			refs.reads |= variable.reads
 		}
 	}
-	refs.podWhole = podIdents > podSelects || metadataSelects > metadataFieldSelects
+	refs.podWhole = v.podIdents > v.podSelects || v.metadataSelects > v.metadataFieldSelects
 	return refs
+}
+
+// referenceVisitor collects an expression's references, node by node.
+type referenceVisitor struct {
+	pc   *policyCompiler
+	refs *references
+	// How often `variables`, `pod` and `pod.metadata` appear, and how
+	// often as the operand of a field selection: more of the first means
+	// a bare use, which may read anything of it.
+	variablesIdents, variablesSelects                            int
+	podIdents, podSelects, metadataSelects, metadataFieldSelects int
+}
+
+// call handles flatten (unbounded) and optional selections: pod.?field and
+// pod.metadata.?field read one field, as plain selections do.
+func (v *referenceVisitor) call(call celast.CallExpr) {
+	switch call.FunctionName() {
+	case "flatten":
+		v.refs.unboundedCall = true
+	case operators.OptSelect:
+		args := call.Args()
+		if len(args) != 2 || args[1].Kind() != celast.LiteralKind {
+			return
+		}
+		name, ok := args[1].AsLiteral().Value().(string)
+		if !ok {
+			return
+		}
+		op := args[0]
+		switch {
+		case op.Kind() == celast.IdentKind && op.AsIdent() == PodVar && name != "metadata":
+			v.podSelects++
+			v.refs.podFields[name] = true
+		case isPodMetadata(op):
+			v.metadataFieldSelects++
+			v.refs.podFields["metadata."+name] = true
+		}
+	}
+}
+
+// ident handles the root variables. A comprehension variable of the same
+// name counts as the input: conservative, it only makes less cacheable.
+func (v *referenceVisitor) ident(e celast.Expr) {
+	refs := v.refs
+	switch e.AsIdent() {
+	case PodVar:
+		refs.reads |= readsPod
+		v.podIdents++
+	case NamespaceVar:
+		refs.reads |= readsNamespace
+	case VariablesVar:
+		v.variablesIdents++
+	case ParamsVar:
+		refs.reads |= readsParams
+		// Params have no declared size bound: tracked.
+		refs.unboundedVariable = true
+	case NodeVar:
+		refs.reads |= readsNode
+		if refs.node == nil {
+			refs.node = &reference{id: e.ID(), what: "node"}
+		}
+	case NodeInfoVar:
+		refs.reads |= readsNodeInfo
+		if refs.nodeInfo == nil {
+			refs.nodeInfo = &reference{id: e.ID(), what: "nodeInfo"}
+		}
+	}
+}
+
+// selection handles field selections of the pod, its metadata, variables
+// and nodeInfo.
+func (v *referenceVisitor) selection(e celast.Expr) {
+	refs := v.refs
+	sel := e.AsSelect()
+	op := sel.Operand()
+	if isPodMetadata(op) {
+		v.metadataFieldSelects++
+		refs.podFields["metadata."+sel.FieldName()] = true
+	}
+	if op.Kind() != celast.IdentKind {
+		return
+	}
+	switch op.AsIdent() {
+	case PodVar:
+		v.podSelects++
+		if sel.FieldName() == "metadata" {
+			v.metadataSelects++
+		} else {
+			refs.podFields[sel.FieldName()] = true
+		}
+	case VariablesVar:
+		v.variable(e.ID(), sel.FieldName())
+	case NodeInfoVar:
+		if sel.FieldName() == "pods" {
+			refs.nodeInfoPods = true
+		}
+	}
+}
+
+// variable handles variables.<name>: the expression reads what the
+// variable reads.
+func (v *referenceVisitor) variable(id int64, name string) {
+	refs, out := v.refs, v.pc.out
+	v.variablesSelects++
+	i, ok := out.variableIndex[name]
+	if ok {
+		refs.reads |= out.variables[i].reads
+	} else {
+		refs.reads |= readsAll // a variable that did not compile
+	}
+	if !v.pc.scalarVariables[name] {
+		refs.unboundedVariable = true
+	}
+	if refs.nodeVariable == nil && ok && out.variables[i].nodeScoped {
+		refs.nodeVariable = &reference{id: id, what: "variables." + name + " (it reads node or nodeInfo)"}
+	}
+}
+
+// isPodMetadata says whether e is pod.metadata.
+func isPodMetadata(e celast.Expr) bool {
+	return e.Kind() == celast.SelectKind && e.AsSelect().FieldName() == "metadata" &&
+		e.AsSelect().Operand().Kind() == celast.IdentKind && e.AsSelect().Operand().AsIdent() == PodVar
 }

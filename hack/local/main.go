@@ -34,6 +34,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -57,13 +58,9 @@ func run(workDir, samplesDir string) error {
 		return err
 	}
 	logFile := filepath.Join(workDir, "manager.log")
-	// The manager and the scheduler log to a file; the terminal shows the placements.
-	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "log_file": logFile, "one_output": "true"} {
-		if err := flag.Set(k, v); err != nil {
-			return err
-		}
+	if err := logTo(logFile); err != nil {
+		return err
 	}
-	ctrl.SetLogger(klog.NewKlogr())
 	defer klog.Flush()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -94,23 +91,56 @@ func run(workDir, samplesDir string) error {
 	}
 	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
 	defer cancelMgr()
-	// The manager provisions the webhook's certificate in its namespace, as
-	// in a cluster installed from config/default.
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
-		return fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
-	}
-	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"}
-	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
-	mgr, err := app.New(mgrCtx, cfg, opts)
+	mgrDone, err := startManager(mgrCtx, env, cfg, c, logFile)
 	if err != nil {
 		return err
 	}
-	mgrDone := make(chan error, 1)
-	go func() { mgrDone <- mgr.Start(mgrCtx) }()
-	fmt.Printf("Started the celsched manager (scheduler %v); its log is %s\n", mgr.SchedulerNames, logFile)
+	if err := populate(ctx, c, samplesDir); err != nil {
+		return err
+	}
+	printTryThis(kubeconfig)
+	if err := watchPlacements(ctx, cfg); err != nil {
+		return err
+	}
+	cancelMgr()
+	return <-mgrDone
+}
 
-	// Policies are validated by the manager's webhook: apply them once the
-	// API server calls it.
+// logTo sends the manager's and the scheduler's logs to a file; the
+// terminal shows the placements.
+func logTo(logFile string) error {
+	for k, v := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL", "log_file": logFile, "one_output": "true"} {
+		if err := flag.Set(k, v); err != nil {
+			return err
+		}
+	}
+	ctrl.SetLogger(klog.NewKlogr())
+	return nil
+}
+
+// startManager starts the celsched manager, with the webhook's certificate
+// provisioned in its namespace as in a cluster installed from
+// config/default, and returns what its Start returns, when it does.
+func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Config, c client.Client, logFile string) (<-chan error, error) {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
+		return nil, fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
+	}
+	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"}
+	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
+	mgr, err := app.New(ctx, cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	fmt.Printf("Started the celsched manager (scheduler %v); its log is %s\n", mgr.SchedulerNames, logFile)
+	return done, nil
+}
+
+// populate applies the sample policies (once the manager's webhook is
+// called: it validates them) and their params, waits for them to be Ready,
+// creates the sample pods and prints where they went.
+func populate(ctx context.Context, c client.Client, samplesDir string) error {
 	if err := testenv.WaitWebhook(ctx, c, true, time.Minute); err != nil {
 		return err
 	}
@@ -121,7 +151,6 @@ func run(workDir, samplesDir string) error {
 	if err := applyParams(ctx, c, samplesDir); err != nil {
 		return err
 	}
-
 	if err := waitReady(ctx, c, policies); err != nil {
 		return err
 	}
@@ -132,10 +161,10 @@ func run(workDir, samplesDir string) error {
 	if err := waitSettled(ctx, c, pods); err != nil {
 		return err
 	}
-	if err := printTable(ctx, c, pods); err != nil {
-		return err
-	}
+	return printTable(ctx, c, pods)
+}
 
+func printTryThis(kubeconfig string) {
 	fmt.Printf(`
 The cluster keeps running. Try, in another terminal:
   kubectl --kubeconfig %[1]s get schedpol
@@ -147,14 +176,6 @@ The cluster keeps running. Try, in another terminal:
 New placements are printed below. Ctrl-C stops everything.
 
 `, kubeconfig)
-	if err := watchPlacements(ctx, cfg); err != nil {
-		return err
-	}
-	cancelMgr()
-	if err := <-mgrDone; err != nil {
-		return err
-	}
-	return nil
 }
 
 func scheme() *runtime.Scheme {

@@ -183,16 +183,55 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+	mgr, rotator, err := newControllerManager(cfg, o)
+	if err != nil {
 		return nil, err
 	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment: %w", err)
+	}
+	p, err := newPolicies(ctx, cfg, mgr, env)
+	if err != nil {
 		return nil, err
+	}
+	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: p.registry, Compiled: p.compiled,
+		Slow: p.rt.Report.Slow, Errors: p.rt.Report.Errors, ParamKinds: p.params}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the status controller: %w", err)
+	}
+	if o.WebhookPort != 0 {
+		if err := addWebhook(mgr, env, rotator); err != nil {
+			return nil, err
+		}
+	}
+	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
+	}
+	if err := addScheduler(ctx, cfg, mgr, schedCfg, p); err != nil {
+		return nil, err
+	}
+	names := make([]string, len(schedCfg.Profiles))
+	for i, p := range schedCfg.Profiles {
+		names[i] = p.SchedulerName
+	}
+	return &Manager{Manager: mgr, SchedulerNames: names}, nil
+}
+
+// newControllerManager builds the controller-runtime manager: its scheme,
+// metrics (with kube-scheduler's at SchedulerMetricsPath), probes,
+// profiling, webhook server and leader election; and the certificate
+// rotator when the manager provisions the webhook's certificate.
+func newControllerManager(cfg *rest.Config, o Options) (ctrl.Manager, *webhookcert.Rotator, error) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
 	}
 	webhookServer, rotator, err := newWebhookServer(cfg, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
@@ -212,94 +251,96 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the controller manager: %w", err)
+		return nil, nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
+	return mgr, rotator, nil
+}
 
-	env, err := engine.NewEnvironment()
-	if err != nil {
-		return nil, fmt.Errorf("building the CEL environment: %w", err)
-	}
-	registry := engine.NewRegistry(engine.NewCompiler(env))
-	rt := celplugins.NewRuntime(registry, engine.NewConverter(env, engine.DefaultMaxCachedNodes))
+// policies is what turns SchedulingPolicies into the CEL plugins' inputs:
+// the registry the feed fills, the plugins' runtime, the params store, and
+// the names of compiled policies for the status controller.
+type policies struct {
+	registry *engine.Registry
+	rt       *celplugins.Runtime
+	params   *celplugins.ParamsStore
+	feed     *celplugins.PolicyFeed
+	compiled chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]
+}
+
+func newPolicies(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, env *engine.Environment) (*policies, error) {
+	p := &policies{registry: engine.NewRegistry(engine.NewCompiler(env))}
+	p.rt = celplugins.NewRuntime(p.registry, engine.NewConverter(env, engine.DefaultMaxCachedNodes))
 	// The status controller is told of each policy the scheduler compiled;
 	// a name it misses (a full channel) it finds by requeueing.
-	compiled := make(chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy], 1024)
+	p.compiled = make(chan event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy], 1024)
 	notify := func(name string) {
 		select {
-		case compiled <- event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]{Object: &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+		case p.compiled <- event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]{Object: &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
 		default:
 		}
 	}
-	rt.Report.Notify = notify
+	p.rt.Report.Notify = notify
 	paramsClient, err := dynamic.NewForConfig(rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-params"))
 	if err != nil {
 		return nil, fmt.Errorf("creating the params client: %w", err)
 	}
-	params := &celplugins.ParamsStore{
+	p.params = &celplugins.ParamsStore{
 		Env:     env,
 		Client:  paramsClient,
 		Mapper:  mgr.GetRESTMapper(),
-		Changed: rt.Requeue.ParamsChanged,
+		Changed: p.rt.Requeue.ParamsChanged,
 		Logger:  klog.FromContext(ctx).WithName("params"),
 	}
-	rt.Inputs.Params = params
-	feed := &celplugins.PolicyFeed{
-		Registry:  registry,
+	p.rt.Inputs.Params = p.params
+	p.feed = &celplugins.PolicyFeed{
+		Registry:  p.registry,
 		Logger:    klog.FromContext(ctx).WithName("policy-feed"),
 		Compiled:  notify,
-		Namespace: rt.Inputs.ObserveNamespace,
-		Params:    params,
+		Namespace: p.rt.Inputs.ObserveNamespace,
+		Params:    p.params,
 	}
-	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: registry, Compiled: compiled, Slow: rt.Report.Slow, Errors: rt.Report.Errors, ParamKinds: params}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the status controller: %w", err)
-	}
+	return p, nil
+}
 
-	if o.WebhookPort != 0 {
-		validator := &controllers.PolicyValidator{Compiler: engine.NewCompiler(env),
-			ParamTypes: &controllers.LiveParamTypes{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()}}
-		if err := validator.SetupWithManager(mgr); err != nil {
-			return nil, fmt.Errorf("setting up the validating webhook: %w", err)
-		}
-		if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
-			return nil, err
-		}
-		if rotator != nil {
-			if err := mgr.Add(rotator); err != nil {
-				return nil, err
-			}
-			if err := mgr.AddReadyzCheck("webhook-certificate", rotator.Ready); err != nil {
-				return nil, err
-			}
-		}
+// addWebhook adds the validating webhook, its readiness check, and the
+// certificate rotator (when the manager provisions the certificate).
+func addWebhook(mgr ctrl.Manager, env *engine.Environment, rotator *webhookcert.Rotator) error {
+	validator := &controllers.PolicyValidator{Compiler: engine.NewCompiler(env),
+		ParamTypes: &controllers.LiveParamTypes{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper()}}
+	if err := validator.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the validating webhook: %w", err)
 	}
-	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
+	if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+		return err
 	}
+	if rotator == nil {
+		return nil
+	}
+	if err := mgr.Add(rotator); err != nil {
+		return err
+	}
+	return mgr.AddReadyzCheck("webhook-certificate", rotator.Ready)
+}
 
-	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, rt, feed)
+// addScheduler adds kube-scheduler and its informers, and the health and
+// readiness checks: ready once the scheduler's informers synced and every
+// stored policy is compiled, what the scheduling loop waits for.
+func addScheduler(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies) error {
+	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, p.rt, p.feed)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	runner.params = params
+	runner.params = p.params
 	if err := mgr.Add(runner.informers()); err != nil {
-		return nil, err
+		return err
 	}
 	if err := mgr.Add(runner); err != nil {
-		return nil, err
+		return err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
+		return err
 	}
-	// Ready once the scheduler's informers synced and every stored policy
-	// is compiled: what the scheduling loop waits for.
-	if err := mgr.AddReadyzCheck("scheduler-informers", runner.readyz); err != nil {
-		return nil, err
-	}
-	names := make([]string, len(schedCfg.Profiles))
-	for i, p := range schedCfg.Profiles {
-		names[i] = p.SchedulerName
-	}
-	return &Manager{Manager: mgr, SchedulerNames: names}, nil
+	return mgr.AddReadyzCheck("scheduler-informers", runner.readyz)
 }
 
 // newWebhookServer returns the webhook server of o and, when the manager
