@@ -336,3 +336,53 @@ func TestImpactParams(t *testing.T) {
 		}
 	}
 }
+
+// TestAnalyze runs analyze on a small dump whose policies show every kind
+// of finding (testdata/analyze): goldens for the table, Markdown and JSON,
+// --fail-on, and bad input.
+func TestAnalyze(t *testing.T) {
+	dir := filepath.Join("testdata", "analyze")
+	dump := []string{"analyze", "--dump", filepath.Join(dir, "cluster.yaml"), "--min-feasible", "2"}
+	base := append(slices.Clone(dump), "--policies", filepath.Join(dir, "policies.yaml"))
+	cases := map[string]struct {
+		args     []string
+		wantCode int
+		full     bool // args are the whole command line
+	}{
+		"table":    {},
+		"markdown": {args: []string{"-o", "markdown"}},
+		"json":     {args: []string{"-o", "json"}},
+		"fail-on":  {args: []string{"--fail-on", "no-feasible-node,params-mismatch"}, wantCode: 1},
+		// The kinds that are not found do not fail.
+		"fail-on-absent": {args: append(slices.Clone(dump), "--fail-on", "no-feasible-node", "--policies", filepath.Join(dir, "policies-ok.yaml")), full: true},
+		"unknown-kind":   {args: []string{"--fail-on", "stranded"}, wantCode: 2},
+		"min-feasible-0": {args: []string{"--min-feasible", "0"}, wantCode: 2},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			args := append(slices.Clone(base), tc.args...)
+			if tc.full {
+				args = tc.args
+			}
+			code := Run(args, strings.NewReader(""), &out, &errOut)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s%s", code, tc.wantCode, out.String(), errOut.String())
+			}
+			if tc.wantCode == 2 && (out.Len() != 0 || strings.Count(errOut.String(), "\n") != 1) {
+				t.Errorf("want one error line on stderr and nothing on stdout, got:\n%s\n---\n%s", out.String(), errOut.String())
+			}
+			golden.Compare(t, filepath.Join(dir, name+".golden"), out.String()+errOut.String())
+		})
+	}
+	// Every kind of finding is in the table's golden.
+	table, err := os.ReadFile(filepath.Join(dir, "table.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"no-feasible-node", "params-mismatch", "running-in-violation", "always-false", "always-true", "constant-score", "matches-nothing", "capacity"} {
+		if !strings.Contains(string(table), "\n"+kind+" ") {
+			t.Errorf("no %s finding in table.golden", kind)
+		}
+	}
+}

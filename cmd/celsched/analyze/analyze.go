@@ -1,0 +1,600 @@
+// Package analyze checks the policy set as a whole against a cluster:
+// policies that together leave a class of pods no node, filters that are
+// true or false on every node, scores that are the same everywhere,
+// policies that select nothing, params that fit no node or are missing,
+// pods running where the policies in force refuse them, and classes of
+// pods with few feasible nodes. `celsched analyze` is built on it.
+package analyze
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
+)
+
+// Input is the cluster and its policies.
+type Input struct {
+	Nodes      []*corev1.Node
+	Namespaces []*corev1.Namespace
+	// Pods are the cluster's pods, pending and bound.
+	Pods     []*corev1.Pod
+	Policies []*schedv1alpha1.SchedulingPolicy
+	// Params are the params objects of parameterized policies.
+	Params []*unstructured.Unstructured
+	// Objects are other objects built-in plugins read (volumes).
+	Objects []kruntime.Object
+	// Config is the scheduler configuration (defaulted); the pods of its
+	// profiles are analyzed.
+	Config *schedulerconfig.KubeSchedulerConfiguration
+	// MinFeasible is the number of feasible nodes under which a class of
+	// pods is reported (capacity); 0 means 1.
+	MinFeasible int
+}
+
+// Kind is a kind of finding.
+type Kind string
+
+// The kinds of findings, in the order reports list them.
+const (
+	NoFeasibleNode     Kind = "no-feasible-node"
+	ParamsMismatch     Kind = "params-mismatch"
+	RunningInViolation Kind = "running-in-violation"
+	AlwaysFalse        Kind = "always-false"
+	AlwaysTrue         Kind = "always-true"
+	ConstantScore      Kind = "constant-score"
+	MatchesNothing     Kind = "matches-nothing"
+	Capacity           Kind = "capacity"
+)
+
+// Kinds are all kinds, in report order.
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, Capacity}
+
+// Finding is one thing the policy set gets wrong, or may.
+type Finding struct {
+	Kind Kind `json:"kind"`
+	// Policies and Rules (policy/rule) involved.
+	Policies []string `json:"policies"`
+	Rules    []string `json:"rules,omitempty"`
+	// Subject is what the finding is about: a class of pods (a namespace
+	// and an example pod), a namespace, a params object.
+	Subject string `json:"subject,omitempty"`
+	// Pods counts the pods concerned.
+	Pods       int    `json:"pods,omitempty"`
+	Evidence   string `json:"evidence"`
+	Suggestion string `json:"suggestion"`
+}
+
+// Report is what analyze found.
+type Report struct {
+	Summary  Summary   `json:"summary"`
+	Findings []Finding `json:"findings"`
+	Notes    []string  `json:"notes,omitempty"`
+}
+
+// Summary says what was analyzed.
+type Summary struct {
+	Nodes    int `json:"nodes"`
+	Pods     int `json:"pods"`
+	Policies int `json:"policies"`
+	// Classes counts the classes of pods evaluated: pods every policy
+	// treats alike, and each namespace's plain pod that a policy applies
+	// to.
+	Classes int          `json:"classes"`
+	ByKind  map[Kind]int `json:"byKind"`
+}
+
+// EvaluationBudget is the CEL time budget of one class's evaluation: a
+// guard against a stall, as in impact.
+const EvaluationBudget = time.Minute
+
+// Run analyzes the policy set.
+func Run(ctx context.Context, in Input) (*Report, error) {
+	r := &Report{Findings: []Finding{}, Summary: Summary{Nodes: len(in.Nodes), Policies: len(in.Policies), ByKind: map[Kind]int{}}}
+	pods, bound := r.pods(in)
+	namespaces := dryrun.WithNamespaces(in.Namespaces, pods...)
+	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
+	cluster.EvaluationBudget = EvaluationBudget
+	s, err := cluster.Scheduler(ctx, in.Policies, in.Params, in.Config)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	for _, p := range s.Policies() {
+		if p.Err() != nil {
+			first, _, _ := strings.Cut(p.Err().Error(), "\n")
+			r.Notes = append(r.Notes, first+" (it rejects or holds every pod it matches; celsched validate shows every error)")
+		}
+	}
+
+	classes, err := classify(ctx, s, pods, plainPods(namespaces, pods, in.Config))
+	if err != nil {
+		return nil, err
+	}
+	r.Summary.Classes = len(classes)
+	a := &analysis{in: in, rules: map[string]*ruleStats{}, scores: map[string]*scoreStats{}, applied: sets.New[string](),
+		violations: map[[2]string]*violation{}}
+	for _, c := range classes {
+		applies, err := s.Applies(ctx, c.pod)
+		if err != nil {
+			return nil, err
+		}
+		a.applied.Insert(applies...)
+		v, err := s.Verdicts(ctx, c.pod)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+		}
+		r.Findings = append(r.Findings, a.class(c, v)...)
+	}
+	r.Findings = append(r.Findings, a.violationFindings()...)
+	r.Findings = append(r.Findings, a.ruleFindings()...)
+	r.Findings = append(r.Findings, a.scoreFindings()...)
+	for _, p := range s.Policies() {
+		if !a.applied.Has(p.Name) {
+			r.Findings = append(r.Findings, Finding{Kind: MatchesNothing, Policies: []string{p.Name},
+				Evidence:   fmt.Sprintf("its selectors and match conditions select none of the %d pods, nor the plain pod of any of the %d namespaces", len(pods), len(namespaces)),
+				Suggestion: "check its namespaceSelector, podSelector, schedulerNames and match conditions; delete it if it is no longer needed"})
+		}
+	}
+	sort.SliceStable(r.Findings, func(i, j int) bool {
+		a, b := r.Findings[i], r.Findings[j]
+		if a.Kind != b.Kind {
+			return slices.Index(Kinds, a.Kind) < slices.Index(Kinds, b.Kind)
+		}
+		return cmp.Or(strings.Compare(a.Subject, b.Subject), slices.Compare(a.Policies, b.Policies), slices.Compare(a.Rules, b.Rules)) < 0
+	})
+	for _, f := range r.Findings {
+		r.Summary.ByKind[f.Kind]++
+	}
+	return r, nil
+}
+
+// pods returns the pods to analyze (of the profiles, not terminated),
+// and the bound ones (which take room on their nodes).
+func (r *Report) pods(in Input) (analyzed, bound []*corev1.Pod) {
+	profiles := sets.New[string]()
+	for _, p := range in.Config.Profiles {
+		profiles.Insert(p.SchedulerName)
+	}
+	for i, p := range in.Pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		p = p.DeepCopy()
+		if p.UID == "" {
+			p.UID = ktypes.UID(fmt.Sprintf("analyze-%d", i))
+		}
+		if p.Spec.NodeName != "" {
+			bound = append(bound, p)
+		}
+		if p.Spec.SchedulerName == "" {
+			p.Spec.SchedulerName = corev1.DefaultSchedulerName
+		}
+		if profiles.Has(p.Spec.SchedulerName) && p.DeletionTimestamp == nil {
+			analyzed = append(analyzed, p)
+		}
+	}
+	r.Summary.Pods = len(analyzed)
+	return analyzed, bound
+}
+
+// class is pods that every policy treats alike.
+type class struct {
+	pod *corev1.Pod // an example, unbound
+	// bound are the class's pods on nodes; pods counts all of them.
+	bound []*corev1.Pod
+	pods  int
+	plain bool
+}
+
+// plainPods are, for each namespace with no pod of the profiles, a pod
+// with no labels and nothing requested, for the first profile: what a
+// policy that selects by namespace alone gives the namespace's first
+// workload.
+func plainPods(namespaces []*corev1.Namespace, pods []*corev1.Pod, cfg *schedulerconfig.KubeSchedulerConfiguration) []*corev1.Pod {
+	populated := sets.New[string]()
+	for _, p := range pods {
+		populated.Insert(p.Namespace)
+	}
+	var out []*corev1.Pod
+	for _, ns := range namespaces {
+		if populated.Has(ns.Name) {
+			continue
+		}
+		out = append(out, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "(a plain pod)", UID: ktypes.UID("analyze-plain-" + ns.Name)},
+			Spec: corev1.PodSpec{SchedulerName: cfg.Profiles[0].SchedulerName,
+				Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		})
+	}
+	return out
+}
+
+// classify groups the pods into classes (dryrun.Scheduler.Class), and adds
+// each namespace's plain pod that a policy applies to and no pod shares a
+// class with.
+func classify(ctx context.Context, s *dryrun.Scheduler, pods, plain []*corev1.Pod) ([]*class, error) {
+	byKey := map[string]*class{}
+	var out []*class
+	add := func(p *corev1.Pod, isPlain bool) {
+		key, ok := s.Class(p)
+		if !ok {
+			key = "pod:" + string(p.UID)
+		}
+		c := byKey[key]
+		if c == nil {
+			example := p.DeepCopy()
+			example.Spec.NodeName = ""
+			c = &class{pod: example, plain: isPlain}
+			byKey[key] = c
+			out = append(out, c)
+		}
+		if isPlain {
+			return
+		}
+		c.pods++
+		if p.Spec.NodeName != "" {
+			c.bound = append(c.bound, p)
+		}
+	}
+	for _, p := range pods {
+		add(p, false)
+	}
+	for _, p := range plain {
+		applies, err := s.Applies(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if len(applies) > 0 {
+			add(p, true)
+		}
+	}
+	return out, nil
+}
+
+// analysis accumulates what the classes' verdicts say.
+type analysis struct {
+	in      Input
+	applied sets.Set[string]
+	// rules counts each filter rule's verdicts (policy/rule); scores
+	// each score rule's.
+	rules  map[string]*ruleStats
+	scores map[string]*scoreStats
+	// violations are the bound pods whose node a policy refuses, by
+	// policy and namespace.
+	violations map[[2]string]*violation
+}
+
+type ruleStats struct {
+	policy, rule string
+	true, false  int
+}
+
+type scoreStats struct {
+	policy, rule string
+	// varies: some class saw two values on its feasible nodes; value is
+	// the one value seen otherwise.
+	varies, seen bool
+	value        float64
+}
+
+type violation struct {
+	pods    []string
+	reasons sets.Set[string]
+}
+
+// class evaluates one class's verdicts: feasibility and its findings,
+// and adds to the rule, score and violation counts.
+func (a *analysis) class(c *class, v *dryrun.Verdicts) []Finding {
+	subject := fmt.Sprintf("pods of namespace %s like %s", c.pod.Namespace, c.pod.Name)
+	if c.plain {
+		subject = fmt.Sprintf("a plain pod of namespace %s (no labels)", c.pod.Namespace)
+	}
+	nodeOK := make([]bool, len(v.Nodes))
+	excluded := 0
+	for n, node := range v.Nodes {
+		nodeOK[n] = nodeAdmits(node, c.pod)
+		if !nodeOK[n] {
+			excluded++
+		}
+	}
+	for _, pv := range v.Filters {
+		if pv.Params != "" {
+			continue // its verdicts follow its params: params-mismatch
+		}
+		for rule, verdicts := range pv.Rules {
+			key := pv.Policy + "/" + rule
+			st := a.rules[key]
+			if st == nil {
+				st = &ruleStats{policy: pv.Policy, rule: rule}
+				a.rules[key] = st
+			}
+			for _, x := range verdicts {
+				switch x {
+				case 1:
+					st.true++
+				case 0:
+					st.false++
+				}
+			}
+		}
+	}
+	for _, bp := range c.bound {
+		n := slices.IndexFunc(v.Nodes, func(node *corev1.Node) bool { return node.Name == bp.Spec.NodeName })
+		if n < 0 {
+			continue
+		}
+		for _, pv := range v.Filters {
+			if pv.Pass[n] {
+				continue
+			}
+			key := [2]string{pv.Policy, bp.Namespace}
+			if a.violations[key] == nil {
+				a.violations[key] = &violation{reasons: sets.New[string]()}
+			}
+			a.violations[key].pods = append(a.violations[key].pods, bp.Namespace+"/"+bp.Name+" on "+bp.Spec.NodeName)
+			a.violations[key].reasons.Insert(pv.Reason[n])
+		}
+	}
+
+	feasible := make([]int, 0, len(v.Nodes))
+	for n := range v.Nodes {
+		if !nodeOK[n] || v.Rejection != nil {
+			continue
+		}
+		if !slices.ContainsFunc(v.Filters, func(pv dryrun.PolicyVerdicts) bool { return !pv.Pass[n] }) {
+			feasible = append(feasible, n)
+		}
+	}
+	a.addScores(v, feasible)
+	switch {
+	case v.Rejection != nil && v.Rejection.Rule == "paramRef":
+		return []Finding{{Kind: ParamsMismatch, Policies: []string{v.Rejection.Policy.Name}, Subject: "namespace " + c.pod.Namespace, Pods: c.pods,
+			Evidence:   fmt.Sprintf("for %s, every node is refused: %s", subject, v.Rejection.String()),
+			Suggestion: "create the namespace's params object, or set parameterNotFoundAction Allow"}}
+	case v.Rejection != nil:
+		return []Finding{{Kind: NoFeasibleNode, Policies: []string{v.Rejection.Policy.Name}, Subject: subject, Pods: c.pods,
+			Evidence:   "every node is refused: " + v.Rejection.String(),
+			Suggestion: "fix the policy's match conditions, or set failurePolicy Ignore"}}
+	case len(feasible) == 0:
+		return []Finding{a.noFeasibleNode(c, v, nodeOK, excluded, subject)}
+	case len(feasible) < max(a.in.MinFeasible, 1) || !fitsOne(c.pod, v, feasible):
+		return []Finding{a.capacity(c, v, feasible, subject)}
+	}
+	return nil
+}
+
+// nodeAdmits applies the built-in filters that depend only on the node:
+// NodeUnschedulable and TaintToleration's NoSchedule and NoExecute taints.
+func nodeAdmits(node *corev1.Node, pod *corev1.Pod) bool {
+	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations,
+		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, false) {
+		return false
+	}
+	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, false)
+	return !untolerated
+}
+
+// noFeasibleNode names the policies whose filters together leave the
+// class no node: a policy that refuses every node the built-in node
+// filters admit on its own, or else the fewest policies (picked greedily)
+// whose intersection is empty.
+func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, nodeOK []bool, excluded int, subject string) Finding {
+	admitted := func(pv dryrun.PolicyVerdicts, remaining []int) (keep []int) {
+		for _, n := range remaining {
+			if pv.Pass[n] {
+				keep = append(keep, n)
+			}
+		}
+		return keep
+	}
+	var remaining []int
+	for n := range v.Nodes {
+		if nodeOK[n] {
+			remaining = append(remaining, n)
+		}
+	}
+	f := Finding{Kind: NoFeasibleNode, Subject: subject, Pods: c.pods}
+	if len(remaining) == 0 {
+		f.Evidence = fmt.Sprintf("all %d nodes are unschedulable or have taints the pods do not tolerate", len(v.Nodes))
+		f.Suggestion = "add tolerations to the pods, or make nodes schedulable"
+		return f
+	}
+	var parts []string
+	for len(remaining) > 0 {
+		best, bestLeft := -1, len(remaining)+1
+		for i, pv := range v.Filters {
+			if left := len(admitted(pv, remaining)); left < bestLeft {
+				best, bestLeft = i, left
+			}
+		}
+		pv := v.Filters[best]
+		kept := admitted(pv, remaining)
+		name := pv.Policy
+		if pv.Params != "" {
+			name += " (params " + pv.Params + ")"
+		}
+		f.Policies = append(f.Policies, pv.Policy)
+		if len(parts) == 0 {
+			parts = append(parts, fmt.Sprintf("%s admits %s", name, nodeList(v.Nodes, kept)))
+		} else {
+			parts = append(parts, fmt.Sprintf("of those, %s admits %s", name, nodeList(v.Nodes, kept)))
+		}
+		if len(kept) == 0 && len(f.Policies) == 1 {
+			// One policy refuses every node on its own.
+			reason := firstReason(pv)
+			if pv.Params != "" || strings.Contains(reason, "rule paramRef:") {
+				f.Kind = ParamsMismatch
+				f.Subject = cmp.Or(pv.Params, subject)
+				f.Evidence = fmt.Sprintf("for %s, %s refuses every node: %s", subject, pv.Policy, reason)
+				f.Suggestion = "give the namespace its params object, or values that some node has"
+				return f
+			}
+			f.Evidence = fmt.Sprintf("%s refuses every node: %s", pv.Policy, reason)
+			f.Suggestion = "fix the policy, or label nodes for these pods"
+			return f
+		}
+		remaining = kept
+	}
+	f.Evidence = strings.Join(parts, "; ") + ": together, no node"
+	if excluded > 0 {
+		f.Evidence += fmt.Sprintf(" (and %d node(s) are unschedulable or tainted for these pods)", excluded)
+	}
+	slices.Sort(f.Policies)
+	f.Suggestion = "these policies cannot all be met: change one, or label nodes that meet them all"
+	return f
+}
+
+func firstReason(pv dryrun.PolicyVerdicts) string {
+	for _, r := range pv.Reason {
+		if r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
+// nodeList names nodes, at most three, with a count.
+func nodeList(nodes []*corev1.Node, idx []int) string {
+	if len(idx) == 0 {
+		return "no node"
+	}
+	names := make([]string, 0, 3)
+	for _, n := range idx[:min(3, len(idx))] {
+		names = append(names, nodes[n].Name)
+	}
+	s := fmt.Sprintf("%d node(s) (%s", len(idx), strings.Join(names, ", "))
+	if len(idx) > 3 {
+		s += ", ..."
+	}
+	return s + ")"
+}
+
+// fitsOne says whether the class's pod fits on one of the feasible nodes
+// by CPU and memory.
+func fitsOne(pod *corev1.Pod, v *dryrun.Verdicts, feasible []int) bool {
+	cpu, mem := requests(pod)
+	for _, n := range feasible {
+		alloc := v.Nodes[n].Status.Allocatable
+		if alloc.Cpu().MilliValue()-v.MilliCPU[n] >= cpu && alloc.Memory().Value()-v.Memory[n] >= mem {
+			return true
+		}
+	}
+	return false
+}
+
+func requests(pod *corev1.Pod) (milliCPU, memory int64) {
+	for _, c := range pod.Spec.Containers {
+		milliCPU += c.Resources.Requests.Cpu().MilliValue()
+		memory += c.Resources.Requests.Memory().Value()
+	}
+	return milliCPU, memory
+}
+
+// capacity reports a class with few feasible nodes, or none with room.
+func (a *analysis) capacity(c *class, v *dryrun.Verdicts, feasible []int, subject string) Finding {
+	var freeCPU, freeMem int64
+	for _, n := range feasible {
+		alloc := v.Nodes[n].Status.Allocatable
+		freeCPU += max(0, alloc.Cpu().MilliValue()-v.MilliCPU[n])
+		freeMem += max(0, alloc.Memory().Value()-v.Memory[n])
+	}
+	cpu, mem := requests(c.pod)
+	policies := sets.New[string]()
+	for _, pv := range v.Filters {
+		if slices.Contains(pv.Pass, false) {
+			policies.Insert(pv.Policy)
+		}
+	}
+	return Finding{Kind: Capacity, Policies: sets.List(policies), Subject: subject, Pods: c.pods,
+		Evidence: fmt.Sprintf("%s feasible (the minimum is %d), with %dm CPU and %d MiB memory free in all; one pod requests %dm CPU and %d MiB",
+			nodeList(v.Nodes, feasible), max(a.in.MinFeasible, 1), freeCPU, freeMem>>20, cpu, mem>>20),
+		Suggestion: "widen the policies for these pods, or add nodes that meet them"}
+}
+
+// addScores records the score rules' values on the class's feasible
+// nodes.
+func (a *analysis) addScores(v *dryrun.Verdicts, feasible []int) {
+	for _, sv := range v.Scores {
+		for rule, values := range sv.Rules {
+			key := sv.Policy + "/" + rule
+			st := a.scores[key]
+			if st == nil {
+				st = &scoreStats{policy: sv.Policy, rule: rule}
+				a.scores[key] = st
+			}
+			for _, n := range feasible {
+				x := values[n]
+				if math.IsNaN(x) {
+					continue
+				}
+				switch {
+				case !st.seen:
+					st.seen, st.value = true, x
+				case x != st.value:
+					st.varies = true
+				}
+			}
+		}
+	}
+}
+
+func (a *analysis) violationFindings() []Finding {
+	var out []Finding
+	for key, v := range a.violations {
+		reasons := sets.List(v.reasons)
+		examples := v.pods[:min(3, len(v.pods))]
+		out = append(out, Finding{Kind: RunningInViolation, Policies: []string{key[0]}, Subject: "namespace " + key[1], Pods: len(v.pods),
+			Evidence:   fmt.Sprintf("%d bound pod(s) on nodes the policy refuses now (%s): %s", len(v.pods), strings.Join(examples, ", "), strings.Join(reasons[:min(2, len(reasons))], "; ")),
+			Suggestion: "they were placed before the policy tightened, or by another scheduler: they do not come back to these nodes after an eviction; move them (a rollout, a descheduler) or relax the policy"})
+	}
+	return out
+}
+
+func (a *analysis) ruleFindings() []Finding {
+	var out []Finding
+	for key, st := range a.rules {
+		switch {
+		case st.false == 0 && st.true > 0:
+			out = append(out, Finding{Kind: AlwaysTrue, Policies: []string{st.policy}, Rules: []string{key},
+				Evidence:   fmt.Sprintf("true on every node for every class of pods it applies to (%d evaluations)", st.true),
+				Suggestion: "it filters nothing in this cluster: check its expression (a misspelt label is absent everywhere) or delete it"})
+		case st.true == 0 && st.false > 0:
+			out = append(out, Finding{Kind: AlwaysFalse, Policies: []string{st.policy}, Rules: []string{key},
+				Evidence:   fmt.Sprintf("false on every node for every class of pods it applies to (%d evaluations)", st.false),
+				Suggestion: "it refuses every node to the pods it matches: check its expression and the node labels it reads"})
+		}
+	}
+	return out
+}
+
+func (a *analysis) scoreFindings() []Finding {
+	var out []Finding
+	for key, st := range a.scores {
+		if st.seen && !st.varies {
+			out = append(out, Finding{Kind: ConstantScore, Policies: []string{st.policy}, Rules: []string{key},
+				Evidence:   fmt.Sprintf("%g on every feasible node for every class of pods it applies to", st.value),
+				Suggestion: "it prefers nothing in this cluster: check its expression and the node labels it reads"})
+		}
+	}
+	return out
+}

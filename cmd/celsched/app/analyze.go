@@ -1,0 +1,214 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/celsched/celsched/cmd/celsched/analyze"
+	"github.com/celsched/celsched/cmd/celsched/impact"
+	defaultconfig "github.com/celsched/celsched/config/scheduler"
+)
+
+type analyzeOptions struct {
+	// cluster are the input flags, as impact's.
+	cluster        impactOptions
+	failOn         []string
+	config, output string
+	minFeasible    int
+}
+
+func newAnalyzeCommand(s *streams) *cobra.Command {
+	o := analyzeOptions{cluster: impactOptions{kube: genericclioptions.NewConfigFlags(true)}}
+	cmd := &cobra.Command{
+		Use:   "analyze [--nodes F --pods F --namespaces F --policies F --params F | --dump F] [--fail-on KINDS] [-o table|json|yaml|markdown]",
+		Short: "What the policy set in force means as a whole for the cluster",
+		Long: `analyze checks the SchedulingPolicies in force against the cluster, the
+kubeconfig's or a dump in files (as impact reads them, params included).
+It groups the pods of the scheduler's profiles into classes (pods every
+policy treats alike, and each namespace's plain pod that a policy applies
+to), evaluates every policy on every node for each class, and reports:
+
+  no-feasible-node      the policies whose filters together (with taints and
+                        unschedulable nodes) leave a class of pods no node
+  params-mismatch       a parameterized policy whose params (or their
+                        absence, under Deny) leave a class no node
+  running-in-violation  bound pods on nodes the policies in force refuse
+  always-false          a filter rule false on every node for every class
+  always-true           a filter rule true on every node (it filters nothing)
+  constant-score        a score rule with one value on every feasible node
+  matches-nothing       a policy that selects no pod and no namespace's plain pod
+  capacity              a class with fewer feasible nodes than --min-feasible,
+                        or none with room for one of its pods
+
+--fail-on exits 1 when a finding of one of the kinds given is found.`,
+		Example: `  celsched analyze
+  celsched analyze --dump cluster.yaml --fail-on no-feasible-node,params-mismatch
+  celsched analyze --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			report, err := runAnalyze(cmd.Context(), s, &o)
+			if err != nil {
+				return err
+			}
+			if err := printAnalyze(s.out, report, o.output); err != nil {
+				return err
+			}
+			return analyzeFailOn(report, o.failOn)
+		},
+	}
+	f := cmd.Flags()
+	o.cluster.kube.AddFlags(f)
+	f.StringSliceVar(&o.cluster.nodes, "nodes", nil, "offline: node files (documents or a List)")
+	f.StringSliceVar(&o.cluster.pods, "pods", nil, "offline: pod files, pending and bound")
+	f.StringSliceVar(&o.cluster.namespaces, "namespaces", nil, "offline: namespace files")
+	f.StringSliceVar(&o.cluster.policies, "policies", nil, "offline: the SchedulingPolicy files or directories in force (instead of those of --dump)")
+	f.StringSliceVar(&o.cluster.params, "params", nil, "offline: files of params objects of parameterized policies (and their CustomResourceDefinitions)")
+	f.StringSliceVar(&o.cluster.dump, "dump", nil, "offline: files of Nodes, Pods, Namespaces, SchedulingPolicies, params objects and volume objects, or Lists of them")
+	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit 1 when a finding has one of these kinds: "+kindNames())
+	f.IntVar(&o.minFeasible, "min-feasible", 1, "report classes of pods with fewer feasible nodes than this (capacity)")
+	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json, yaml or markdown")
+	return cmd
+}
+
+func kindNames() string {
+	names := make([]string, len(analyze.Kinds))
+	for i, k := range analyze.Kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
+}
+
+func runAnalyze(ctx context.Context, s *streams, o *analyzeOptions) (*analyze.Report, error) {
+	if !slices.Contains([]string{"table", "json", "yaml", "markdown"}, o.output) {
+		return nil, usageError(fmt.Sprintf("unknown output format %q: want table, json, yaml or markdown", o.output))
+	}
+	for _, k := range o.failOn {
+		if !slices.Contains(analyze.Kinds, analyze.Kind(k)) {
+			return nil, usageError(fmt.Sprintf("--fail-on %q: want one of %s", k, kindNames()))
+		}
+	}
+	if o.minFeasible < 1 {
+		return nil, usageError("--min-feasible: want 1 or more")
+	}
+	cfg, err := defaultconfig.Load(o.config)
+	if err != nil {
+		return nil, inputError(err)
+	}
+	in := &impact.Input{}
+	if o.cluster.offline() {
+		var crds []*unstructured.Unstructured
+		if crds, err = readDump(s, &o.cluster, in); err != nil {
+			return nil, err
+		}
+		if err := checkParamCRDs(paramKinds(in.Live), crds, "--dump, --params or --policies"); err != nil {
+			return nil, inputError(err)
+		}
+	} else if err := readCluster(ctx, o.cluster.kube, in); err != nil {
+		return nil, err
+	}
+	r, err := analyze.Run(ctx, analyze.Input{Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods, Policies: in.Live,
+		Params: in.Params, Objects: in.Objects, Config: cfg, MinFeasible: o.minFeasible})
+	if err != nil {
+		return nil, err
+	}
+	r.Notes = append(in.Notes, r.Notes...)
+	return r, nil
+}
+
+// analyzeFailOn returns an error (exit code 1) when a finding has one of
+// the kinds.
+func analyzeFailOn(r *analyze.Report, kinds []string) error {
+	var found []string
+	total := 0
+	for _, k := range kinds {
+		if n := r.Summary.ByKind[analyze.Kind(k)]; n > 0 {
+			found = append(found, fmt.Sprintf("%s %d", k, n))
+			total += n
+		}
+	}
+	if total == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d finding(s) of --fail-on: %s", total, strings.Join(found, ", "))
+}
+
+func printAnalyze(w io.Writer, r *analyze.Report, format string) error {
+	switch format {
+	case "table":
+	case "markdown":
+		return printAnalyzeMarkdown(w, r)
+	default:
+		return printStructured(w, r, format)
+	}
+	sum := r.Summary
+	fmt.Fprintf(w, "Analyzed %d nodes, %d pods in %d classes, %d SchedulingPolicies: %s\n", sum.Nodes, sum.Pods, sum.Classes, sum.Policies, findingCounts(r))
+	printNotes(w, r.Notes)
+	if len(r.Findings) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tPOLICIES\tSUBJECT\tPODS\tEVIDENCE")
+	for _, f := range r.Findings {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, findingPolicies(f), orDash(f.Subject), orDash(podCount(f.Pods)), f.Evidence)
+		fmt.Fprintf(tw, "\t\t\t\t-> %s\n", f.Suggestion)
+	}
+	return tw.Flush()
+}
+
+func printAnalyzeMarkdown(w io.Writer, r *analyze.Report) error {
+	var b strings.Builder
+	sum := r.Summary
+	fmt.Fprintf(&b, "### celsched analyze: %s\n\n", findingCounts(r))
+	fmt.Fprintf(&b, "%d nodes, %d pods in %d classes, %d SchedulingPolicies.\n", sum.Nodes, sum.Pods, sum.Classes, sum.Policies)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n> **Note:** %s\n", mdText(n))
+	}
+	if len(r.Findings) > 0 {
+		b.WriteString("\n| kind | policies | subject | pods | evidence | suggestion |\n|---|---|---|---:|---|---|\n")
+		for _, f := range r.Findings {
+			fmt.Fprintf(&b, "| **%s** | %s | %s | %s | %s | %s |\n", f.Kind, mdText(findingPolicies(f)), mdText(orDash(f.Subject)),
+				orDash(podCount(f.Pods)), mdText(f.Evidence), mdText(f.Suggestion))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// findingCounts says how many findings of each kind, in report order.
+func findingCounts(r *analyze.Report) string {
+	var parts []string
+	for _, k := range analyze.Kinds {
+		if n := r.Summary.ByKind[k]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "no findings"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// findingPolicies names a finding's rules, or its policies.
+func findingPolicies(f analyze.Finding) string {
+	if len(f.Rules) > 0 {
+		return strings.Join(f.Rules, ", ")
+	}
+	return strings.Join(f.Policies, ", ")
+}
+
+func podCount(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprint(n)
+}
