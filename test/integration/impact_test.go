@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/celsched/analyze"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
@@ -239,4 +240,67 @@ func TestImpactParamsAgreesWithScheduler(t *testing.T) {
 	if got := waitForNode(t, wantsA); !slices.Contains(placed.Draft.Nodes, got) {
 		t.Errorf("the scheduler bound %s/%s to %s; impact said %v", wantsA.Namespace, wantsA.Name, got, placed.Draft.Nodes)
 	}
+}
+
+// TestAnalyzeNamesPoliciesThatStrand: two policies applied in turn, each
+// fine alone, together leave a namespace no node. `celsched analyze`
+// against the live cluster names both, and the namespace's pod is indeed
+// unschedulable.
+func TestAnalyzeNamesPoliciesThatStrand(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "analyze-a1", labels: map[string]string{zoneLabel: "analyze-a", "disk": "hdd"}},
+		nodeSpec{name: "analyze-b1", labels: map[string]string{zoneLabel: "analyze-b", "disk": "ssd"}},
+	)
+	team := createNamespace(t, "analyze-team", nil)
+	inNamespace := map[string]string{corev1.LabelMetadataName: team}
+	applyPolicy(t, builder.MakePolicy("analyze-zone-a").NamespaceLabels(inNamespace).
+		Filter("zone", "node.metadata.labels[?'"+zoneLabel+"'].orValue('') == 'analyze-a'").Obj())
+	expectNode(t, createPod(t, team, "first"), "analyze-a1")
+	if r := analyzeReport(t); findings(r, analyze.NoFeasibleNode, team) != nil {
+		t.Fatalf("one policy: want no no-feasible-node finding for %s, got %+v", team, findings(r, analyze.NoFeasibleNode, team))
+	}
+
+	applyPolicy(t, builder.MakePolicy("analyze-ssd").NamespaceLabels(inNamespace).
+		Filter("ssd", "node.metadata.labels[?'disk'].orValue('') == 'ssd'").Obj())
+	stranded := createPod(t, team, "second")
+	waitPending(t, stranded, reasonUnschedulable, "rejected by SchedulingPolicy")
+
+	// Every class of the namespace's pods (the bound one carries a label
+	// the pending one lacks) has no node, and the finding names both.
+	r := analyzeReport(t)
+	got := findings(r, analyze.NoFeasibleNode, team)
+	if len(got) == 0 || !slices.ContainsFunc(got, func(f analyze.Finding) bool { return strings.HasSuffix(f.Subject, " like second") }) {
+		t.Errorf("two policies: want a no-feasible-node finding for %s/second, got %+v", team, got)
+	}
+	for _, f := range got {
+		if !slices.Equal(f.Policies, []string{"analyze-ssd", "analyze-zone-a"}) {
+			t.Errorf("two policies: finding %+v does not name both policies", f)
+		}
+	}
+}
+
+// analyzeReport runs `celsched analyze` against the cluster with -o json.
+func analyzeReport(t *testing.T) *analyze.Report {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	args := []string{"analyze", "--kubeconfig", kubeconfig, "-o", "json"}
+	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
+	}
+	r := &analyze.Report{}
+	if err := json.Unmarshal(out.Bytes(), r); err != nil {
+		t.Fatalf("celsched analyze: %v", err)
+	}
+	return r
+}
+
+// findings are the findings of a kind about a namespace's pods.
+func findings(r *analyze.Report, kind analyze.Kind, namespace string) []analyze.Finding {
+	var out []analyze.Finding
+	for _, f := range r.Findings {
+		if f.Kind == kind && strings.Contains(f.Subject, "namespace "+namespace+" ") {
+			out = append(out, f)
+		}
+	}
+	return out
 }

@@ -234,14 +234,16 @@ func classify(ctx context.Context, s *dryrun.Scheduler, pods, plain []*corev1.Po
 	byKey := map[string]*class{}
 	var out []*class
 	add := func(p *corev1.Pod, isPlain bool) {
-		key, ok := s.Class(p)
+		// A pending pod and a bound replica are one class: the node a pod
+		// is on and its status are not what policies select by.
+		example := p.DeepCopy()
+		example.Spec.NodeName, example.Status = "", corev1.PodStatus{}
+		key, ok := s.Class(example)
 		if !ok {
 			key = "pod:" + string(p.UID)
 		}
 		c := byKey[key]
 		if c == nil {
-			example := p.DeepCopy()
-			example.Spec.NodeName = ""
 			c = &class{pod: example, plain: isPlain}
 			byKey[key] = c
 			out = append(out, c)
