@@ -53,7 +53,12 @@ type ParamsStore struct {
 	// updated or deleted, after the store sees it (the queueing: see
 	// Requeuer.ParamsChanged). It must not block for long.
 	Changed func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured)
-	Logger  klog.Logger
+	// Listed, when set, is told when a kind's objects are listed (its
+	// informer synced; Requeuer.ParamsListed): a pod the policies refused
+	// while they were not, in a cycle that ran while the objects' add
+	// events went by, has no other event to bring it back.
+	Listed func(kind schema.GroupVersionKind)
+	Logger klog.Logger
 
 	mu    sync.Mutex
 	kinds map[schema.GroupVersionKind]*paramKind
@@ -189,7 +194,15 @@ func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
 		return k
 	}
 	k.stop = make(chan struct{})
-	go k.informer.RunWithContext(stopContext(k.stop, s.stopped))
+	ctx := stopContext(k.stop, s.stopped)
+	go k.informer.RunWithContext(ctx)
+	if s.Listed != nil {
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), k.informer.HasSynced) {
+				s.Listed(gvk)
+			}
+		}()
+	}
 	s.Logger.V(2).Info("Watching a param kind", "kind", gvk, "resource", mapping.Resource)
 	return k
 }
@@ -398,6 +411,44 @@ func (q *Requeuer) selectedByAny(policies []*engine.CompiledPolicy, pod *corev1.
 		}
 	}
 	return false
+}
+
+// ParamsListed requeues, once the objects of a param kind are listed, the
+// pending pods that a policy reading that kind selects: those it refused or
+// held while they were not listed ("not listed yet"). The objects' add
+// events requeue pods too (ParamsChanged), but they may go by while such a
+// pod's cycle runs, before the kind counts as listed. Only pods that are
+// unschedulable or held move (Activate leaves the others).
+func (q *Requeuer) ParamsListed(kind schema.GroupVersionKind) {
+	a := q.activator.Load()
+	if a == nil {
+		return
+	}
+	var affecting []*engine.CompiledPolicy
+	for _, p := range q.inputs.Policies.Snapshot().Policies() {
+		if spec := p.ParamSpec(); spec != nil && spec.Kind == kind {
+			affecting = append(affecting, p)
+		}
+	}
+	if len(affecting) == 0 {
+		return
+	}
+	pods, err := a.pods("")
+	if err != nil {
+		return
+	}
+	pending := map[string]*corev1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName == "" && q.selectedByAny(affecting, pod) {
+			pending[pod.Namespace+"/"+pod.Name] = pod
+		}
+	}
+	if len(pending) == 0 {
+		return
+	}
+	logger := klog.Background().WithName("params")
+	logger.V(4).Info("A param kind is listed, requeueing pending pods", "kind", kind, "pods", len(pending))
+	a.activate(logger, pending)
 }
 
 // ParamsChanged requeues the pending pods that a params object's change may

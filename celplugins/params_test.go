@@ -2,6 +2,7 @@ package celplugins
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,6 +50,7 @@ type paramsFixture struct {
 	client   *dynamicfake.FakeDynamicClient
 	mu       sync.Mutex
 	changed  []string
+	listed   []string
 }
 
 func newParamsFixture(t *testing.T, objs ...runtime.Object) *paramsFixture {
@@ -80,6 +82,11 @@ func newParamsFixture(t *testing.T, objs ...runtime.Object) *paramsFixture {
 				obj = oldObj
 			}
 			f.changed = append(f.changed, what+" "+kind.Kind+" "+obj.GetNamespace()+"/"+obj.GetName())
+		},
+		Listed: func(kind schema.GroupVersionKind) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.listed = append(f.listed, kind.Kind)
 		}}
 	t.Cleanup(f.store.Stop)
 	return f
@@ -148,6 +155,14 @@ func TestParamsStore(t *testing.T) {
 	got := f.changes()
 	if diff := cmp.Diff(want, got, sortStrings); diff != "" {
 		t.Errorf("changes (-want +got):\n%s", diff)
+	}
+
+	// The kind was said to be listed, once.
+	f.mu.Lock()
+	listed := slices.Clone(f.listed)
+	f.mu.Unlock()
+	if !slices.Equal(listed, []string{"ConfigMap"}) {
+		t.Errorf("listed %v, want ConfigMap once", listed)
 	}
 
 	// The last policy naming the kind goes: its informer stops, and the
@@ -342,5 +357,34 @@ func TestParamsChanged(t *testing.T) {
 				t.Errorf("activated (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestParamsListed: once a param kind is listed, the pending pods that a
+// policy of that kind selects are requeued (those refused while it was
+// not listed), bound pods and pods no such policy selects are not.
+func TestParamsListed(t *testing.T) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry := engine.NewRegistry(engine.NewCompiler(env))
+	registry.Upsert(builder.MakePolicy("tenant").Stored().ParamKind("v1", "ConfigMap").ParamRef("placement", "", schedv1alpha1.DenyAction).
+		PodLabels(map[string]string{"team": "a"}).Filter("f", "true").Obj())
+	rt := NewRuntime(registry, engine.NewConverter(env, 0))
+	a := &fakeActivator{pods: []*corev1.Pod{
+		st.MakePod().Namespace("team-a").Name("pending").Label("team", "a").Obj(),
+		st.MakePod().Namespace("team-a").Name("bound").Label("team", "a").Node("n1").Obj(),
+		st.MakePod().Namespace("team-b").Name("pending").Label("team", "b").Obj(),
+	}}
+	a.attach(rt)
+	rt.Requeue.ParamsListed(configMapGVK)
+	if diff := cmp.Diff([]string{"team-a/pending"}, a.activated); diff != "" {
+		t.Errorf("activated (-want +got):\n%s", diff)
+	}
+	a.activated = nil
+	rt.Requeue.ParamsListed(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Other"})
+	if len(a.activated) != 0 {
+		t.Errorf("a kind no policy reads activated %v", a.activated)
 	}
 }

@@ -289,6 +289,7 @@ func newPolicies(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, env *e
 		Client:  paramsClient,
 		Mapper:  mgr.GetRESTMapper(),
 		Changed: p.rt.Requeue.ParamsChanged,
+		Listed:  p.rt.Requeue.ParamsListed,
 		Logger:  klog.FromContext(ctx).WithName("params"),
 	}
 	p.rt.Inputs.Params = p.params
