@@ -54,10 +54,10 @@ func BenchmarkCycle(b *testing.B) {
 				}
 				first := pod("p-0", "100m")
 				cluster := NewCluster(WithNamespaces(nil, first), ns, nil, nil)
-				// The first pod converts every node one after the other
-				// (the scheduler converts the nodes it samples, in
-				// parallel): at 5000 nodes that outlasts the profile's
-				// 100 ms budget.
+				// The first pod evaluates every rule on every node, one
+				// after the other (the scheduler evaluates the nodes it
+				// samples, in parallel): at 5000 nodes that outlasts the
+				// profile's 100 ms budget.
 				cluster.EvaluationBudget = time.Minute
 				s, err := cluster.Scheduler(context.Background(), ps, nil, cfg)
 				if err != nil {

@@ -211,6 +211,17 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 		return nil, fmt.Errorf("reading the params objects: %w", err)
 	}
 	s.rt.Inputs.Params = static
+	// Every node converted now, outside any pod's time budget: a dry run
+	// evaluates a pod on every node one after the other, where the
+	// scheduler converts the nodes it samples, in parallel, and keeps them.
+	// Without this, the first pod of a large cluster would spend its 100
+	// ms budget converting nodes, and rules the scheduler runs in time
+	// would be reported cut off.
+	for _, n := range c.nodes {
+		if _, err := s.rt.Inputs.Converter.NodeValue(n); err != nil {
+			return nil, fmt.Errorf("converting node %s: %w", n.Name, err)
+		}
+	}
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.nodes)+len(c.pods)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {
