@@ -90,7 +90,8 @@ const byObjectSlots = 1 << 15
 // multiplied by a Fibonacci hashing constant, gives the slot's index.
 func (c *nodeCache) slot(node *corev1.Node) *atomic.Pointer[nodeEntry] {
 	c.byObjectOnce.Do(func() { c.byObject = make([]atomic.Pointer[nodeEntry], byObjectSlots) })
-	const shift = 64 - 15 // log2(byObjectSlots)
+	// The top 15 bits of the hash: byObjectSlots is 1<<15.
+	const shift = 64 - 15
 	h := uint64(uintptr(unsafe.Pointer(node))) * 0x9e3779b97f4a7c15
 	return &c.byObject[h>>shift]
 }

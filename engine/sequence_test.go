@@ -250,7 +250,9 @@ func evaluateSeq(t testing.TB, p *CompiledPolicy, conv *Converter, w *seqWorld, 
 	}
 	in.Params = params
 	var out seqOutcome
-	for _, m := range p.MatchAll(ctx, in) {
+	matches := p.MatchAll(ctx, in)
+	for i := range matches {
+		m := &matches[i]
 		mo := outcomeOf(m.Decision, nil)
 		mo.Rule += "|" + strconv.FormatBool(m.Matches)
 		out.Match = append(out.Match, mo)

@@ -135,8 +135,8 @@ func (f *rotatorFixture) served() *x509.Certificate {
 func (f *rotatorFixture) check(when string) {
 	f.t.Helper()
 	secret, config := f.secret(), f.config()
-	for _, w := range config.Webhooks {
-		if !bytes.Equal(w.ClientConfig.CABundle, secret.Data[CAKey]) {
+	for i := range config.Webhooks {
+		if w := &config.Webhooks[i]; !bytes.Equal(w.ClientConfig.CABundle, secret.Data[CAKey]) {
 			f.t.Errorf("%s: webhook %s has another CA bundle than the Secret's", when, w.Name)
 		}
 	}

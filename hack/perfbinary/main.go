@@ -632,8 +632,8 @@ func placement(ctx context.Context, cs kubernetes.Interface, namespace string) (
 		if err != nil {
 			return "", err
 		}
-		for _, p := range list.Items {
-			perNode[p.Spec.NodeName]++
+		for i := range list.Items {
+			perNode[list.Items[i].Spec.NodeName]++
 		}
 		if opts.Continue = list.Continue; opts.Continue == "" {
 			break

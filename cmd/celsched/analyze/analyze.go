@@ -505,9 +505,10 @@ func fitsOne(pod *corev1.Pod, v *dryrun.Verdicts, feasible []int) bool {
 }
 
 func requests(pod *corev1.Pod) (milliCPU, memory int64) {
-	for _, c := range pod.Spec.Containers {
-		milliCPU += c.Resources.Requests.Cpu().MilliValue()
-		memory += c.Resources.Requests.Memory().Value()
+	for i := range pod.Spec.Containers {
+		requests := pod.Spec.Containers[i].Resources.Requests
+		milliCPU += requests.Cpu().MilliValue()
+		memory += requests.Memory().Value()
 	}
 	return milliCPU, memory
 }

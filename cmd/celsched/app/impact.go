@@ -429,7 +429,8 @@ func draftLine(r *impact.Report) string {
 // policies read each; empty when it touches none.
 func paramsLine(r *impact.Report) string {
 	parts := make([]string, 0, len(r.Params))
-	for _, c := range r.Params {
+	for i := range r.Params {
+		c := &r.Params[i]
 		readers := "read by no policy"
 		if len(c.Policies) > 0 {
 			readers = "read by " + strings.Join(c.Policies, ", ")

@@ -212,8 +212,8 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 	}
 	c.params = map[dryrun.ParamsKey]string{}
-	for _, pc := range paramsChanges {
-		if pc.Change != dryrun.PolicyUnchanged {
+	for i := range paramsChanges {
+		if pc := &paramsChanges[i]; pc.Change != dryrun.PolicyUnchanged {
 			c.params[pc.Key] = pc.Object
 		}
 	}
