@@ -41,7 +41,11 @@ func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error)
 			}
 			items := child(d.root, "items")
 			for i, raw := range list.Items {
-				obj, err := decodeOne[T](d.file, items.Content[i], raw, kind)
+				node := d.root
+				if items != nil && i < len(items.Content) {
+					node = items.Content[i]
+				}
+				obj, err := decodeOne[T](d.file, node, raw, kind)
 				if err != nil {
 					return nil, err
 				}

@@ -61,11 +61,19 @@ func checkStrict(n *yamlv3.Node, t reflect.Type, path string, out *[]fieldProble
 	if n.Kind == yamlv3.ScalarNode && n.Tag == "!!null" {
 		return // null is every type's zero value
 	}
-	if reflect.PointerTo(t).Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) && t.Kind() != reflect.String {
-		return
-	}
 	problem := func(n *yamlv3.Node, path, msg string) {
 		*out = append(*out, fieldProblem{line: n.Line, path: orRoot(path), msg: msg})
+	}
+	if reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+		// The type decodes itself (a quantity, a time, an int-or-string):
+		// its decoder judges the value, here, where its line is known.
+		if err := unmarshalNode(n, t); err != nil {
+			problem(n, path, err.Error())
+		}
+		return
+	}
+	if reflect.PointerTo(t).Implements(textUnmarshaler) && t.Kind() != reflect.String {
+		return
 	}
 	switch t.Kind() {
 	case reflect.Struct:
@@ -107,6 +115,23 @@ func checkStrict(n *yamlv3.Node, t reflect.Type, path string, out *[]fieldProble
 	default:
 		checkScalar(n, t, path, problem)
 	}
+}
+
+// unmarshalNode decodes a YAML value with the JSON decoder of type t.
+func unmarshalNode(n *yamlv3.Node, t reflect.Type) error {
+	var v any
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil // not JSON (a map with non-string keys): the decode after says so
+	}
+	u, ok := reflect.New(t).Interface().(json.Unmarshaler)
+	if !ok {
+		return nil
+	}
+	return u.UnmarshalJSON(data)
 }
 
 // pairs yields a mapping's keys and values, reporting a key given twice
@@ -151,7 +176,8 @@ func checkScalar(n *yamlv3.Node, t reflect.Type, path string, problem func(*yaml
 	ok := true
 	switch t.Kind() {
 	case reflect.String:
-		ok = n.Tag == "!!str"
+		// An unquoted date is a YAML timestamp, which becomes a string.
+		ok = n.Tag == "!!str" || n.Tag == "!!timestamp"
 	case reflect.Bool:
 		ok = n.Tag == "!!bool"
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,

@@ -143,10 +143,19 @@ func ApplyParamsDrafts(live, drafts []*unstructured.Unstructured, deletions []Pa
 	}
 	var changes []ParamsChange
 	seen := map[ParamsKey]bool{}
+	namespaced := map[schema.GroupKind]bool{}
+	for _, o := range live {
+		if o.GetNamespace() != "" {
+			namespaced[o.GroupVersionKind().GroupKind()] = true
+		}
+	}
 	for _, d := range drafts {
 		k := ParamsKeyOf(d)
 		if seen[k] {
 			return nil, nil, fmt.Errorf("params object %s is drafted twice", k)
+		}
+		if k.Namespace == "" && namespaced[k.GroupKind()] {
+			return nil, nil, fmt.Errorf("params object %s has no metadata.namespace, and the live objects of its kind are namespaced", k)
 		}
 		seen[k] = true
 		c := ParamsChange{Key: k, Object: k.String(), Labels: []map[string]string{d.GetLabels()}}
