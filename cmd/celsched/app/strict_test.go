@@ -19,7 +19,7 @@ func TestDecodeStrict(t *testing.T) {
 		"bad quantity":              {yaml: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c\n    resources: {requests: {cpu: lots}}\n", wantErr: "f.yaml:7: spec.containers[0].resources.requests[cpu]: quantities must match"},
 		"number for a string":       {yaml: "apiVersion: v1\nkind: Pod\nmetadata:\n  name: 12\n", wantErr: "f.yaml:4: metadata.name: want a string, got the number 12"},
 		"list for an object":        {yaml: "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: []\n", wantErr: "f.yaml:4: spec: want an object, got a list"},
-		"two problems":              {yaml: "apiVersion: v1\nkind: Pod\nmetadata: {name: p, nmae: q, name: r}\n", wantErr: "(and 1 more)"},
+		"two problems":              {yaml: "apiVersion: v1\nkind: Pod\nmetadata: {name: p, nayme: q, name: r}\n", wantErr: "(and 1 more)"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
