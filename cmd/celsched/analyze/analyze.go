@@ -9,11 +9,14 @@ package analyze
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -131,17 +134,34 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	r.Summary.Classes = len(classes)
 	a := &analysis{in: in, rules: map[string]*ruleStats{}, scores: map[string]*scoreStats{}, applied: sets.New[string](),
 		violations: map[[2]string]*violation{}}
-	for _, c := range classes {
-		applies, err := s.Applies(ctx, c.pod)
-		if err != nil {
+	// The classes are evaluated a batch at a time, one per CPU, and
+	// their verdicts taken in order (a class's verdicts hold a value per
+	// node and policy: only a batch of them is kept at once).
+	workers := runtime.GOMAXPROCS(0)
+	for start := 0; start < len(classes); start += workers {
+		batch := classes[start:min(start+workers, len(classes))]
+		verdicts := make([]*dryrun.Verdicts, len(batch))
+		applies := make([][]string, len(batch))
+		errs := make([]error, len(batch))
+		var wg sync.WaitGroup
+		for i, c := range batch {
+			wg.Go(func() {
+				if applies[i], errs[i] = s.Applies(ctx, c.pod); errs[i] != nil {
+					return
+				}
+				if verdicts[i], errs[i] = s.Verdicts(ctx, c.pod); errs[i] != nil {
+					errs[i] = fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, errs[i])
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
-		a.applied.Insert(applies...)
-		v, err := s.Verdicts(ctx, c.pod)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+		for i, c := range batch {
+			a.applied.Insert(applies[i]...)
+			r.Findings = append(r.Findings, a.class(c, verdicts[i])...)
 		}
-		r.Findings = append(r.Findings, a.class(c, v)...)
 	}
 	r.Findings = append(r.Findings, a.violationFindings()...)
 	r.Findings = append(r.Findings, a.ruleFindings()...)
