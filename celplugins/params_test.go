@@ -216,7 +216,9 @@ func (m *laterMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*met
 // objects are then resolved.
 func TestParamsStoreReadersStartNothing(t *testing.T) {
 	defer func(d time.Duration) { kindRetry = d }(kindRetry)
-	kindRetry = time.Millisecond
+	// A retry that cannot fire before it is stopped (a 1 ms one could,
+	// under -race and load), then short ones.
+	kindRetry = time.Hour
 	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
 	mapper := &laterMapper{RESTMapper: f.store.Mapper}
 	f.store.Mapper = mapper
@@ -228,6 +230,7 @@ func TestParamsStoreReadersStartNothing(t *testing.T) {
 		t.Fatal("Sync armed no retry of the kind that is not served")
 	}
 	f.store.retry = nil
+	kindRetry = time.Millisecond
 	f.store.mu.Unlock()
 	lookups := mapper.lookups.Load()
 
