@@ -30,8 +30,9 @@ FUZZTIME ?= 2m
 FUZZ_TARGETS ?= FuzzCompile FuzzEvaluate FuzzRememberedIsFresh
 BENCHFLAGS ?= -count=5
 # The packages whose tests `make test` runs under -race (only there): the
-# engine, the plugins and the controllers, none of which needs envtest.
-RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers)(/|$$)
+# engine, the plugins, the controllers and the CLI (impact and analyze
+# evaluate in parallel), none of which needs envtest.
+RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers|cmd/celsched)(/|$$)
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
 # where the runs go (one directory per run: DataItems JSON, go test output,
 # logs of failed workloads).
@@ -96,7 +97,7 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins and the controllers under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
@@ -17,12 +18,17 @@ import (
 // Version is set by the Makefile with -ldflags.
 var Version = "v0.0.0-dev"
 
+var discardLogs sync.Once
+
 // Run executes the CLI and returns its exit code: 0 on success, 1 when
 // policies are invalid or tests fail, 2 on bad usage or input.
 func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	s := &streams{in: in, out: out, err: errOut}
 	// kube-scheduler's framework logs through klog; the CLI prints reports.
-	klog.SetLogger(logr.Discard())
+	// Once per process: the informers of an earlier Run's dry-run
+	// schedulers may still be stopping and logging (tests call Run again
+	// and again).
+	discardLogs.Do(func() { klog.SetLogger(logr.Discard()) })
 	root := &cobra.Command{
 		Use:           "celsched",
 		Short:         "Validate, evaluate, explain and test celsched SchedulingPolicies before they act",
