@@ -433,13 +433,19 @@ func (q *Requeuer) ParamsListed(kind schema.GroupVersionKind) {
 	if len(affecting) == 0 {
 		return
 	}
-	pods, err := a.pods("")
+	q.requeue(a, affecting, "", "A param kind is listed, requeueing pending pods", "kind", kind)
+}
+
+// requeue activates the pending pods of a namespace (all when empty) that
+// one of the policies selects, and logs the message with the count.
+func (q *Requeuer) requeue(a *podActivator, policies []*engine.CompiledPolicy, namespace, msg string, kv ...any) {
+	pods, err := a.pods(namespace)
 	if err != nil {
 		return
 	}
 	pending := map[string]*corev1.Pod{}
 	for _, pod := range pods {
-		if pod.Spec.NodeName == "" && q.selectedByAny(affecting, pod) {
+		if pod.Spec.NodeName == "" && q.selectedByAny(policies, pod) {
 			pending[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}
@@ -447,7 +453,7 @@ func (q *Requeuer) ParamsListed(kind schema.GroupVersionKind) {
 		return
 	}
 	logger := klog.Background().WithName("params")
-	logger.V(4).Info("A param kind is listed, requeueing pending pods", "kind", kind, "pods", len(pending))
+	logger.V(4).Info(msg, append(kv, "pods", len(pending))...)
 	a.activate(logger, pending)
 }
 
@@ -496,20 +502,5 @@ func (q *Requeuer) ParamsChanged(kind schema.GroupVersionKind, oldObj, newObj *u
 	if perNamespace {
 		namespace = obj.GetNamespace()
 	}
-	pods, err := a.pods(namespace)
-	if err != nil {
-		return
-	}
-	pending := map[string]*corev1.Pod{}
-	for _, pod := range pods {
-		if pod.Spec.NodeName == "" && q.selectedByAny(affecting, pod) {
-			pending[pod.Namespace+"/"+pod.Name] = pod
-		}
-	}
-	if len(pending) == 0 {
-		return
-	}
-	logger := klog.Background().WithName("params")
-	logger.V(4).Info("A params object changed, requeueing pending pods", "kind", kind, "object", klog.KObj(obj), "pods", len(pending))
-	a.activate(logger, pending)
+	q.requeue(a, affecting, namespace, "A params object changed, requeueing pending pods", "kind", kind, "object", klog.KObj(obj))
 }

@@ -306,7 +306,8 @@ type analysis struct {
 
 type ruleStats struct {
 	policy, rule string
-	true, false  int
+	// pass and fail count the rule's true and false verdicts.
+	pass, fail int
 }
 
 type scoreStats struct {
@@ -351,9 +352,9 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts) []Finding {
 			for _, x := range verdicts {
 				switch x {
 				case 1:
-					st.true++
+					st.pass++
 				case 0:
-					st.false++
+					st.fail++
 				}
 			}
 		}
@@ -597,13 +598,13 @@ func (a *analysis) ruleFindings() []Finding {
 	var out []Finding
 	for key, st := range a.rules {
 		switch {
-		case st.false == 0 && st.true > 0:
+		case st.fail == 0 && st.pass > 0:
 			out = append(out, Finding{Kind: AlwaysTrue, Policies: []string{st.policy}, Rules: []string{key},
-				Evidence:   fmt.Sprintf("true on every node for every class of pods it applies to (%d evaluations)", st.true),
+				Evidence:   fmt.Sprintf("true on every node for every class of pods it applies to (%d evaluations)", st.pass),
 				Suggestion: "it filters nothing in this cluster: check its expression (a misspelt label is absent everywhere) or delete it"})
-		case st.true == 0 && st.false > 0:
+		case st.pass == 0 && st.fail > 0:
 			out = append(out, Finding{Kind: AlwaysFalse, Policies: []string{st.policy}, Rules: []string{key},
-				Evidence:   fmt.Sprintf("false on every node for every class of pods it applies to (%d evaluations)", st.false),
+				Evidence:   fmt.Sprintf("false on every node for every class of pods it applies to (%d evaluations)", st.fail),
 				Suggestion: "it refuses every node to the pods it matches: check its expression and the node labels it reads"})
 		}
 	}

@@ -88,8 +88,8 @@ func kindNames() string {
 }
 
 func runAnalyze(ctx context.Context, s *streams, o *analyzeOptions) (*analyze.Report, error) {
-	if !slices.Contains([]string{"table", "json", "yaml", "markdown"}, o.output) {
-		return nil, usageError(fmt.Sprintf("unknown output format %q: want table, json, yaml or markdown", o.output))
+	if err := checkOutput(o.output, "markdown"); err != nil {
+		return nil, err
 	}
 	for _, k := range o.failOn {
 		if !slices.Contains(analyze.Kinds, analyze.Kind(k)) {

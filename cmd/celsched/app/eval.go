@@ -121,9 +121,13 @@ func offNodes(pods []*corev1.Pod, nodes []*corev1.Node) []string {
 	return out
 }
 
-func checkOutput(format string) error {
-	if format != "table" && format != "json" && format != "yaml" {
-		return usageError(fmt.Sprintf("unknown output format %q: want table, json or yaml", format))
+// checkOutput accepts table, json, yaml and the extra formats a command
+// prints.
+func checkOutput(format string, extra ...string) error {
+	formats := append([]string{"table", "json", "yaml"}, extra...)
+	if !slices.Contains(formats, format) {
+		return usageError(fmt.Sprintf("unknown output format %q: want %s or %s", format,
+			strings.Join(formats[:len(formats)-1], ", "), formats[len(formats)-1]))
 	}
 	return nil
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -113,8 +113,8 @@ func changeNames() string {
 }
 
 func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Report, error) {
-	if !slices.Contains([]string{"table", "json", "yaml", "markdown"}, o.output) {
-		return nil, usageError(fmt.Sprintf("unknown output format %q: want table, json, yaml or markdown", o.output))
+	if err := checkOutput(o.output, "markdown"); err != nil {
+		return nil, err
 	}
 	if len(o.drafts) == 0 && len(o.deletions) == 0 && len(o.deleteParams) == 0 {
 		return nil, usageError("-f (draft policies or params objects), --delete or --delete-params is required")
@@ -486,11 +486,7 @@ func printCounts(w io.Writer, what string, counts map[string]map[impact.Change]i
 	if len(counts) == 0 {
 		return
 	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(counts))
 	fmt.Fprintf(w, "\nBy %s:\n", strings.ToLower(what))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  %s\tCHANGE\tPODS\n", what)

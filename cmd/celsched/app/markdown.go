@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/celsched/celsched/cmd/celsched/impact"
@@ -76,11 +77,7 @@ func mdCounts(b *strings.Builder, what string, counts map[string]map[impact.Chan
 	if len(counts) == 0 {
 		return
 	}
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(counts))
 	fmt.Fprintf(b, "\n| %s | change | pods |\n|---|---|---:|\n", what)
 	for _, k := range keys {
 		for _, c := range impact.Changes {
