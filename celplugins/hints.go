@@ -154,29 +154,30 @@ func (q *Requeuer) NodeHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj 
 	if !okNew {
 		return fwk.Queue, fmt.Errorf("node event without a new node: %T", newObj)
 	}
-	c, _, err := q.inputs.match(newHintContext(), pod)
+	ctx := newHintContext()
+	m, err := q.inputs.Match(ctx, pod)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if c.Rejection != nil {
+	if m.Rejection != nil {
 		return fwk.QueueSkip, nil
 	}
-	if usesNodeInfo(c) {
+	if usesNodeInfo(m) {
 		return fwk.Queue, nil // e.g. allocatable changed
 	}
-	if !q.mayPass(c, newNode) {
+	if !q.mayPass(ctx, m, newNode) {
 		return fwk.QueueSkip, nil
 	}
-	if oldNode != nil && q.mayPass(c, oldNode) {
+	if oldNode != nil && q.mayPass(ctx, m, oldNode) {
 		return fwk.QueueSkip, nil // the policies did not reject this node before
 	}
 	logger.V(5).Info("Node may pass the policies now, requeueing the pod", "pod", klog.KObj(pod), "node", klog.KObj(newNode))
 	return fwk.Queue, nil
 }
 
-// usesNodeInfo says whether an enforced filter of the cycle reads nodeInfo.
-func usesNodeInfo(c *Cycle) bool {
-	for _, p := range c.Filters {
+// usesNodeInfo says whether an enforced filter of the match reads nodeInfo.
+func usesNodeInfo(m *Match) bool {
+	for _, p := range m.Filters {
 		if p.Enforced() && p.UsesNodeInfo() {
 			return true
 		}
@@ -184,15 +185,15 @@ func usesNodeInfo(c *Cycle) bool {
 	return false
 }
 
-// mayPass says whether the enforced filters of a cycle, none of which reads
+// mayPass says whether the enforced filters of a match, none of which reads
 // nodeInfo, pass on a node.
-func (q *Requeuer) mayPass(c *Cycle, node *corev1.Node) bool {
+func (q *Requeuer) mayPass(ctx context.Context, m *Match, node *corev1.Node) bool {
 	in, err := q.inputs.Converter.Node(node, nil)
 	if err != nil {
 		return true
 	}
-	for _, p := range c.Filters {
-		if d := p.Filter(c.Ctx, c.Pod, in); d.Acts() {
+	for _, p := range m.Filters {
+		if d := p.Filter(ctx, m.Pod, in); d.Acts() {
 			return false
 		}
 	}
@@ -220,11 +221,11 @@ func (q *Requeuer) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if other.Spec.NodeName == "" {
 		return fwk.QueueSkip, nil
 	}
-	c, _, err := q.inputs.match(newHintContext(), pod)
+	m, err := q.inputs.Match(newHintContext(), pod)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if usesNodeInfo(c) {
+	if usesNodeInfo(m) {
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil

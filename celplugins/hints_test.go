@@ -263,7 +263,7 @@ func TestPodHint(t *testing.T) {
 // pod, and record nothing: no tally is started or flushed, no error or slow
 // rule is recorded, no policy is reported to the status writer, although
 // the policies fail at match time under Ignore, fail a filter under Fail
-// and audit. (They start no timer either: their evaluations run under a
+// and audit; no Match is kept. (They start no timer either: their evaluations run under a
 // hintContext, whose deadline needs none.)
 func TestHintsOnlyRead(t *testing.T) {
 	rt, registry := newTestRuntime(t, namespace("ns", "1", nil))
@@ -276,6 +276,7 @@ func TestHintsOnlyRead(t *testing.T) {
 	rt.Report.Notify = func(string) { notified++ }
 	tallies := [2]any{rt.Report.tallies[0].Load(), rt.Report.tallies[1].Load()}
 	p := pod("ns", "p", map[string]string{"app": "web"})
+	p.ResourceVersion = "1" // a Match of it could be kept
 	logger := klog.Background()
 	if _, err := rt.Requeue.NodeHint(logger, p, node("n", "1", nil), node("n", "2", map[string]string{"rack": "r1"})); err != nil {
 		t.Fatal(err)
@@ -298,6 +299,9 @@ func TestHintsOnlyRead(t *testing.T) {
 	}
 	if notified != 0 {
 		t.Errorf("hints notified the status writer %d times", notified)
+	}
+	if _, kept := rt.Inputs.matches.byPod.Load(p.UID); kept {
+		t.Error("a hint kept the pod's Match")
 	}
 	// The same evaluations in a cycle do record.
 	if _, err := rt.Prepare(context.Background(), p, time.Second); err != nil {

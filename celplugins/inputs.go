@@ -27,6 +27,8 @@ type Inputs struct {
 	// lastSigned is the last pod signed. Key: pod UID, resourceVersion and
 	// policy snapshot. Bound: one. Written by SignPod.
 	lastSigned lastSigned
+	// matches are the pods' last Matches (see the type).
+	matches matches
 }
 
 // UseNamespaces reads the pods' namespaces from a lister: the scheduler's
@@ -41,10 +43,27 @@ func (in *Inputs) UseNamespaces(lister interface {
 // that is not known yet leaves the namespace unset: expressions that read
 // it fail and follow their policy's failurePolicy.
 func (in *Inputs) PodInput(pod *corev1.Pod) (*engine.PodInput, error) {
+	ns, err := in.podNamespace(pod)
+	if err != nil {
+		return nil, err
+	}
+	return in.podInput(pod, ns)
+}
+
+// podNamespace returns the pod's namespace, nil when it is not known yet.
+func (in *Inputs) podNamespace(pod *corev1.Pod) (*corev1.Namespace, error) {
 	ns, err := in.namespaces.get(pod.Namespace)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, fmt.Errorf("reading namespace %s: %w", pod.Namespace, err)
 	}
+	if err != nil {
+		return nil, nil
+	}
+	return ns, nil
+}
+
+// podInput converts a pod with its namespace (nil when not known).
+func (in *Inputs) podInput(pod *corev1.Pod, ns *corev1.Namespace) (*engine.PodInput, error) {
 	out, err := in.Converter.Pod(pod, ns)
 	if err != nil {
 		return nil, err

@@ -68,7 +68,15 @@ type ParamsStore struct {
 	// (retryMissing).
 	retry *time.Timer
 	once  sync.Once
+	// version changes after each change of what the store may answer
+	// (Version).
+	version atomic.Uint64
 }
+
+// Version implements ParamsVersion: it changes after every params event,
+// after a kind's objects are listed or cannot be, and after a kind is
+// started or stopped.
+func (s *ParamsStore) Version() uint64 { return s.version.Load() }
 
 // paramKind is the informer of one param kind, and the CEL values of its
 // objects.
@@ -129,6 +137,7 @@ func (s *ParamsStore) Sync(snapshot *engine.Snapshot) {
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}
+	s.version.Add(1)
 	s.armRetry()
 }
 
@@ -163,6 +172,7 @@ func (s *ParamsStore) retryMissing() {
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}
+	s.version.Add(1)
 	s.armRetry()
 }
 
@@ -189,6 +199,7 @@ func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
 	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		k.listErr.Store(&err)
+		s.version.Add(1)
 	}); err != nil {
 		k.err = fmt.Errorf("watching paramKind %s: %w", gvk, err)
 		return k
@@ -196,13 +207,14 @@ func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
 	k.stop = make(chan struct{})
 	ctx := stopContext(k.stop, s.stopped)
 	go k.informer.RunWithContext(ctx)
-	if s.Listed != nil {
-		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), k.informer.HasSynced) {
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), k.informer.HasSynced) {
+			s.version.Add(1)
+			if s.Listed != nil {
 				s.Listed(gvk)
 			}
-		}()
-	}
+		}
+	}()
 	s.Logger.V(2).Info("Watching a param kind", "kind", gvk, "resource", mapping.Resource)
 	return k
 }
@@ -248,6 +260,7 @@ func (s *ParamsStore) changed(k *paramKind, oldObj, newObj any) {
 	if newU == nil && oldU != nil {
 		k.values.Delete(oldU.GetNamespace() + "/" + oldU.GetName())
 	}
+	s.version.Add(1)
 	if s.Changed != nil {
 		s.Changed(k.gvk, oldU, newU)
 	}

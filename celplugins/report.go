@@ -67,10 +67,10 @@ func (r *Reporter) NoteErrors(ctx context.Context, budget time.Duration, d *engi
 // saw: the errors of the policies skipped under failurePolicy Ignore and of
 // those that apply, and the Audit policies that would have rejected the
 // pod.
-func (r *Reporter) Matched(ctx context.Context, c *Cycle, ignored []engine.MatchResult, pod *corev1.Pod) {
+func (r *Reporter) Matched(ctx context.Context, c *Cycle, pod *corev1.Pod) {
 	logger := klog.FromContext(ctx)
-	for i := range ignored {
-		m := &ignored[i]
+	for i := range c.ignored {
+		m := &c.ignored[i]
 		r.NoteErrors(ctx, c.Budget, &m.Decision, pod, "")
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}

@@ -68,7 +68,7 @@ func Factory[T fwk.Plugin](rt *Runtime, newPlugin func(context.Context, runtime.
 // Attach connects the runtime to a scheduler's informers, once for all
 // plugins and profiles: namespaces are read from the scheduler's namespace
 // informer, and nodes and namespaces that are deleted leave the converter's
-// caches.
+// caches, and so do the Matches of pods bound or deleted.
 func (rt *Runtime) Attach(h fwk.Handle) error {
 	var err error
 	rt.once.Do(func() {
@@ -90,10 +90,28 @@ func (rt *Runtime) Attach(h fwk.Handle) error {
 		}); err != nil {
 			return
 		}
-		_, err = h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		if _, err = h.SharedInformerFactory().Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			DeleteFunc: func(obj any) {
 				if node, ok := tombstoned[*corev1.Node](obj); ok {
 					rt.Inputs.Converter.ForgetNode(node.Name)
+				}
+			},
+		}); err != nil {
+			return
+		}
+		// A pod's kept Match (Inputs.Match) leaves when the pod is bound or
+		// deleted: it has no cycle to come.
+		_, err = h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(oldObj, newObj any) {
+				oldPod, okOld := oldObj.(*corev1.Pod)
+				pod, ok := newObj.(*corev1.Pod)
+				if ok && okOld && oldPod.Spec.NodeName == "" && pod.Spec.NodeName != "" {
+					rt.Inputs.forgetPod(pod.UID)
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if pod, ok := tombstoned[*corev1.Pod](obj); ok {
+					rt.Inputs.forgetPod(pod.UID)
 				}
 			},
 		})

@@ -23,10 +23,13 @@ import (
 // values, for instance).
 const StateKey fwk.StateKey = "celsched.io/cycle"
 
-// Cycle is what one scheduling cycle of a pod needs from the policies:
-// computed once in PreFilter, read by Filter on every node, and by PreScore.
-// It is immutable but for the Audit denials.
+// Cycle is one scheduling cycle of a pod: its Match (shared with the
+// pod's other cycles and the queueing hints while nothing it depends on
+// changes), the cycle's time budget, and what the cycle observes: the
+// filter tally, the rejection messages and the Audit denials. Prepare
+// makes it in PreFilter; Filter reads it on every node, and PreScore.
 type Cycle struct {
+	*Match
 	// Ctx carries the cycle's CEL time budget (Args.EvaluationBudget) as
 	// its deadline, with engine.ErrTimeBudgetExceeded as the cause: the
 	// evaluations of the cycle run with it. It ends at the end of Prepare
@@ -37,32 +40,13 @@ type Cycle struct {
 	Ctx context.Context
 	// Budget is the cycle's time budget, for messages.
 	Budget time.Duration
-	Pod    *engine.PodInput
-	// Filters and Scores are the matching policies with filters and with
-	// scores, in name order (Audit ones included).
-	Filters []*engine.CompiledPolicy
-	Scores  []*engine.CompiledPolicy
-	// FilterList and ScoreList are Filters and Scores as the snapshot's
-	// interned lists (engine.PolicyList): their outcome on a node may be
-	// kept with the node.
-	FilterList, ScoreList *engine.PolicyList
 	// FilterTally counts the filter decisions of the cycle (nil when no
 	// policy with filters applies).
 	FilterTally *metrics.Tally
-	// Audit are the matching Audit policies, reported on when the pod is
-	// bound (ReportAudit).
-	Audit []*engine.CompiledPolicy
-	// Rejection, when set, rejects the pod on every node: the match
-	// decision (Error) of an enforced policy that does not compile or whose
-	// match condition failed, with failurePolicy Fail.
-	Rejection *engine.Decision
 
 	// release ends Ctx before its deadline, when the cycle could not be
 	// prepared.
 	release context.CancelFunc
-	// matched are the decisions of the policies that apply, for the cycle
-	// to record once (Prepare).
-	matched []engine.Decision
 	// messages are the distinct rejection messages of the cycle so far:
 	// the first distinct of them, at most maxDistinctMessages (see
 	// Message). Read and written only when a policy's slot in texts does
@@ -89,32 +73,42 @@ func (c *Cycle) ExplainOnce() bool { return c.explained.CompareAndSwap(false, tr
 // denials, which clones share (they are the same evaluations).
 func (c *Cycle) Clone() fwk.StateData { return c }
 
-// Prepare matches the current policies against a pod for a scheduling
-// cycle, once: the cycle's evaluations, matching included, share the time
-// budget, and what matching saw (errors, Audit would-be rejections) is
+// Prepare starts a scheduling cycle of a pod: its Match (the one kept from
+// the pod's last cycle when nothing it depends on changed, or a new one,
+// then kept), under the cycle's time budget, which the cycle's evaluations
+// share; what matching saw (errors, Audit would-be rejections) is
 // reported, and the cycle's filter tally started.
 func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Duration) (*Cycle, error) {
 	if budget <= 0 {
 		budget = DefaultEvaluationBudget
 	}
 	cycleCtx, release := context.WithTimeoutCause(ctx, budget, budgetCause(budget))
-	c, ignored, err := rt.Inputs.match(cycleCtx, pod)
+	m, fresh, err := rt.Inputs.match(cycleCtx, pod)
 	if err != nil {
 		release()
 		return nil, err
 	}
-	c.Ctx, c.Budget, c.release = cycleCtx, budget, release
+	if fresh {
+		rt.Inputs.keep(m)
+	}
+	c := &Cycle{Match: m, Ctx: cycleCtx, Budget: budget, release: release}
+	if len(m.Filters) > 0 {
+		c.texts = make([]atomic.Pointer[rejectionText], len(m.Filters))
+	}
+	if len(m.Audit) > 0 {
+		c.audit = &auditDenials{match: slices.Clip(m.wouldReject), byNode: map[string][]engine.Decision{}}
+	}
 	for _, p := range c.Audit {
 		// What the Audit policy's preEnqueue rules would have done, for
-		// PostBind to report: evaluated here, once, under the cycle's
-		// budget and snapshot.
+		// PostBind to report: evaluated here, once per cycle, under the
+		// cycle's budget and snapshot.
 		if p.HasPreEnqueue() {
 			if d := p.PreEnqueue(cycleCtx, c.Pod); d.WouldAct() {
 				c.audit.match = append(c.audit.match, d)
 			}
 		}
 	}
-	rt.Report.Matched(cycleCtx, c, ignored, pod)
+	rt.Report.Matched(cycleCtx, c, pod)
 	if len(c.Filters) > 0 {
 		c.FilterTally = rt.Report.Tally(engine.PointFilter, c.Filters)
 	}
@@ -145,63 +139,6 @@ func budgetCause(budget time.Duration) error {
 	err := fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget)
 	lastCause.Store(&budgetError{budget: budget, err: err})
 	return err
-}
-
-// match converts the pod and matches the current policies against it:
-// what a scheduling cycle and the queueing hints share. It only reads: it
-// records nothing, logs nothing and starts no timer; the evaluations run
-// under ctx. The match results skipped under failurePolicy Ignore are
-// returned apart, for the cycle to record.
-func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Cycle, []engine.MatchResult, error) {
-	podIn, err := in.PodInput(pod)
-	if err != nil {
-		return nil, nil, err
-	}
-	c := &Cycle{Ctx: ctx, Budget: DefaultEvaluationBudget, Pod: podIn}
-	var ignored []engine.MatchResult
-	snapshot := in.Policies.Snapshot()
-	matches := snapshot.Match(ctx, podIn, func(m engine.MatchResult) { ignored = append(ignored, m) })
-	if len(matches) > 0 {
-		c.matched = make([]engine.Decision, 0, len(matches))
-		// The policies with filters and with scores: one array for both.
-		policies := make([]*engine.CompiledPolicy, 0, 2*len(matches))
-		c.Filters, c.Scores = policies[:0:len(matches)], policies[len(matches):len(matches)]
-	}
-	for i := range matches {
-		d := matches[i].Decision
-		p := d.Policy
-		c.matched = append(c.matched, d)
-		if !d.Enforced() {
-			if c.audit == nil {
-				c.audit = &auditDenials{byNode: map[string][]engine.Decision{}}
-			}
-			c.Audit = append(c.Audit, p)
-		}
-		switch {
-		case d.Acts():
-			if c.Rejection == nil {
-				c.Rejection = &d
-			}
-			continue
-		case d.WouldAct():
-			c.audit.match = append(c.audit.match, d)
-			continue
-		}
-		if p.HasFilters() {
-			c.Filters = append(c.Filters, p)
-		}
-		if p.HasScores() {
-			c.Scores = append(c.Scores, p)
-		}
-	}
-	if len(c.Filters) > 0 {
-		c.FilterList = snapshot.List(engine.PointFilter, c.Filters)
-		c.texts = make([]atomic.Pointer[rejectionText], len(c.Filters))
-	}
-	if len(c.Scores) > 0 {
-		c.ScoreList = snapshot.List(engine.PointScore, c.Scores)
-	}
-	return c, ignored, nil
 }
 
 // maxDistinctMessages bounds the distinct per-node rejection messages of

@@ -79,8 +79,8 @@ type PodInput struct {
 
 	// keys are the pod's memo keys (memo.go) by podReads, interned in
 	// podKeys on first use; 0 when not computed yet. They live as long as
-	// the PodInput (one cycle); the cycle's evaluations write them (equal
-	// values).
+	// the PodInput (the scheduler keeps one per pod version: its Match);
+	// the evaluations that read them write them (equal values).
 	keys    [podKeyReads + 1]atomic.Uint64
 	podKeys *podKeys
 }

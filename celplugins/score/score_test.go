@@ -27,7 +27,7 @@ func TestCombine(t *testing.T) {
 	// node 2 (failurePolicy Ignore): NaN.
 	nan := math.NaN()
 	s := &scoreState{
-		cycle: &celplugins.Cycle{Scores: make([]*engine.CompiledPolicy, 2)},
+		cycle: &celplugins.Cycle{Match: &celplugins.Match{Scores: make([]*engine.CompiledPolicy, 2)}},
 		rules: []rule{
 			{weight: 3, normalization: schedv1alpha1.None},
 			{weight: 1, normalization: schedv1alpha1.MinMaxReverse},
