@@ -76,6 +76,7 @@ func (r *Reporter) Matched(ctx context.Context, c *Cycle, pod *corev1.Pod) {
 	}
 	for i := range c.matched {
 		d := &c.matched[i]
+		metrics.CountEnforcement(d.Policy)
 		r.NoteErrors(ctx, c.Budget, d, pod, "")
 		if d.WouldAct() {
 			logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", d.Policy.Name, "reason", d.String())

@@ -63,7 +63,11 @@ type CompiledPolicy struct {
 	Generation      int64
 	ResourceVersion string
 	Enforcement     schedv1alpha1.EnforcementAction
-	FailurePolicy   schedv1alpha1.FailurePolicyType
+	// EnforcedBy is the field Enforcement comes from: EnforcedBySpec, an
+	// override (spec.enforcementOverrides[i]) in the copy that applies to
+	// a namespace (ForNamespace), or EnforcedByUnknownNamespace.
+	EnforcedBy    string
+	FailurePolicy schedv1alpha1.FailurePolicyType
 	// Selectors select the pods the policy may apply to, before its match
 	// conditions.
 	Selectors
@@ -96,6 +100,16 @@ type CompiledPolicy struct {
 	// texts are the policy version's rejection messages, formatted once
 	// (Decision.String); shared with the copies bound to params.
 	texts *rejectionTexts
+	// views are the copies of a policy with enforcementOverrides, one per
+	// enforcement a namespace may get (ForNamespace); nil without
+	// overrides and in the copies. origin is the policy a copy was made
+	// from, and view its index (0 for the policy itself), which tells the
+	// copies apart in the keys of policy lists.
+	views  *enforcementViews
+	origin *CompiledPolicy
+	view   int
+	// overridden: the policy has enforcementOverrides (HasOverrides).
+	overridden bool
 }
 
 // expr is one compiled expression.
@@ -232,6 +246,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		Generation:      policy.Generation,
 		ResourceVersion: policy.ResourceVersion,
 		Enforcement:     spec.Enforcement,
+		EnforcedBy:      EnforcedBySpec,
 		FailurePolicy:   spec.FailurePolicy,
 		variableIndex:   map[string]int{},
 		texts:           &rejectionTexts{},
@@ -240,10 +255,14 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 	var paramErrs field.ErrorList
 	out.paramSpec, paramErrs = newParamSpec(spec)
 	out.Errors = append(out.Errors, paramErrs...)
+	overrides, overrideErrs, overrideWarnings := compileOverrides(spec)
+	out.Errors = append(out.Errors, overrideErrs...)
+	out.Warnings = append(out.Warnings, overrideWarnings...)
 	// Objects that skipped the apiserver's defaulting (files in dry-run).
 	if out.Enforcement == "" {
 		out.Enforcement = schedv1alpha1.Enforce
 	}
+	defer out.finishViews(spec, overrides)
 	if out.FailurePolicy == "" {
 		out.FailurePolicy = schedv1alpha1.Fail
 	}

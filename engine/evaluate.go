@@ -190,6 +190,7 @@ func (m *MatchResult) Reason() string {
 // Error decision. A policy that does not compile applies with an Error
 // decision under Fail, and is skipped under Ignore.
 func (p *CompiledPolicy) Match(ctx context.Context, in *PodInput) MatchResult {
+	p = p.ForNamespace(in.Namespace)
 	res := MatchResult{Decision: Decision{Policy: p, Point: PointMatch}, pod: in.schedulerName}
 	if res.why = p.miss(in.Pod, in.Namespace); res.why != selected {
 		return res
@@ -282,6 +283,7 @@ func (p *CompiledPolicy) MatchAndPreEnqueue(ctx context.Context, in *PodInput) (
 // decision (rule ParamsRule) that holds or rejects the pod. When the params
 // cannot be read, failurePolicy decides, as for a compile error.
 func (p *CompiledPolicy) MatchAll(ctx context.Context, in *PodInput) []MatchResult {
+	p = p.ForNamespace(in.Namespace)
 	if p.paramSpec == nil || p.params != nil {
 		return []MatchResult{p.Match(ctx, in)}
 	}

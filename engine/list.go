@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -68,6 +69,11 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 	for _, p := range policies {
 		key.WriteByte(0)
 		key.WriteString(p.Name)
+		if p.view != 0 {
+			// A copy for the namespaces of one enforcement override: its
+			// decisions carry its Enforcement.
+			fmt.Fprintf(&key, "/%d", p.view)
+		}
 	}
 	if l, ok := s.lists.Load(key.String()); ok {
 		return l.(*PolicyList)
@@ -92,7 +98,7 @@ func (l *PolicyList) memoizable(point Point) bool {
 	for _, p := range l.Policies {
 		// A parameterized policy's copies bound to different params
 		// objects have the same name: its outcome is not kept.
-		if p.Err() != nil || p.Base() != p || p.params != nil {
+		if p.Err() != nil || p.params != nil {
 			return false
 		}
 		var exprs []*expr

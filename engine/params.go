@@ -196,6 +196,9 @@ func (p *CompiledPolicy) Base() *CompiledPolicy {
 	if p.base != nil {
 		return p.base
 	}
+	if p.origin != nil {
+		return p.origin
+	}
 	return p
 }
 

@@ -132,6 +132,20 @@ type ParamRef struct {
 	ParameterNotFoundAction ParameterNotFoundActionType `json:"parameterNotFoundAction,omitempty"`
 }
 
+// EnforcementOverride sets a policy's enforcement for the pods of the
+// namespaces it selects.
+type EnforcementOverride struct {
+	// namespaceSelector selects the namespaces, by label. An empty
+	// selector selects every namespace.
+	// +required
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+
+	// enforcement is the policy's enforcement for the pods of those
+	// namespaces.
+	// +required
+	Enforcement EnforcementAction `json:"enforcement"`
+}
+
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0)",message="at least one of preEnqueue, filters or scores must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
@@ -152,6 +166,18 @@ type SchedulingPolicySpec struct {
 	// +optional
 	// +kubebuilder:default=Enforce
 	Enforcement EnforcementAction `json:"enforcement,omitempty"`
+
+	// enforcementOverrides set the enforcement for the pods of some
+	// namespaces: the first override whose namespaceSelector selects the
+	// pod's namespace applies, and enforcement applies to the pods of the
+	// namespaces none selects. So a policy introduced in Audit can be
+	// enforced namespace by namespace (or the other way round) without
+	// being cloned. While a pod's namespace is not known yet, the policy is
+	// enforced if enforcement or any override says Enforce.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	EnforcementOverrides []EnforcementOverride `json:"enforcementOverrides,omitempty"`
 
 	// failurePolicy says what a compile or evaluation error does: Fail rejects
 	// (holds the pod, marks the node infeasible); Ignore skips only the rule
@@ -481,6 +507,13 @@ type AuditViolation struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+
+	// enforcedBy is, for a policy with enforcementOverrides, the field
+	// that made the policy Audit for the pod's namespace:
+	// spec.enforcementOverrides[i] or spec.enforcement.
+	// +optional
+	// +kubebuilder:validation:MaxLength=80
+	EnforcedBy string `json:"enforcedBy,omitempty"`
 
 	// time is when the pod was bound.
 	// +required

@@ -52,13 +52,17 @@ func Violation(d *engine.Decision, pod *corev1.Pod, node string, now metav1.Time
 	case d.Verdict == engine.Error:
 		msg = engine.ErrorMessage(d.Err)
 	}
-	return schedv1alpha1.AuditViolation{
+	v := schedv1alpha1.AuditViolation{
 		Pod:     pod.Namespace + "/" + pod.Name,
 		Node:    node,
 		Rule:    d.RuleLabel(),
 		Message: engine.Truncate(msg, schedv1alpha1.MaxMessageLength),
 		Time:    now,
 	}
+	if d.Policy != nil && d.Policy.HasOverrides() {
+		v.EnforcedBy = d.Policy.EnforcedBy
+	}
+	return v
 }
 
 // Log collects what Audit policies would have done until the status

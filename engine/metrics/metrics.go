@@ -34,8 +34,27 @@ var EvaluationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		"are evaluated once per node; rules after the first false one are not evaluated. Audit policies included.",
 }, []string{"policy", "rule", "result"})
 
+// EnforcementTotal counts, for the policies with enforcementOverrides, the
+// scheduling cycles of the pods each applied to, by the enforcement it had
+// for the pod's namespace and the field that enforcement came from.
+var EnforcementTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "celsched_policy_enforcement_total",
+	Help: "Scheduling cycles of pods that a SchedulingPolicy with enforcementOverrides applied to, by policy, " +
+		"the enforcement it had for the pod's namespace (Enforce or Audit) and the field it came from " +
+		"(enforced_by: spec.enforcementOverrides[i], spec.enforcement, or the namespace not known yet).",
+}, []string{"policy", "enforcement", "enforced_by"})
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(EvaluationsTotal)
+	ctrlmetrics.Registry.MustRegister(EvaluationsTotal, EnforcementTotal)
+}
+
+// CountEnforcement counts a cycle of a pod that a policy with
+// enforcementOverrides applied to (EnforcementTotal); other policies count
+// nothing.
+func CountEnforcement(p *engine.CompiledPolicy) {
+	if p != nil && p.HasOverrides() {
+		EnforcementTotal.WithLabelValues(p.Name, string(p.Enforcement), p.EnforcedBy).Inc()
+	}
 }
 
 // Counters hold the counters of each compiled policy version, so that

@@ -77,6 +77,15 @@ func (b *PolicyWrapper) Audit() *PolicyWrapper {
 	return b
 }
 
+// Override appends an enforcement override for the namespaces with the
+// labels.
+func (b *PolicyWrapper) Override(namespaceLabels map[string]string, enforcement schedv1alpha1.EnforcementAction) *PolicyWrapper {
+	b.p.Spec.EnforcementOverrides = append(b.p.Spec.EnforcementOverrides, schedv1alpha1.EnforcementOverride{
+		NamespaceSelector: metav1.LabelSelector{MatchLabels: namespaceLabels}, Enforcement: enforcement,
+	})
+	return b
+}
+
 // SchedulerNames sets the profiles that evaluate the policy.
 func (b *PolicyWrapper) SchedulerNames(names ...string) *PolicyWrapper {
 	b.p.Spec.SchedulerNames = names

@@ -147,6 +147,18 @@ enforcement: Warn
 filters: [{name: a, expression: "true"}]`,
 			want: []cause{{Field: "spec.enforcement", Type: metav1.CauseTypeFieldValueNotSupported, Message: `Unsupported value: "Warn": supported values: "Enforce", "Audit"`}},
 		},
+		"bad override enforcement enum": {
+			spec: `
+enforcementOverrides: [{namespaceSelector: {matchLabels: {env: prod}}, enforcement: Warn}]
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.enforcementOverrides[0].enforcement", Type: metav1.CauseTypeFieldValueNotSupported, Message: `Unsupported value: "Warn": supported values: "Enforce", "Audit"`}},
+		},
+		"override without enforcement": {
+			spec: `
+enforcementOverrides: [{namespaceSelector: {matchLabels: {env: prod}}}]
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.enforcementOverrides[0].enforcement", Type: metav1.CauseTypeFieldValueRequired, Message: "Required value"}},
+		},
 		"bad failurePolicy enum": {
 			spec: `
 failurePolicy: Retry

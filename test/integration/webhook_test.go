@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,18 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 			}(),
 			field:     "spec.preEnqueue[0].expression",
 			wantparts: []string{"node at line 1, column 1 is not available in preEnqueue"},
+		},
+		"invalid override selector": {
+			policy: func() *schedv1alpha1.SchedulingPolicy {
+				p := builder.MakePolicy("wh-override").Filter("f", "true").Obj()
+				p.Spec.EnforcementOverrides = []schedv1alpha1.EnforcementOverride{{
+					NamespaceSelector: metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near"}}},
+					Enforcement:       schedv1alpha1.Enforce,
+				}}
+				return p
+			}(),
+			field:     "spec.enforcementOverrides[0].namespaceSelector",
+			wantparts: []string{`"Near" is not a valid label selector operator`},
 		},
 		"over cost": {
 			policy: builder.MakePolicy("wh-cost").FilterRules(schedv1alpha1.Rule{Name: "unique-images", Expression: "pod.spec.containers.all(c, pod.spec.containers.all(d, " +

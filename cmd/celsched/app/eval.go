@@ -175,7 +175,11 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		if p.MatchError != "" {
 			why += ": " + p.MatchError
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Label(), p.Enforcement, yesNo(p.Matched), why)
+		enforcement := p.Enforcement
+		if p.EnforcedBy != "" {
+			enforcement += " (" + p.EnforcedBy + ")"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\n", p.Label(), enforcement, yesNo(p.Matched), why)
 	}
 	_ = w.Flush()
 

@@ -466,13 +466,18 @@ func printWhy(w io.Writer, r *impact.Report) {
 				fmt.Fprintln(w, "\nWhy, with the draft:")
 				header = true
 			}
+			name := pr.Name
+			if pr.EnforcedBy != "" {
+				// Which enforcement applied to the pod, and why.
+				name += " (" + pr.Enforcement + " by " + pr.EnforcedBy + ")"
+			}
 			if msg := pr.CompileError + pr.MatchError; msg != "" {
-				fmt.Fprintf(w, "  %s: SchedulingPolicy %s: %s\n", p.Pod, pr.Name, msg)
+				fmt.Fprintf(w, "  %s: SchedulingPolicy %s: %s\n", p.Pod, name, msg)
 			}
 			rules := map[string][]dryrun.RuleResult{"preEnqueue": pr.PreEnqueue, "filters": pr.Filters[p.Node]}
 			for _, point := range []string{"preEnqueue", "filters"} {
 				for _, v := range rules[point] {
-					fmt.Fprintf(w, "  %s: SchedulingPolicy %s, %s/%s: %s\n", p.Pod, pr.Name, point, v.Rule, verdict(v))
+					fmt.Fprintf(w, "  %s: SchedulingPolicy %s, %s/%s: %s\n", p.Pod, name, point, v.Rule, verdict(v))
 					for _, s := range v.Why {
 						fmt.Fprintf(w, "      %s\n", s)
 					}

@@ -70,7 +70,7 @@ func TestValidateParams(t *testing.T) {
 func TestValidateSamples(t *testing.T) {
 	samples := filepath.Join("..", "..", "..", "config", "samples")
 	code, out := runCLI(t, "validate", "-f", samples, "--param-crd", filepath.Join(samples, "custom-params", "tenantplacement-crd.yaml"))
-	if code != 0 || out != "9 SchedulingPolicies valid\n" {
+	if code != 0 || out != "10 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
 }
@@ -155,7 +155,7 @@ func TestEvalParams(t *testing.T) {
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)
-	if code != 0 || !strings.HasSuffix(out, "25 passed, 0 failed\n") {
+	if code != 0 || !strings.HasSuffix(out, "28 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
 	golden.Compare(t, filepath.Join("testdata", "test", "samples.golden"), out)
@@ -252,6 +252,9 @@ func TestImpact(t *testing.T) {
 		// --why: the false rules behind refusals and holds.
 		"why":      {args: append(slices.Clone(shop), "--why")},
 		"why-held": {args: []string{"-f", filepath.Join(dir, "shop-in-zone-a.yaml"), "-f", filepath.Join(dir, "hold-shop.yaml"), "--why", "-o", "yaml"}},
+		// A draft Audit everywhere but enforced in shop: only shop's pods
+		// change, and --why names the override.
+		"override": {args: []string{"-f", filepath.Join(dir, "zone-a-enforced-in-shop.yaml"), "--why"}},
 		// A draft that does not compile rejects what it matches; a note
 		// says why.
 		"broken-draft": {args: []string{"-f", filepath.Join(dir, "broken-draft.yaml")}},

@@ -76,6 +76,11 @@ type Expectation struct {
 	// evaluated with ("ConfigMap team-a/placement"), in name order; an
 	// empty list: none was found.
 	Params map[string][]string `json:"params,omitempty"`
+	// Enforcement maps a policy to its enforcement for the pod, as
+	// "Enforce" or "Audit", followed, for a policy with
+	// enforcementOverrides, by the field it comes from in parentheses:
+	// "Audit (spec.enforcementOverrides[0])".
+	Enforcement map[string]string `json:"enforcement,omitempty"`
 }
 
 const (
@@ -359,6 +364,21 @@ func check(e Expectation, r *dryrun.Report) (string, error) {
 		}
 		if !slices.Equal(want, got) {
 			mismatch("params["+policy+"]", want, got)
+		}
+	}
+	for policy, want := range e.Enforcement {
+		got := "not evaluated"
+		for _, p := range r.Policies {
+			if p.Name == policy {
+				got = p.Enforcement
+				if p.EnforcedBy != "" {
+					got += " (" + p.EnforcedBy + ")"
+				}
+				break
+			}
+		}
+		if got != want {
+			mismatch("enforcement["+policy+"]", want, got)
 		}
 	}
 	if e.CompileError != "" {

@@ -72,6 +72,10 @@ type RankedNode struct {
 type PolicyResult struct {
 	Name        string `json:"name"`
 	Enforcement string `json:"enforcement"`
+	// EnforcedBy is, for a policy with enforcementOverrides, the field
+	// Enforcement comes from for the pod's namespace
+	// (spec.enforcementOverrides[i] or spec.enforcement).
+	EnforcedBy string `json:"enforcedBy,omitempty"`
 	// Params is the params object the policy was evaluated with, e.g.
 	// "ConfigMap team-a/placement"; a parameterized policy has one result
 	// per params object found.
@@ -148,6 +152,9 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 func (r *Report) explainPolicy(ctx context.Context, rt *celplugins.Runtime, m *engine.MatchResult, in *engine.PodInput, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
 	p := m.Decision.Policy
 	pr := &PolicyResult{Name: p.Name, Enforcement: string(p.Enforcement)}
+	if p.HasOverrides() {
+		pr.EnforcedBy = p.EnforcedBy
+	}
 	if params := p.Params(); params != nil {
 		pr.Params = params.String()
 	}

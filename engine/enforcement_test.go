@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// overridePolicy is Audit by default, Audit in namespaces labelled
+// spot-ok=true and Enforce in those labelled env=production; its filter
+// rejects spot nodes.
+func overridePolicy() *schedv1alpha1.SchedulingPolicy {
+	return &schedv1alpha1.SchedulingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-spot", UID: "no-spot", Generation: 1, ResourceVersion: "1"},
+		Spec: schedv1alpha1.SchedulingPolicySpec{
+			Enforcement:   schedv1alpha1.Audit,
+			FailurePolicy: schedv1alpha1.Fail,
+			EnforcementOverrides: []schedv1alpha1.EnforcementOverride{
+				{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"spot-ok": "true"}}, Enforcement: schedv1alpha1.Audit},
+				{NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "production"}}, Enforcement: schedv1alpha1.Enforce},
+			},
+			Filters: []schedv1alpha1.Rule{{Name: "not-spot", Expression: "node.metadata.labels[?'capacity'].orValue('') != 'spot'"}},
+		},
+	}
+}
+
+// TestEnforcementOverrides: the first override that selects the pod's
+// namespace gives the enforcement, spec.enforcement the rest, the strictest
+// an unknown namespace; the decisions carry it, and the policy lists of two
+// enforcements are apart, so that an outcome remembered for an Audit pod
+// never serves an enforced one.
+func TestEnforcementOverrides(t *testing.T) {
+	env := testEnv(t)
+	registry := NewRegistry(NewCompiler(env))
+	p := registry.Upsert(overridePolicy())
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	snapshot := registry.Snapshot()
+	conv := NewConverter(env, 0)
+	spot := makeNode("spot-1", map[string]string{"capacity": "spot"})
+	node, err := conv.Node(spot, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		ns          *corev1.Namespace
+		enforcement schedv1alpha1.EnforcementAction
+		by          string
+	}{
+		{makeNamespace("shop", map[string]string{"env": "production"}), schedv1alpha1.Enforce, "spec.enforcementOverrides[1]"},
+		{makeNamespace("reports", map[string]string{"env": "production", "spot-ok": "true"}), schedv1alpha1.Audit, "spec.enforcementOverrides[0]"},
+		{makeNamespace("staging", map[string]string{"env": "staging"}), schedv1alpha1.Audit, EnforcedBySpec},
+		{nil, schedv1alpha1.Enforce, EnforcedByUnknownNamespace},
+	}
+	lists := map[*PolicyList]schedv1alpha1.EnforcementAction{}
+	for _, tc := range cases {
+		name := "unknown"
+		if tc.ns != nil {
+			name = tc.ns.Name
+		}
+		pod, err := conv.Pod(makePod(name, "web", nil), tc.ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		matches := snapshot.Match(context.Background(), pod, nil)
+		if len(matches) != 1 {
+			t.Fatalf("namespace %s: %d policies match, want 1", name, len(matches))
+		}
+		view := matches[0].Decision.Policy
+		if view.Enforcement != tc.enforcement || view.EnforcedBy != tc.by || !view.HasOverrides() {
+			t.Errorf("namespace %s: enforcement %s by %q, want %s by %q", name, view.Enforcement, view.EnforcedBy, tc.enforcement, tc.by)
+		}
+		if view.Base() != p {
+			t.Errorf("namespace %s: the copy's Base is not the policy", name)
+		}
+		d := view.Filter(context.Background(), pod, node)
+		if d.Verdict != Reject || d.Acts() != (tc.enforcement == schedv1alpha1.Enforce) {
+			t.Errorf("namespace %s: the spot node's decision %v acts %v, want a rejection that acts only when enforced", name, d.Verdict, d.Acts())
+		}
+		list := snapshot.List(PointFilter, []*CompiledPolicy{view})
+		if e, seen := lists[list]; seen && e != tc.enforcement {
+			t.Errorf("namespace %s: shares a policy list with a namespace where the policy is %s", name, e)
+		}
+		lists[list] = tc.enforcement
+	}
+	if p.ForNamespace(makeNamespace("x", nil)) == p {
+		t.Error("ForNamespace returned the policy itself, whose enforcement names no override")
+	}
+}
+
+// TestEnforcementOverridesCompile: an override whose selector does not
+// parse is a compile error with its field path, and the broken policy is
+// enforced where any setting says Enforce; an override after one that
+// selects every namespace is a warning; a policy without overrides is
+// itself for every namespace.
+func TestEnforcementOverridesCompile(t *testing.T) {
+	c := NewCompiler(testEnv(t))
+	bad := overridePolicy()
+	bad.Spec.EnforcementOverrides[1].NamespaceSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near"}}
+	p := c.Compile(bad, CompileOptions{})
+	if len(p.Errors) != 1 || p.Errors[0].Field != "spec.enforcementOverrides[1].namespaceSelector" {
+		t.Fatalf("errors %v, want one at spec.enforcementOverrides[1].namespaceSelector", p.Errors)
+	}
+	if p.Enforcement != schedv1alpha1.Enforce || p.EnforcedBy != EnforcedByInvalidOverrides || p.ForNamespace(makeNamespace("dev", nil)) != p {
+		t.Errorf("a policy whose overrides do not compile: %s by %q, want Enforce by %q for every namespace", p.Enforcement, p.EnforcedBy, EnforcedByInvalidOverrides)
+	}
+
+	shadowed := overridePolicy()
+	shadowed.Spec.EnforcementOverrides[0].NamespaceSelector = metav1.LabelSelector{}
+	p = c.Compile(shadowed, CompileOptions{})
+	if len(p.Warnings) != 1 || p.Warnings[0].FieldRef != "spec.enforcementOverrides[1]" ||
+		!strings.Contains(p.Warnings[0].Warning, "spec.enforcementOverrides[0] selects every namespace") {
+		t.Errorf("warnings %+v, want one: override 1 never applies", p.Warnings)
+	}
+	if got := p.ForNamespace(makeNamespace("shop", map[string]string{"env": "production"})); got.EnforcedBy != "spec.enforcementOverrides[0]" {
+		t.Errorf("an empty selector does not select every namespace: %q", got.EnforcedBy)
+	}
+
+	plain := overridePolicy()
+	plain.Spec.EnforcementOverrides = nil
+	p = c.Compile(plain, CompileOptions{})
+	if p.ForNamespace(makeNamespace("shop", nil)) != p || p.HasOverrides() || p.EnforcedBy != EnforcedBySpec {
+		t.Error("a policy without overrides is not itself for every namespace")
+	}
+}
