@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,8 +69,20 @@ func Violation(d *engine.Decision, pod *corev1.Pod, node string, now metav1.Time
 // Log collects what Audit policies would have done until the status
 // writer takes it.
 type Log struct {
+	// ByNamespace, when set, also collects each policy's evidence per
+	// namespace of the pods, for the OpenReports writer (TakeNamespaces).
+	ByNamespace atomic.Bool
+
 	mu      sync.Mutex
 	pending map[string]*Delta
+	// namespaces is the evidence per namespace and policy, when
+	// ByNamespace is set.
+	namespaces map[NamespaceKey]*Delta
+}
+
+// NamespaceKey names one policy's evidence in one namespace.
+type NamespaceKey struct {
+	Namespace, Policy string
 }
 
 // Delta is what one policy gained since the last status write.
@@ -104,27 +117,41 @@ func (l *Log) Report(recorder events.EventRecorder, p *engine.CompiledPolicy, po
 		note := fmt.Sprintf("SchedulingPolicy %s (Audit), enforced, %s", p.Name, strings.Join(parts, "; "))
 		recorder.Eventf(pod, related, corev1.EventTypeNormal, ReasonWouldReject, "Scheduling", "%s", engine.Truncate(note, maxEventNote))
 	}
-	l.record(p, violations)
+	l.record(p, pod.Namespace, violations)
 }
 
-func (l *Log) record(p *engine.CompiledPolicy, violations []schedv1alpha1.AuditViolation) {
+// record counts one evaluated pod of a namespace for a policy.
+func (l *Log) record(p *engine.CompiledPolicy, namespace string, violations []schedv1alpha1.AuditViolation) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pending == nil {
-		l.pending = map[string]*Delta{}
+	record(&l.pending, p.Name, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
+	if l.ByNamespace.Load() {
+		record(&l.namespaces, NamespaceKey{Namespace: namespace, Policy: p.Name}, p.Generation, violations, MaxReportResults)
 	}
-	d := l.pending[p.Name]
-	if d == nil || d.Generation != p.Generation {
+}
+
+// record counts one evaluated pod in the delta of key; the caller holds
+// the Log's lock.
+func record[K comparable](pending *map[K]*Delta, key K, generation int64, violations []schedv1alpha1.AuditViolation, keep int) {
+	if *pending == nil {
+		*pending = map[K]*Delta{}
+	}
+	d := (*pending)[key]
+	if d == nil || d.Generation != generation {
 		// A new spec restarts the counts.
-		d = &Delta{Generation: p.Generation}
-		l.pending[p.Name] = d
+		d = &Delta{Generation: generation}
+		(*pending)[key] = d
 	}
 	d.Evaluated++
 	if len(violations) > 0 {
 		d.WouldReject++
-		d.Violations = newestFirst(violations, d.Violations)
+		d.Violations = newestFirst(violations, d.Violations, keep)
 	}
 }
+
+// MaxReportResults bounds the violations kept per namespace and policy
+// (TakeNamespaces), and the results of an OpenReports Report.
+const MaxReportResults = 50
 
 // Take returns and clears what was collected, by policy name.
 func (l *Log) Take() map[string]*Delta {
@@ -135,22 +162,45 @@ func (l *Log) Take() map[string]*Delta {
 	return out
 }
 
+// TakeNamespaces returns and clears what was collected per namespace and
+// policy (ByNamespace).
+func (l *Log) TakeNamespaces() map[NamespaceKey]*Delta {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.namespaces
+	l.namespaces = nil
+	return out
+}
+
 // Return puts back a delta that could not be written, merged with what
 // was collected since.
 func (l *Log) Return(name string, d *Delta) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pending == nil {
-		l.pending = map[string]*Delta{}
+	giveBack(&l.pending, name, d, schedv1alpha1.MaxAuditViolations)
+}
+
+// ReturnNamespace puts back a namespace's delta that could not be written.
+func (l *Log) ReturnNamespace(key NamespaceKey, d *Delta) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	giveBack(&l.namespaces, key, d, MaxReportResults)
+}
+
+// giveBack merges a delta that could not be written with what was
+// collected since; the caller holds the Log's lock.
+func giveBack[K comparable](pending *map[K]*Delta, key K, d *Delta, keep int) {
+	if *pending == nil {
+		*pending = map[K]*Delta{}
 	}
-	cur := l.pending[name]
+	cur := (*pending)[key]
 	switch {
 	case cur == nil:
-		l.pending[name] = d
+		(*pending)[key] = d
 	case cur.Generation == d.Generation:
 		cur.Evaluated += d.Evaluated
 		cur.WouldReject += d.WouldReject
-		cur.Violations = newestFirst(cur.Violations, d.Violations)
+		cur.Violations = newestFirst(cur.Violations, d.Violations, keep)
 	}
 	// Otherwise the spec changed meanwhile: the old counts are dropped.
 }
@@ -164,17 +214,17 @@ func (d *Delta) Apply(status *schedv1alpha1.AuditStatus, now time.Time) *schedv1
 	}
 	out.Evaluated += d.Evaluated
 	out.WouldReject += d.WouldReject
-	out.LastViolations = newestFirst(d.Violations, out.LastViolations)
+	out.LastViolations = newestFirst(d.Violations, out.LastViolations, schedv1alpha1.MaxAuditViolations)
 	t := metav1.NewTime(now)
 	out.LastUpdateTime = &t
 	return out
 }
 
-// newestFirst puts newer before older, keeping MaxAuditViolations.
-func newestFirst(newer, older []schedv1alpha1.AuditViolation) []schedv1alpha1.AuditViolation {
+// newestFirst puts newer before older, keeping the first keep.
+func newestFirst(newer, older []schedv1alpha1.AuditViolation, keep int) []schedv1alpha1.AuditViolation {
 	out := append(slices.Clone(newer), older...)
-	if len(out) > schedv1alpha1.MaxAuditViolations {
-		out = out[:schedv1alpha1.MaxAuditViolations]
+	if len(out) > keep {
+		out = out[:keep]
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func TestAuditLog(t *testing.T) {
 		if i%2 == 0 {
 			vs = []schedv1alpha1.AuditViolation{violation(pod)}
 		}
-		log.record(gen1, vs)
+		log.record(gen1, "ns", vs)
 	}
 	d := log.Take()["p"]
 	if d.Evaluated != 6 || d.WouldReject != 3 || len(d.Violations) != 3 || d.Violations[0].Pod != "ns/e" {
@@ -33,7 +34,7 @@ func TestAuditLog(t *testing.T) {
 	}
 
 	// A failed write returns the delta; what came since is merged in.
-	log.record(gen1, []schedv1alpha1.AuditViolation{violation("ns/g")})
+	log.record(gen1, "ns", []schedv1alpha1.AuditViolation{violation("ns/g")})
 	log.Return("p", d)
 	merged := log.Take()["p"]
 	if merged.Evaluated != 7 || merged.WouldReject != 4 || merged.Violations[0].Pod != "ns/g" || merged.Violations[1].Pod != "ns/e" {
@@ -50,8 +51,8 @@ func TestAuditLog(t *testing.T) {
 	}
 
 	// A new generation restarts the counts, in the log and in the status.
-	log.record(gen1, nil)
-	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, nil)
+	log.record(gen1, "ns", nil)
+	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, "ns", nil)
 	d2 := log.Take()["p"]
 	if d2.Generation != 2 || d2.Evaluated != 1 {
 		t.Errorf("after a new generation: %+v", d2)
@@ -59,9 +60,44 @@ func TestAuditLog(t *testing.T) {
 	if got := d2.Apply(stored, now); got.ObservedGeneration != 2 || got.Evaluated != 1 || len(got.LastViolations) != 0 {
 		t.Errorf("applied over an older generation: %+v", got)
 	}
-	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, nil)
+	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, "ns", nil)
 	log.Return("p", merged) // generation 1: dropped, the spec changed
 	if d := log.Take()["p"]; d.Generation != 2 || d.Evaluated != 1 {
 		t.Errorf("a delta of an older generation was merged: %+v", d)
+	}
+}
+
+// TestAuditLogByNamespace: with ByNamespace, the evidence is also kept per
+// namespace and policy, with more violations than the status keeps; the
+// per-policy deltas are unchanged; without it nothing is kept per
+// namespace.
+func TestAuditLogByNamespace(t *testing.T) {
+	var log Log
+	p := &engine.CompiledPolicy{Name: "p", Generation: 1}
+	log.record(p, "a", []schedv1alpha1.AuditViolation{violation("a/x")})
+	if got := log.TakeNamespaces(); got != nil {
+		t.Fatalf("collected per namespace while off: %v", got)
+	}
+	log.ByNamespace.Store(true)
+	for i := range MaxReportResults + 10 {
+		log.record(p, "a", []schedv1alpha1.AuditViolation{violation(fmt.Sprintf("a/pod-%d", i))})
+		log.record(p, "b", nil)
+	}
+	byNs := log.TakeNamespaces()
+	a, b := byNs[NamespaceKey{Namespace: "a", Policy: "p"}], byNs[NamespaceKey{Namespace: "b", Policy: "p"}]
+	if a == nil || a.Evaluated != MaxReportResults+10 || a.WouldReject != MaxReportResults+10 || len(a.Violations) != MaxReportResults ||
+		a.Violations[0].Pod != fmt.Sprintf("a/pod-%d", MaxReportResults+9) {
+		t.Errorf("namespace a: %+v", a)
+	}
+	if b == nil || b.Evaluated != MaxReportResults+10 || b.WouldReject != 0 {
+		t.Errorf("namespace b: %+v", b)
+	}
+	if d := log.Take()["p"]; d.Evaluated != 2*(MaxReportResults+10)+1 || len(d.Violations) != schedv1alpha1.MaxAuditViolations {
+		t.Errorf("per policy: %+v", d)
+	}
+	log.ReturnNamespace(NamespaceKey{Namespace: "b", Policy: "p"}, b)
+	log.record(p, "b", nil)
+	if got := log.TakeNamespaces()[NamespaceKey{Namespace: "b", Policy: "p"}]; got.Evaluated != MaxReportResults+11 {
+		t.Errorf("a returned delta was not merged: %+v", got)
 	}
 }

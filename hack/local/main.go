@@ -125,7 +125,7 @@ func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Confi
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
 	}
-	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081"}
+	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	mgr, err := app.New(ctx, cfg, opts)
 	if err != nil {
@@ -208,9 +208,11 @@ var namespaces = map[string]map[string]string{
 	"ml":       {"team": "ml", "gpu-approved": "true", "cost-center": "research"},
 	"research": {"team": "ml", "cost-center": "research"},
 	"payments": {"team": "payments", "cost-center": "finance"},
-	"shop":     {"celsched.io/preferred-zone": "zone-b", "cost-center": "retail"},
-	"batch":    {"cost-center": "data"},
-	"sandbox":  {},
+	// no-spot-for-production is enforced in shop (a production
+	// namespace) and audits batch, whose job prefers the spot node.
+	"shop":    {"celsched.io/preferred-zone": "zone-b", "cost-center": "retail", "celsched.io/environment": "production"},
+	"batch":   {"cost-center": "data", "celsched.io/environment": "batch"},
+	"sandbox": {},
 	// Tenants of tenant-zones-and-pools: team-a and team-b have their
 	// placement ConfigMap (config/samples/tenant-placement-params.yaml),
 	// team-c has none yet.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,7 +31,8 @@ import (
 )
 
 // Start starts kube-apiserver and etcd from $KUBEBUILDER_ASSETS, installs
-// the CRDs of configDir/crd/bases and the webhook configuration of
+// the CRDs of configDir/crd/bases and configDir/crd/external (OpenReports'
+// Report) and the webhook configuration of
 // configDir/webhook as kustomize renders it (the names of an install),
 // pointed at a local serving address with a generated certificate (see
 // WebhookServer). Stop the returned environment when done.
@@ -39,7 +41,9 @@ func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 		return nil, nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run through make (make test, make run), which builds kube-apiserver and etcd into bin/")
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(configDir, "crd", "bases")},
+		// The OpenReports Report CRD too, so that the manager's reports
+		// are written (controllers.ReportWriter).
+		CRDDirectoryPaths:     []string{filepath.Join(configDir, "crd", "bases"), filepath.Join(configDir, "crd", "external")},
 		ErrorIfCRDPathMissing: true,
 	}
 	webhooks, err := validatingWebhooks(filepath.Join(configDir, "webhook"))
@@ -138,13 +142,17 @@ func validatingWebhooks(dir string) ([]*admissionregistrationv1.ValidatingWebhoo
 }
 
 // Client returns a client of the control plane that knows the built-in
-// kinds, CustomResourceDefinition and SchedulingPolicy.
+// kinds, CustomResourceDefinition, SchedulingPolicy and OpenReports'
+// Report.
 func Client(cfg *rest.Config) (client.Client, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("building the scheme: %w", err)
+	}
+	if err := reportsv1alpha1.Install(scheme); err != nil {
 		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {

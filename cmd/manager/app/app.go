@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -95,6 +96,9 @@ type Options struct {
 	// AuditStatusInterval is how often Audit policies' status.audit is
 	// written; 0 means controllers.DefaultAuditStatusInterval.
 	AuditStatusInterval time.Duration
+	// Reports writes the Audit evidence as OpenReports Reports
+	// (controllers.ReportWriter), when the API server serves them.
+	Reports bool
 }
 
 // The leader election timings of kube-scheduler (and controller-runtime),
@@ -166,6 +170,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&o.WebhookCert.Validity, "webhook-cert-validity", webhookcert.DefaultValidity, "With --webhook-certs=self-signed: lifetime of a serving certificate; renewed when a third remains.")
 	fs.DurationVar(&o.WebhookCert.CAValidity, "webhook-ca-validity", webhookcert.DefaultCAValidity, "With --webhook-certs=self-signed: lifetime of the CA; renewed when a third remains, the old one trusted until it expires.")
+	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, every --audit-status-interval) when the API server serves them; false writes none.")
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
 }
 
@@ -207,6 +212,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
+	if o.Reports {
+		if err := (&controllers.ReportWriter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog,
+			Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the report writer: %w", err)
+		}
+	}
 	if err := addScheduler(ctx, cfg, mgr, schedCfg, p); err != nil {
 		return nil, err
 	}
@@ -227,6 +238,9 @@ func newControllerManager(cfg *rest.Config, o Options) (ctrl.Manager, *webhookce
 		return nil, nil, err
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		return nil, nil, err
+	}
+	if err := reportsv1alpha1.Install(scheme); err != nil {
 		return nil, nil, err
 	}
 	webhookServer, rotator, err := newWebhookServer(cfg, o)

@@ -1,0 +1,110 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/events"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
+)
+
+// TestApplyDelta: a report's summary counts add up exactly across writes,
+// its results are the newest violations, at most audit.MaxReportResults,
+// each naming its pod, rule, node and enforcement source; a new policy
+// generation restarts both.
+func TestApplyDelta(t *testing.T) {
+	w := &ReportWriter{}
+	policy := &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "no-spot", UID: "uid-1", Generation: 1}}
+	report := w.newReport(policy, "shop", ReportName(policy.Name))
+	now := time.Unix(1000, 0)
+	pods := 0
+	for range 7 {
+		d := &audit.Delta{Generation: 1, Evaluated: 12}
+		for range 10 {
+			d.Violations = append([]schedv1alpha1.AuditViolation{{Pod: fmt.Sprintf("shop/web-%d", pods), Node: "spot-1",
+				Rule: "filters/not-spot", Message: "no spot", EnforcedBy: "spec.enforcement"}}, d.Violations...)
+			pods++
+		}
+		d.WouldReject = 10
+		applyDelta(report, policy, d, now)
+	}
+	if report.Summary.Fail != 70 || report.Summary.Pass != 14 {
+		t.Errorf("summary %+v, want fail 70, pass 14", report.Summary)
+	}
+	if len(report.Results) != audit.MaxReportResults {
+		t.Fatalf("%d results, want %d", len(report.Results), audit.MaxReportResults)
+	}
+	first := report.Results[0]
+	if first.Subjects[0].Name != "web-69" || first.Subjects[0].Namespace != "shop" || first.Subjects[0].Kind != "Pod" ||
+		first.Policy != "no-spot" || first.Rule != "filters/not-spot" || first.Result != "fail" || first.Source != ReportSource ||
+		first.Properties["node"] != "spot-1" || first.Properties["enforcedBy"] != "spec.enforcement" || first.Timestamp.Seconds != 1000 {
+		t.Errorf("newest result %+v", first)
+	}
+	if last := report.Results[len(report.Results)-1]; last.Subjects[0].Name != "web-20" {
+		t.Errorf("oldest result kept is %s, want web-20", last.Subjects[0].Name)
+	}
+	if report.OwnerReferences[0].UID != "uid-1" || report.Labels[ReportPolicyLabel] != "no-spot" {
+		t.Errorf("owner %+v, labels %v", report.OwnerReferences, report.Labels)
+	}
+
+	policy.Generation = 2
+	applyDelta(report, policy, &audit.Delta{Generation: 2, Evaluated: 1}, now)
+	if report.Summary != (reportsv1alpha1.ReportSummary{Pass: 1}) || len(report.Results) != 0 {
+		t.Errorf("after a new generation: summary %+v, %d results", report.Summary, len(report.Results))
+	}
+}
+
+// TestReportNames: a policy name too long for a report's name or a label
+// value is shortened with a hash, so that two such policies differ.
+func TestReportNames(t *testing.T) {
+	long := strings.Repeat("a", 253)
+	other := strings.Repeat("a", 252) + "b"
+	for _, n := range []string{ReportName(long), ReportName(other)} {
+		if len(n) > validation.DNS1123SubdomainMaxLength || len(validation.IsDNS1123Subdomain(n)) > 0 {
+			t.Errorf("report name %q is not a valid name", n)
+		}
+	}
+	if ReportName(long) == ReportName(other) {
+		t.Error("two long policy names give one report name")
+	}
+	if v := labelValue(long); len(validation.IsValidLabelValue(v)) > 0 || v == labelValue(other) {
+		t.Errorf("label value %q", v)
+	}
+	if ReportName("no-spot") != "celsched-no-spot" {
+		t.Errorf("ReportName(no-spot) = %q", ReportName("no-spot"))
+	}
+}
+
+// TestReportsNotServed: without the OpenReports CRDs the writer drops the
+// evidence (nothing accumulates) and writes nothing.
+func TestReportsNotServed(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schedv1alpha1.GroupVersion.WithKind("SchedulingPolicy"), meta.RESTScopeRoot)
+	policy := &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1}}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(policy).Build()
+	log := &audit.Log{}
+	w := &ReportWriter{Client: c, Reader: c, Log: log}
+	log.ByNamespace.Store(true)
+	log.Report(events.NewFakeRecorder(10), &engine.CompiledPolicy{Name: "p", Generation: 1}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}, "n",
+		[]schedv1alpha1.AuditViolation{{Pod: "ns/x", Rule: "filters/f"}})
+	w.Flush(t.Context())
+	if left := log.TakeNamespaces(); len(left) != 0 {
+		t.Errorf("evidence kept while reports are not served: %v", left)
+	}
+}
