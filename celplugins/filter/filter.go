@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -126,8 +127,16 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	// passing is the first of the policies that passed plainly on the
 	// node since the last that did not: they are counted as a run.
 	passing := 0
+	timed := c.FilterTally.Timed()
+	var start time.Time
 	for i, p := range c.Filters {
+		if timed {
+			start = time.Now()
+		}
 		d := p.Filter(c.Ctx, c.Pod, &in)
+		if timed {
+			c.FilterTally.Time(i, time.Since(start))
+		}
 		if metrics.Plain(&d) {
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
@@ -21,6 +23,7 @@ import (
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/plugintest"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/metrics"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -553,5 +556,41 @@ func TestConcurrentCyclesAndHints(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestCycleDurationSampled: CELFilter times its policies' evaluations in
+// one cycle in metrics.TimingSample and observes their CEL time once per
+// timed cycle, at Reserve.
+func TestCycleDurationSampled(t *testing.T) {
+	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
+	policy := builder.MakePolicy("filter-timed").Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'x'").Obj()
+	pl := &Filter{rt: plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))}
+	histogram := metrics.CycleDuration.WithLabelValues("filter-timed", "filter").(prometheus.Histogram)
+	observed := func() (uint64, float64) {
+		m := &dto.Metric{}
+		if err := histogram.Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+	}
+	for i := range 2 * metrics.TimingSample {
+		state := framework.NewCycleState()
+		if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		for n := range 3 {
+			ni := framework.NewNodeInfo()
+			// A node without a resourceVersion is never remembered: every
+			// cycle evaluates.
+			ni.SetNode(st.MakeNode().Name(fmt.Sprintf("timed-%d-%d", i, n)).Obj())
+			if status := pl.Filter(context.Background(), state, pod, ni); !status.IsSuccess() {
+				t.Fatal(status)
+			}
+		}
+		pl.Reserve(context.Background(), state, pod, "timed-0")
+	}
+	if n, sum := observed(); n != 2 || sum <= 0 {
+		t.Errorf("%d observations summing to %v s after %d cycles, want 2 with the evaluations' time", n, sum, 2*metrics.TimingSample)
 	}
 }

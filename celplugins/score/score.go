@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -182,10 +183,18 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	// passing is the first of the policies that scored plainly on the
 	// node since the last that did not: they are counted as a run.
 	passing := 0
+	timed := s.tally.Timed()
+	var start time.Time
 	for i, p := range s.cycle.Scores {
 		values := raw[offset : offset+p.NumScoreRules()]
 		offset += len(values)
+		if timed {
+			start = time.Now()
+		}
 		d := p.Score(s.cycle.Ctx, s.cycle.Pod, &in, values)
+		if timed {
+			s.tally.Time(i, time.Since(start))
+		}
 		if metrics.Plain(&d) {
 			continue
 		}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -45,7 +46,7 @@ var EnforcementTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{"policy", "enforcement", "enforced_by"})
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(EvaluationsTotal, EnforcementTotal)
+	ctrlmetrics.Registry.MustRegister(EvaluationsTotal, EnforcementTotal, CycleDuration)
 }
 
 // CountEnforcement counts a cycle of a pod that a policy with
@@ -61,6 +62,9 @@ func CountEnforcement(p *engine.CompiledPolicy) {
 // counting a decision looks no label up. Safe for concurrent use.
 type Counters struct {
 	byName sync.Map // policy name -> *policyCounters
+	// cycles counts the tallies made per point, to time one in
+	// TimingSample.
+	cycles [4]atomic.Uint64
 }
 
 // ruleCounters are one rule's evaluation counters.

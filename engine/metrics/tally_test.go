@@ -3,11 +3,15 @@ package metrics
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
@@ -105,5 +109,43 @@ func TestTallyAgreesWithCount(t *testing.T) {
 		if diff := cmp.Diff(want, counts()); diff != "" {
 			t.Errorf("%v: counts through a Tally (+) differ from Count's (-):\n%s", point, diff)
 		}
+	}
+}
+
+// TestTallyTiming: one tally in TimingSample per point is timed, the
+// others read no clock; a timed tally observes each policy's CEL time of
+// the cycle once, however often it is flushed.
+func TestTallyTiming(t *testing.T) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := engine.NewCompiler(env).Compile(builder.MakePolicy("timed-policy").Filter("a", "true").Obj(), engine.CompileOptions{})
+	policies := []*engine.CompiledPolicy{p}
+	var c Counters
+	timed := 0
+	for i := range 2 * TimingSample {
+		filter, score := c.Tally(engine.PointFilter, policies), c.Tally(engine.PointScore, policies)
+		if filter.Timed() != score.Timed() {
+			t.Fatalf("cycle %d: filter timed %v, score timed %v: the points are sampled apart", i, filter.Timed(), score.Timed())
+		}
+		if filter.Timed() {
+			timed++
+			filter.Time(0, 3*time.Millisecond)
+			filter.Time(0, 2*time.Millisecond)
+			filter.Flush()
+			filter.Flush() // flushed again by the next cycle's Tally
+		}
+	}
+	if timed != 2 {
+		t.Errorf("%d timed cycles of %d, want 2", timed, 2*TimingSample)
+	}
+	h := CycleDuration.WithLabelValues("timed-policy", "filter").(prometheus.Histogram)
+	m := &dto.Metric{}
+	if err := h.Write(m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetHistogram(); got.GetSampleCount() != 2 || math.Abs(got.GetSampleSum()-0.010) > 1e-9 {
+		t.Errorf("histogram: %d observations summing to %v s, want 2 of 5 ms", got.GetSampleCount(), got.GetSampleSum())
 	}
 }
