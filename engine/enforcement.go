@@ -140,6 +140,15 @@ func (p *CompiledPolicy) ForNamespace(ns *corev1.Namespace) *CompiledPolicy {
 	return v.spec
 }
 
+// NumOverrides is the number of enforcementOverrides that compiled (0
+// when one did not).
+func (p *CompiledPolicy) NumOverrides() int {
+	if p.views == nil {
+		return 0
+	}
+	return len(p.views.overrides)
+}
+
 // HasOverrides says whether the policy's enforcement depends on the pod's
 // namespace.
 func (p *CompiledPolicy) HasOverrides() bool { return p.overridden }

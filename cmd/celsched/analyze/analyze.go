@@ -31,6 +31,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/engine"
 )
 
 // Input is the cluster and its policies.
@@ -64,11 +65,12 @@ const (
 	AlwaysTrue         Kind = "always-true"
 	ConstantScore      Kind = "constant-score"
 	MatchesNothing     Kind = "matches-nothing"
+	UnusedOverride     Kind = "unused-override"
 	Capacity           Kind = "capacity"
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, Capacity}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
@@ -173,6 +175,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 				Suggestion: "check its namespaceSelector, podSelector, schedulerNames and match conditions; delete it if it is no longer needed"})
 		}
 	}
+	r.Findings = append(r.Findings, unusedOverrides(s.Policies(), namespaces)...)
 	sort.SliceStable(r.Findings, func(i, j int) bool {
 		a, b := r.Findings[i], r.Findings[j]
 		if a.Kind != b.Kind {
@@ -618,6 +621,33 @@ func (a *analysis) scoreFindings() []Finding {
 			out = append(out, Finding{Kind: ConstantScore, Policies: []string{st.policy}, Rules: []string{key},
 				Evidence:   fmt.Sprintf("%g on every feasible node for every class of pods it applies to", st.value),
 				Suggestion: "it prefers nothing in this cluster: check its expression and the node labels it reads"})
+		}
+	}
+	return out
+}
+
+// unusedOverrides finds the enforcementOverrides that decide the
+// enforcement of none of the namespaces: their selector selects none, or
+// only namespaces an earlier override selects (the first wins).
+func unusedOverrides(policies []*engine.CompiledPolicy, namespaces []*corev1.Namespace) []Finding {
+	var out []Finding
+	for _, p := range policies {
+		if p.NumOverrides() == 0 {
+			continue
+		}
+		used := sets.New[string]()
+		for _, ns := range namespaces {
+			used.Insert(p.ForNamespace(ns).EnforcedBy)
+		}
+		for i := range p.NumOverrides() {
+			field := fmt.Sprintf("spec.enforcementOverrides[%d]", i)
+			if used.Has(field) {
+				continue
+			}
+			out = append(out, Finding{Kind: UnusedOverride, Policies: []string{p.Name}, Subject: field,
+				Evidence: fmt.Sprintf("it decides the enforcement of none of the %d namespaces: its namespaceSelector selects none, "+
+					"or only namespaces that an earlier override selects (the first that selects a namespace applies)", len(namespaces)),
+				Suggestion: "check its namespaceSelector and its place in the list; remove it if it is no longer needed"})
 		}
 	}
 	return out
