@@ -88,8 +88,8 @@ func (q *Requeuer) PolicyHint(logger klog.Logger, pod *corev1.Pod, oldObj, newOb
 	if oldPolicy == nil {
 		return fwk.QueueSkip, nil // added: only adds rules
 	}
-	if newPolicy != nil && newPolicy.Generation == oldPolicy.Generation {
-		return fwk.QueueSkip, nil // status or metadata only
+	if newPolicy != nil && newPolicy.Generation == oldPolicy.Generation && engine.RolloutKey(newPolicy) == engine.RolloutKey(oldPolicy) {
+		return fwk.QueueSkip, nil // status or metadata only (a rollout's enforced waves are not)
 	}
 	ns, err := q.inputs.namespace(pod.Namespace)
 	if err != nil {

@@ -108,8 +108,10 @@ type CompiledPolicy struct {
 	views  *enforcementViews
 	origin *CompiledPolicy
 	view   int
-	// overridden: the policy has enforcementOverrides (HasOverrides).
+	// overridden: the policy has enforcementOverrides or a rollout
+	// (HasOverrides); rolloutKey is RolloutKey of the object compiled.
 	overridden bool
+	rolloutKey string
 }
 
 // expr is one compiled expression.
@@ -262,7 +264,9 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 	if out.Enforcement == "" {
 		out.Enforcement = schedv1alpha1.Enforce
 	}
-	defer out.finishViews(spec, overrides)
+	waves, waveErrs := compileWaves(spec)
+	out.Errors = append(out.Errors, waveErrs...)
+	defer out.finishViews(policy, overrides, waves)
 	if out.FailurePolicy == "" {
 		out.FailurePolicy = schedv1alpha1.Fail
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +33,10 @@ const (
 // expressions (and so their remembered results) and differs only in
 // Enforcement and EnforcedBy.
 type enforcementViews struct {
-	overrides []enforcementOverride
+	// overrides are spec.enforcementOverrides' copies, then
+	// spec.rollout's waves'; numOverrides counts the former.
+	overrides    []enforcementOverride
+	numOverrides int
 	spec      *CompiledPolicy
 	unknown   *CompiledPolicy
 }
@@ -80,25 +84,104 @@ func compileOverrides(spec *schedv1alpha1.SchedulingPolicySpec) ([]labels.Select
 	return sels, errs, warnings
 }
 
+// compileWaves parses spec.rollout's waves: their selectors (nil for an
+// empty one, which selects every namespace), or nil and the errors.
+// Waves with the same selector, and an empty selector before the last
+// wave, are errors: the later waves would have no namespace.
+func compileWaves(spec *schedv1alpha1.SchedulingPolicySpec) ([]labels.Selector, field.ErrorList) {
+	if spec.Rollout == nil {
+		return nil, nil
+	}
+	var errs field.ErrorList
+	waves := spec.Rollout.Waves
+	sels := make([]labels.Selector, len(waves))
+	seen := map[string]int{}
+	for i := range waves {
+		path := field.NewPath("spec", "rollout", "waves").Index(i).Child("namespaceSelector")
+		sel, err := metav1.LabelSelectorAsSelector(&waves[i].NamespaceSelector)
+		if err != nil {
+			errs = append(errs, field.Invalid(path, waves[i].NamespaceSelector, err.Error()))
+			continue
+		}
+		if first, ok := seen[sel.String()]; ok {
+			errs = append(errs, field.Duplicate(path, fmt.Sprintf("%s (the namespaces of spec.rollout.waves[%d]: this wave would have none)", sel.String(), first)))
+			continue
+		}
+		seen[sel.String()] = i
+		if sel.Empty() {
+			if i < len(waves)-1 {
+				errs = append(errs, field.Invalid(path, "{}", "selects every namespace: only the last wave may, the waves after it would have none"))
+			}
+			continue
+		}
+		sels[i] = sel
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return sels, nil
+}
+
+// EnforcedWaves are the waves of a policy's rollout that its status says
+// are enforced (by name), none when the rollout is aborted.
+func EnforcedWaves(policy *schedv1alpha1.SchedulingPolicy) map[string]bool {
+	st := policy.Status.Rollout
+	if policy.Spec.Rollout == nil || st == nil || st.Phase == schedv1alpha1.RolloutAborted {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, w := range st.Waves {
+		if w.Phase == schedv1alpha1.WaveEnforced {
+			out[w.Name] = true
+		}
+	}
+	return out
+}
+
+// RolloutKey is what a compiled policy's enforcement takes from its
+// status: the enforced waves, in spec order. The registry compiles a
+// policy again when it changes, although the spec did not.
+func RolloutKey(policy *schedv1alpha1.SchedulingPolicy) string {
+	if policy.Spec.Rollout == nil {
+		return ""
+	}
+	enforced := EnforcedWaves(policy)
+	var b strings.Builder
+	for _, w := range policy.Spec.Rollout.Waves {
+		if enforced[w.Name] {
+			b.WriteString(w.Name)
+			b.WriteByte(',')
+		}
+	}
+	return b.String()
+}
+
 // finishViews makes the enforcement views of a compiled policy with
-// overrides. When an override does not compile (sels is nil), no
-// namespace can be told apart: the policy (which does not compile either)
-// is enforced if any of its settings says Enforce.
-func (p *CompiledPolicy) finishViews(spec *schedv1alpha1.SchedulingPolicySpec, sels []labels.Selector) {
-	if len(spec.EnforcementOverrides) == 0 {
+// overrides or a rollout. When an override or a wave does not compile
+// (its selectors are nil), no namespace can be told apart: the policy
+// (which does not compile either) is enforced if any of its settings says
+// Enforce.
+func (p *CompiledPolicy) finishViews(policy *schedv1alpha1.SchedulingPolicy, sels, waveSels []labels.Selector) {
+	spec := &policy.Spec
+	if len(spec.EnforcementOverrides) == 0 && spec.Rollout == nil {
 		return
 	}
 	p.overridden = true
-	if sels == nil {
+	p.rolloutKey = RolloutKey(policy)
+	enforced := EnforcedWaves(policy)
+	if (len(spec.EnforcementOverrides) > 0 && sels == nil) || (spec.Rollout != nil && waveSels == nil) {
 		p.EnforcedBy = EnforcedByInvalidOverrides
 		for _, o := range spec.EnforcementOverrides {
 			if o.Enforcement == schedv1alpha1.Enforce {
 				p.Enforcement = schedv1alpha1.Enforce
 			}
 		}
+		if len(enforced) > 0 {
+			p.Enforcement = schedv1alpha1.Enforce
+		}
 		return
 	}
-	views := &enforcementViews{}
+	views := &enforcementViews{numOverrides: len(sels)}
 	view := func(enforcement schedv1alpha1.EnforcementAction, by string, index int) *CompiledPolicy {
 		c := *p
 		c.Enforcement, c.EnforcedBy, c.view, c.views = enforcement, by, index, nil
@@ -109,15 +192,38 @@ func (p *CompiledPolicy) finishViews(spec *schedv1alpha1.SchedulingPolicySpec, s
 	for i, o := range spec.EnforcementOverrides {
 		views.overrides = append(views.overrides, enforcementOverride{
 			selector: sels[i],
-			view:     view(o.Enforcement, fmt.Sprintf("spec.enforcementOverrides[%d]", i), i+1),
+			view:     view(o.Enforcement, fmt.Sprintf("spec.enforcementOverrides[%d]", i), len(views.overrides)+1),
 		})
 		if o.Enforcement == schedv1alpha1.Enforce {
 			strictest = schedv1alpha1.Enforce
 		}
 	}
-	views.spec = view(p.Enforcement, EnforcedBySpec, len(sels)+1)
-	views.unknown = view(strictest, EnforcedByUnknownNamespace, len(sels)+2)
+	if spec.Rollout != nil {
+		for i, w := range spec.Rollout.Waves {
+			enforcement := schedv1alpha1.Audit
+			if enforced[w.Name] {
+				enforcement, strictest = schedv1alpha1.Enforce, schedv1alpha1.Enforce
+			}
+			views.overrides = append(views.overrides, enforcementOverride{
+				selector: waveSels[i],
+				view:     view(enforcement, fmt.Sprintf("spec.rollout.waves[%d]", i), len(views.overrides)+1),
+			})
+		}
+	}
+	n := len(views.overrides)
+	views.spec = view(p.Enforcement, EnforcedBySpec, n+1)
+	views.unknown = view(strictest, EnforcedByUnknownNamespace, n+2)
 	p.views = views
+}
+
+// WaveOf returns the index of the rollout wave a copy of the policy
+// (ForNamespace) is for, or -1.
+func WaveOf(enforcedBy string) int {
+	var i int
+	if _, err := fmt.Sscanf(enforcedBy, "spec.rollout.waves[%d]", &i); err != nil {
+		return -1
+	}
+	return i
 }
 
 // ForNamespace returns the policy as it applies to the pods of a namespace
@@ -146,7 +252,7 @@ func (p *CompiledPolicy) NumOverrides() int {
 	if p.views == nil {
 		return 0
 	}
-	return len(p.views.overrides)
+	return p.views.numOverrides
 }
 
 // HasOverrides says whether the policy's enforcement depends on the pod's

@@ -51,12 +51,15 @@ func (r *Registry) Snapshot() *Snapshot {
 // policy (with its compile errors, if any). The spec of an object only
 // changes with its generation, so a version of the same object (UID) and
 // generation as the one held (a status or metadata update, a resync) is not
-// compiled again: Upsert returns what the registry holds.
+// compiled again: Upsert returns what the registry holds. The exception is
+// a rollout's status: the waves it enforces change the enforcement
+// (RolloutKey).
 func (r *Registry) Upsert(policy *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.current.Load()
-	if old := cur.Get(policy.Name); old != nil && old.UID == policy.UID && old.Generation == policy.Generation && policy.Generation != 0 {
+	if old := cur.Get(policy.Name); old != nil && old.UID == policy.UID && old.Generation == policy.Generation && policy.Generation != 0 &&
+		old.rolloutKey == RolloutKey(policy) {
 		return old
 	}
 	compiled := r.compiler.Compile(policy, CompileOptions{Stored: true, Explain: r.explain.Load()})

@@ -146,7 +146,48 @@ type EnforcementOverride struct {
 	Enforcement EnforcementAction `json:"enforcement"`
 }
 
+// Rollout is the ordered waves in which a policy is enforced.
+type Rollout struct {
+	// waves are promoted in order; a namespace belongs to the first wave
+	// whose namespaceSelector selects it.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Waves []RolloutWave `json:"waves"`
+}
+
+// RolloutWave is one wave of a rollout.
+type RolloutWave struct {
+	// name names the wave in status, events and the CLI.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// namespaceSelector selects the wave's namespaces, by label. An empty
+	// selector selects every namespace: only the last wave may have one.
+	// +required
+	NamespaceSelector metav1.LabelSelector `json:"namespaceSelector"`
+
+	// soak is how long the wave is audited before it may be promoted
+	// (e.g. 30m, 24h).
+	// +required
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s')",message="soak must be longer than 0s: a wave is promoted on the evidence of its soak (enforce a namespace at once with enforcementOverrides)"
+	Soak metav1.Duration `json:"soak"`
+
+	// maxWouldReject is the gate: the most pods of the wave's namespaces
+	// that the policy may have held or kept off their node during the
+	// soak for the wave to be promoted. Defaults to 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	MaxWouldReject *int32 `json:"maxWouldReject,omitempty"`
+}
+
 // SchedulingPolicySpec holds the placement rules of a policy.
+// +kubebuilder:validation:XValidation:rule="!has(self.rollout) || self.enforcement == 'Audit'",message="spec.enforcement must be Audit with spec.rollout: the waves decide where the policy is enforced",fieldPath=".enforcement"
 // +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0)",message="at least one of preEnqueue, filters or scores must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramKind) || has(self.paramRef)",message="paramKind requires paramRef"
@@ -178,6 +219,15 @@ type SchedulingPolicySpec struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=32
 	EnforcementOverrides []EnforcementOverride `json:"enforcementOverrides,omitempty"`
+
+	// rollout enforces the policy wave by wave: each wave's namespaces
+	// are audited for the wave's soak, and the wave is promoted to Enforce
+	// when the pods the policy would have held or kept off their node
+	// during the soak are within its gate; otherwise the rollout pauses.
+	// spec.enforcement must be Audit (it applies to the namespaces of no
+	// wave); enforcementOverrides come first. See status.rollout.
+	// +optional
+	Rollout *Rollout `json:"rollout,omitempty"`
 
 	// failurePolicy says what a compile or evaluation error does: Fail rejects
 	// (holds the pod, marks the node infeasible); Ignore skips only the rule
@@ -451,6 +501,73 @@ type SchedulingPolicyStatus struct {
 	// Enforce.
 	// +optional
 	Audit *AuditStatus `json:"audit,omitempty"`
+
+	// rollout is the state of spec.rollout, written by the leader.
+	// +optional
+	Rollout *RolloutStatus `json:"rollout,omitempty"`
+}
+
+// RolloutPhase is the state of a rollout.
+type RolloutPhase string
+
+// The phases of a rollout.
+const (
+	RolloutProgressing RolloutPhase = "Progressing"
+	RolloutPaused      RolloutPhase = "Paused"
+	RolloutCompleted   RolloutPhase = "Completed"
+	RolloutAborted     RolloutPhase = "Aborted"
+)
+
+// WavePhase is the state of one wave.
+type WavePhase string
+
+// The phases of a wave.
+const (
+	WavePending  WavePhase = "Pending"
+	WaveSoaking  WavePhase = "Soaking"
+	WavePaused   WavePhase = "Paused"
+	WaveEnforced WavePhase = "Enforced"
+)
+
+// RolloutStatus is the state of a policy's rollout.
+type RolloutStatus struct {
+	// observedGeneration is the spec generation the rollout follows; a
+	// new spec restarts it from the first wave that is not Enforced.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	Phase              RolloutPhase `json:"phase,omitempty"`
+	// message says why the rollout is paused or aborted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+	// waves are the waves' states, in the order of spec.rollout.waves.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Waves []WaveStatus `json:"waves,omitempty"`
+}
+
+// WaveStatus is the state of one wave.
+type WaveStatus struct {
+	// +kubebuilder:validation:MaxLength=63
+	Name  string    `json:"name"`
+	Phase WavePhase `json:"phase"`
+	// startTime is when the wave's soak started (the leader's clock).
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// promotedTime is when the wave was promoted to Enforce.
+	// +optional
+	PromotedTime *metav1.Time `json:"promotedTime,omitempty"`
+	// evaluated and wouldReject count, since startTime, the pods of the
+	// wave's namespaces that the policy applied to when they were bound,
+	// and those it would have held or kept off their node.
+	Evaluated   int64 `json:"evaluated"`
+	WouldReject int64 `json:"wouldReject"`
+	// lastViolations are the newest pods it would have rejected
+	// (namespace/name), at most 5.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	LastViolations []string `json:"lastViolations,omitempty"`
 }
 
 // MaxAuditViolations is how many recent violations status.audit keeps.

@@ -78,6 +78,15 @@ type Log struct {
 	// namespaces is the evidence per namespace and policy, when
 	// ByNamespace is set.
 	namespaces map[NamespaceKey]*Delta
+	// waves is the evidence per rollout wave of a policy (TakeWaves).
+	waves map[WaveKey]*Delta
+}
+
+// WaveKey names one policy's evidence in one wave of its rollout (the
+// index in spec.rollout.waves).
+type WaveKey struct {
+	Policy string
+	Wave   int
 }
 
 // NamespaceKey names one policy's evidence in one namespace.
@@ -128,6 +137,25 @@ func (l *Log) record(p *engine.CompiledPolicy, namespace string, violations []sc
 	if l.ByNamespace.Load() {
 		record(&l.namespaces, NamespaceKey{Namespace: namespace, Policy: p.Name}, p.Generation, violations, MaxReportResults)
 	}
+	if wave := engine.WaveOf(p.EnforcedBy); wave >= 0 {
+		record(&l.waves, WaveKey{Policy: p.Name, Wave: wave}, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
+	}
+}
+
+// TakeWaves returns and clears the evidence collected per rollout wave.
+func (l *Log) TakeWaves() map[WaveKey]*Delta {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := l.waves
+	l.waves = nil
+	return out
+}
+
+// ReturnWave puts back a wave's delta that could not be written.
+func (l *Log) ReturnWave(key WaveKey, d *Delta) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	giveBack(&l.waves, key, d, schedv1alpha1.MaxAuditViolations)
 }
 
 // record counts one evaluated pod in the delta of key; the caller holds

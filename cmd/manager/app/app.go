@@ -96,6 +96,9 @@ type Options struct {
 	// AuditStatusInterval is how often Audit policies' status.audit is
 	// written; 0 means controllers.DefaultAuditStatusInterval.
 	AuditStatusInterval time.Duration
+	// RolloutInterval is how often the rollouts (spec.rollout) are looked
+	// at; 0 means controllers.DefaultRolloutInterval.
+	RolloutInterval time.Duration
 	// Reports writes the Audit evidence as OpenReports Reports
 	// (controllers.ReportWriter), when the API server serves them.
 	Reports bool
@@ -170,6 +173,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&o.WebhookCert.Validity, "webhook-cert-validity", webhookcert.DefaultValidity, "With --webhook-certs=self-signed: lifetime of a serving certificate; renewed when a third remains.")
 	fs.DurationVar(&o.WebhookCert.CAValidity, "webhook-ca-validity", webhookcert.DefaultCAValidity, "With --webhook-certs=self-signed: lifetime of the CA; renewed when a third remains, the old one trusted until it expires.")
+	fs.DurationVar(&o.RolloutInterval, "rollout-interval", controllers.DefaultRolloutInterval, "How often the leader advances the policies' rollouts (spec.rollout): starts, promotes or pauses waves and writes status.rollout.")
 	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, every --audit-status-interval) when the API server serves them; false writes none.")
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
 }
@@ -211,6 +215,10 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
+	}
+	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
+		Interval: o.RolloutInterval}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
 	if o.Reports {
 		if err := (&controllers.ReportWriter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog,

@@ -1,0 +1,347 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/audit"
+)
+
+// +kubebuilder:rbac:groups=scheduling.celsched.io,resources=schedulingpolicies,verbs=get;list;watch;patch
+
+// RolloutActionAnnotation asks the rollout controller for an action on a
+// policy's rollout: pause, resume, promote (the current wave, now) or abort
+// (every wave back to Audit). The controller acts once and removes it.
+const RolloutActionAnnotation = "scheduling.celsched.io/rollout-action"
+
+// The actions of RolloutActionAnnotation.
+const (
+	ActionPause   = "pause"
+	ActionResume  = "resume"
+	ActionPromote = "promote"
+	ActionAbort   = "abort"
+)
+
+// Reasons of the rollout's events, on the policy.
+const (
+	ReasonWaveStarted      = "RolloutWaveStarted"
+	ReasonWavePromoted     = "RolloutWavePromoted"
+	ReasonWavePaused       = "RolloutWavePaused"
+	ReasonRolloutCompleted = "RolloutCompleted"
+	ReasonRolloutAction    = "RolloutAction"
+)
+
+// DefaultRolloutInterval is how often the rollouts are looked at.
+const DefaultRolloutInterval = time.Second
+
+// RolloutController runs the rollouts of spec.rollout: the one writer of
+// status.rollout. It runs on the leader, where the scheduler binds pods
+// and so collects the evidence (audit.Log.TakeWaves), and keeps time by
+// the leader's clock; everything it decides is in status, so a new leader
+// continues from there (the evidence collected by the old leader and not
+// yet written, at most one Interval's, is lost).
+//
+// A wave is Pending until the waves before it are Enforced, then Soaking
+// from its startTime; after its soak it is promoted (Enforced) when the
+// pods it would have held or kept off their node since startTime are at
+// most maxWouldReject, and otherwise Paused, with the rollout, until a
+// person acts (resume: a new soak with the counts reset; promote; abort).
+// Every decision is an Event on the policy. A new spec restarts the
+// rollout from the first wave that is not Enforced (waves keep their
+// phase by name).
+type RolloutController struct {
+	Client   client.Client
+	Log      *audit.Log
+	Recorder events.EventRecorder
+	Interval time.Duration
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// SetupWithManager adds the controller to the manager.
+func (r *RolloutController) SetupWithManager(mgr ctrl.Manager) error {
+	return mgr.Add(r)
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable.
+func (r *RolloutController) NeedLeaderElection() bool { return true }
+
+// Start runs the rollouts every Interval until ctx is done.
+func (r *RolloutController) Start(ctx context.Context) error {
+	interval := r.Interval
+	if interval <= 0 {
+		interval = DefaultRolloutInterval
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			r.Step(ctx)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// Step looks at every policy with a rollout once.
+func (r *RolloutController) Step(ctx context.Context) {
+	log := ctrl.LoggerFrom(ctx).WithName("rollout")
+	evidence := r.Log.TakeWaves()
+	var list schedv1alpha1.SchedulingPolicyList
+	if err := r.Client.List(ctx, &list); err != nil {
+		log.Error(err, "Listing the policies")
+		for k, d := range evidence {
+			r.Log.ReturnWave(k, d)
+		}
+		return
+	}
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.Spec.Rollout == nil {
+			continue
+		}
+		if err := r.step(ctx, p, evidence); err != nil {
+			log.V(2).Info("Writing a rollout's status failed; retrying", "policy", p.Name, "err", err)
+			for k, d := range evidence {
+				if k.Policy == p.Name {
+					r.Log.ReturnWave(k, d)
+				}
+			}
+		}
+	}
+}
+
+func (r *RolloutController) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// step advances one policy's rollout and writes its status when it
+// changed.
+func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, evidence map[audit.WaveKey]*audit.Delta) error {
+	now := metav1.NewTime(r.now())
+	before := p.Status.Rollout
+	st := restart(p)
+	action := p.Annotations[RolloutActionAnnotation]
+	var events []rolloutEvent
+	if action != "" {
+		events = append(events, r.act(p, st, action, now)...)
+	}
+	addEvidence(p, st, evidence)
+	events = append(events, advance(p, st, now)...)
+	if !equalRollout(before, st) {
+		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		p.Status.Rollout = st
+		if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
+			return err
+		}
+	}
+	if action != "" {
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Annotations, RolloutActionAnnotation)
+		if err := r.Client.Patch(ctx, p, patch); err != nil {
+			return fmt.Errorf("removing the %s annotation: %w", RolloutActionAnnotation, err)
+		}
+	}
+	for _, e := range events {
+		if r.Recorder != nil {
+			r.Recorder.Eventf(p, nil, e.kind, e.reason, "Rollout", "%s", e.note)
+		}
+		ctrl.LoggerFrom(ctx).WithName("rollout").Info(e.note, "policy", p.Name, "reason", e.reason)
+	}
+	return nil
+}
+
+type rolloutEvent struct {
+	kind, reason, note string
+}
+
+// restart returns the rollout status for the policy's spec: a copy of the
+// status when it follows this generation, otherwise a new one whose waves
+// keep the Enforced phase (and times) of the waves of the same name.
+func restart(p *schedv1alpha1.SchedulingPolicy) *schedv1alpha1.RolloutStatus {
+	old := p.Status.Rollout
+	if old != nil && old.ObservedGeneration == p.Generation && len(old.Waves) == len(p.Spec.Rollout.Waves) {
+		return old.DeepCopy()
+	}
+	st := &schedv1alpha1.RolloutStatus{ObservedGeneration: p.Generation, Phase: schedv1alpha1.RolloutProgressing}
+	if old != nil && old.Phase == schedv1alpha1.RolloutAborted {
+		st.Phase, st.Message = old.Phase, old.Message // an aborted rollout stays aborted until resumed
+	}
+	for _, w := range p.Spec.Rollout.Waves {
+		ws := schedv1alpha1.WaveStatus{Name: w.Name, Phase: schedv1alpha1.WavePending}
+		if old != nil {
+			if i := slices.IndexFunc(old.Waves, func(o schedv1alpha1.WaveStatus) bool { return o.Name == w.Name }); i >= 0 &&
+				old.Waves[i].Phase == schedv1alpha1.WaveEnforced {
+				ws = old.Waves[i]
+			}
+		}
+		st.Waves = append(st.Waves, ws)
+	}
+	return st
+}
+
+// current is the index of the first wave that is not Enforced, or
+// len(waves).
+func current(st *schedv1alpha1.RolloutStatus) int {
+	for i, w := range st.Waves {
+		if w.Phase != schedv1alpha1.WaveEnforced {
+			return i
+		}
+	}
+	return len(st.Waves)
+}
+
+// act applies a person's action.
+func (r *RolloutController) act(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, action string, now metav1.Time) []rolloutEvent {
+	i := current(st)
+	note := func(format string, args ...any) []rolloutEvent {
+		return []rolloutEvent{{corev1.EventTypeNormal, ReasonRolloutAction, fmt.Sprintf(format, args...)}}
+	}
+	switch action {
+	case ActionPause:
+		if st.Phase == schedv1alpha1.RolloutProgressing && i < len(st.Waves) {
+			st.Phase, st.Message = schedv1alpha1.RolloutPaused, "paused by "+RolloutActionAnnotation
+			st.Waves[i].Phase = schedv1alpha1.WavePaused
+			return note("rollout paused at wave %s (annotation)", st.Waves[i].Name)
+		}
+	case ActionResume:
+		if st.Phase == schedv1alpha1.RolloutPaused || st.Phase == schedv1alpha1.RolloutAborted {
+			st.Phase, st.Message = schedv1alpha1.RolloutProgressing, ""
+			if i < len(st.Waves) {
+				// A new soak, with the counts of the new one only.
+				st.Waves[i] = schedv1alpha1.WaveStatus{Name: st.Waves[i].Name, Phase: schedv1alpha1.WavePending}
+			}
+			return note("rollout resumed (annotation): wave %s soaks again", waveName(st, i))
+		}
+	case ActionPromote:
+		if i < len(st.Waves) && st.Phase != schedv1alpha1.RolloutAborted {
+			promote(st, i, now)
+			st.Phase, st.Message = schedv1alpha1.RolloutProgressing, ""
+			return note("wave %s promoted to Enforce (annotation), with %d pod(s) it would have rejected", st.Waves[i].Name, st.Waves[i].WouldReject)
+		}
+	case ActionAbort:
+		if st.Phase != schedv1alpha1.RolloutAborted {
+			st.Phase, st.Message = schedv1alpha1.RolloutAborted, "aborted by "+RolloutActionAnnotation+": every wave is audited"
+			for j := range st.Waves {
+				if st.Waves[j].Phase != schedv1alpha1.WaveEnforced {
+					st.Waves[j].Phase = schedv1alpha1.WavePending
+				}
+			}
+			return []rolloutEvent{{corev1.EventTypeWarning, ReasonRolloutAction, "rollout aborted (annotation): the policy is Audit in every wave"}}
+		}
+	default:
+		return []rolloutEvent{{corev1.EventTypeWarning, ReasonRolloutAction, fmt.Sprintf("unknown %s %q (pause, resume, promote or abort): ignored", RolloutActionAnnotation, action)}}
+	}
+	return note("%s: nothing to do in phase %s", action, st.Phase)
+}
+
+func waveName(st *schedv1alpha1.RolloutStatus, i int) string {
+	if i < len(st.Waves) {
+		return st.Waves[i].Name
+	}
+	return "(none)"
+}
+
+func promote(st *schedv1alpha1.RolloutStatus, i int, now metav1.Time) {
+	st.Waves[i].Phase = schedv1alpha1.WaveEnforced
+	st.Waves[i].PromotedTime = &now
+}
+
+// addEvidence adds the evidence collected since the last step to the
+// waves that soak (or are paused on it).
+func addEvidence(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, evidence map[audit.WaveKey]*audit.Delta) {
+	for k, d := range evidence {
+		if k.Policy != p.Name || d.Generation != p.Generation || k.Wave >= len(st.Waves) {
+			continue
+		}
+		w := &st.Waves[k.Wave]
+		if w.Phase != schedv1alpha1.WaveSoaking && w.Phase != schedv1alpha1.WavePaused {
+			continue
+		}
+		w.Evaluated += d.Evaluated
+		w.WouldReject += d.WouldReject
+		var pods []string
+		for _, v := range d.Violations {
+			pods = append(pods, v.Pod)
+		}
+		w.LastViolations = append(pods, w.LastViolations...)
+		if len(w.LastViolations) > schedv1alpha1.MaxAuditViolations {
+			w.LastViolations = w.LastViolations[:schedv1alpha1.MaxAuditViolations]
+		}
+	}
+}
+
+// advance starts, promotes or pauses the current wave by the clock and
+// the evidence.
+func advance(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, now metav1.Time) []rolloutEvent {
+	if st.Phase != schedv1alpha1.RolloutProgressing {
+		return nil
+	}
+	var out []rolloutEvent
+	for {
+		i := current(st)
+		if i == len(st.Waves) {
+			st.Phase = schedv1alpha1.RolloutCompleted
+			return append(out, rolloutEvent{corev1.EventTypeNormal, ReasonRolloutCompleted, "rollout completed: the policy is enforced in every wave"})
+		}
+		w, spec := &st.Waves[i], &p.Spec.Rollout.Waves[i]
+		switch w.Phase {
+		case schedv1alpha1.WavePending:
+			w.Phase, w.StartTime = schedv1alpha1.WaveSoaking, &now
+			w.Evaluated, w.WouldReject, w.LastViolations = 0, 0, nil
+			return append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWaveStarted, fmt.Sprintf("wave %s soaks in Audit for %s", w.Name, spec.Soak.Duration)})
+		case schedv1alpha1.WaveSoaking:
+			if now.Time.Before(w.StartTime.Add(spec.Soak.Duration)) {
+				return out
+			}
+			limit := int64(0)
+			if spec.MaxWouldReject != nil {
+				limit = int64(*spec.MaxWouldReject)
+			}
+			if w.WouldReject > limit {
+				w.Phase = schedv1alpha1.WavePaused
+				st.Phase = schedv1alpha1.RolloutPaused
+				st.Message = fmt.Sprintf("wave %s: %d pod(s) of its namespaces would have been held or kept off their node during the soak (at most %d allowed), the last: %s",
+					w.Name, w.WouldReject, limit, strings.Join(w.LastViolations, ", "))
+				return append(out, rolloutEvent{corev1.EventTypeWarning, ReasonWavePaused, st.Message})
+			}
+			promote(st, i, now)
+			out = append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWavePromoted, fmt.Sprintf("wave %s promoted to Enforce: %d pod(s) evaluated during the soak, %d would have been rejected (at most %d allowed)",
+				w.Name, w.Evaluated, w.WouldReject, limit)})
+		default:
+			return out
+		}
+	}
+}
+
+// equalRollout says whether two rollout statuses are the same.
+func equalRollout(a, b *schedv1alpha1.RolloutStatus) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.ObservedGeneration != b.ObservedGeneration || a.Phase != b.Phase || a.Message != b.Message || len(a.Waves) != len(b.Waves) {
+		return false
+	}
+	for i := range a.Waves {
+		x, y := a.Waves[i], b.Waves[i]
+		if x.Name != y.Name || x.Phase != y.Phase || !x.StartTime.Equal(y.StartTime) || !x.PromotedTime.Equal(y.PromotedTime) ||
+			x.Evaluated != y.Evaluated || x.WouldReject != y.WouldReject || !slices.Equal(x.LastViolations, y.LastViolations) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,92 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/controllers"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// TestRolloutTwoWaves: a policy rolled out in two waves. The first wave's
+// namespace has no violation during its soak: it is promoted, and its
+// next pod is kept off the refused node. The second wave's namespace
+// places a pod on that node during its soak: the wave pauses, naming the
+// pod, and its pods are still placed there (Audit). Promoting it by the
+// annotation enforces it; the rollout completes.
+func TestRolloutTwoWaves(t *testing.T) {
+	createNodes(t, nodeSpec{name: "roll-bad", labels: map[string]string{"bad": "true"}})
+	one := createNamespace(t, "roll-one", map[string]string{"roll-wave": "one"})
+	two := createNamespace(t, "roll-two", map[string]string{"roll-wave": "two"})
+	p := builder.MakePolicy("roll-not-bad").Audit().PodLabels(map[string]string{"app": "roll-web"}).
+		FilterMsg("not-bad", "node.metadata.labels[?'bad'].orValue('') != 'true'", "the node is bad", "").Obj()
+	p.Spec.Rollout = &schedv1alpha1.Rollout{Waves: []schedv1alpha1.RolloutWave{
+		{Name: "one", NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"roll-wave": "one"}}, Soak: metav1.Duration{Duration: time.Second}},
+		{Name: "two", NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"roll-wave": "two"}}, Soak: metav1.Duration{Duration: 5 * time.Second}},
+	}}
+	applyPolicy(t, p)
+	web := withLabels(map[string]string{"app": "roll-web"})
+
+	st := waitRollout(t, p.Name, "wave one promoted", func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.Waves[0].Phase == schedv1alpha1.WaveEnforced && st.Waves[1].Phase == schedv1alpha1.WaveSoaking
+	})
+	if st.Waves[0].WouldReject != 0 || st.Waves[0].PromotedTime == nil {
+		t.Errorf("wave one: %+v", st.Waves[0])
+	}
+	waitPending(t, createPod(t, one, "web", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
+	// Wave two soaks: its pod goes to the bad node, and is evidence.
+	expectNode(t, createPod(t, two, "web", web, onNode("roll-bad")), "roll-bad")
+	st = waitRollout(t, p.Name, "wave two paused", func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.Phase == schedv1alpha1.RolloutPaused
+	})
+	if w := st.Waves[1]; w.Phase != schedv1alpha1.WavePaused || w.WouldReject != 1 || len(w.LastViolations) != 1 || w.LastViolations[0] != two+"/web" {
+		t.Errorf("wave two: %+v", w)
+	}
+	// Still Audit in wave two while paused.
+	expectNode(t, createPod(t, two, "web-2", web, onNode("roll-bad")), "roll-bad")
+
+	// A person promotes it.
+	current := &schedv1alpha1.SchedulingPolicy{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: p.Name}, current); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(current.DeepCopy())
+	metav1.SetMetaDataAnnotation(&current.ObjectMeta, controllers.RolloutActionAnnotation, controllers.ActionPromote)
+	if err := k8sClient.Patch(t.Context(), current, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.Phase == schedv1alpha1.RolloutCompleted && st.Waves[1].Phase == schedv1alpha1.WaveEnforced
+	})
+	waitPending(t, createPod(t, two, "web-3", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: p.Name}, current); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := current.Annotations[controllers.RolloutActionAnnotation]; ok {
+		t.Error("the action annotation was not removed")
+	}
+}
+
+// waitRollout waits until the policy's status.rollout satisfies ok.
+func waitRollout(t *testing.T, name, what string, ok func(*schedv1alpha1.RolloutStatus) bool) *schedv1alpha1.RolloutStatus {
+	t.Helper()
+	got := &schedv1alpha1.SchedulingPolicy{}
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
+			return false, err
+		}
+		st := got.Status.Rollout
+		return st != nil && st.ObservedGeneration == got.Generation && len(st.Waves) == len(got.Spec.Rollout.Waves) && ok(st), nil
+	})
+	if err != nil {
+		t.Fatalf("policy %s: rollout not %s: %v; %+v", name, what, err, got.Status.Rollout)
+	}
+	return got.Status.Rollout
+}
