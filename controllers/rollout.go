@@ -136,12 +136,12 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 	before := p.Status.Rollout
 	st := restart(p)
 	action := p.Annotations[RolloutActionAnnotation]
-	var events []rolloutEvent
+	var decided []rolloutEvent
 	if action != "" {
-		events = append(events, r.act(p, st, action, now)...)
+		decided = append(decided, r.act(p, st, action, now)...)
 	}
 	addEvidence(p, st, evidence)
-	events = append(events, advance(p, st, now)...)
+	decided = append(decided, advance(p, st, now)...)
 	if !equalRollout(before, st) {
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		p.Status.Rollout = st
@@ -156,7 +156,7 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 			return fmt.Errorf("removing the %s annotation: %w", RolloutActionAnnotation, err)
 		}
 	}
-	for _, e := range events {
+	for _, e := range decided {
 		if r.Recorder != nil {
 			r.Recorder.Eventf(p, nil, e.kind, e.reason, "Rollout", "%s", e.note)
 		}

@@ -37,8 +37,8 @@ type enforcementViews struct {
 	// spec.rollout's waves'; numOverrides counts the former.
 	overrides    []enforcementOverride
 	numOverrides int
-	spec      *CompiledPolicy
-	unknown   *CompiledPolicy
+	spec         *CompiledPolicy
+	unknown      *CompiledPolicy
 }
 
 type enforcementOverride struct {

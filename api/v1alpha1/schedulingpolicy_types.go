@@ -533,7 +533,7 @@ const (
 type RolloutStatus struct {
 	// observedGeneration is the spec generation the rollout follows; a
 	// new spec restarts it from the first wave that is not Enforced.
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64        `json:"observedGeneration,omitempty"`
 	Phase              RolloutPhase `json:"phase,omitempty"`
 	// message says why the rollout is paused or aborted.
 	// +optional

@@ -159,6 +159,27 @@ enforcementOverrides: [{namespaceSelector: {matchLabels: {env: prod}}}]
 filters: [{name: a, expression: "true"}]`,
 			want: []cause{{Field: "spec.enforcementOverrides[0].enforcement", Type: metav1.CauseTypeFieldValueRequired, Message: "Required value"}},
 		},
+		"rollout soak of 0": {
+			spec: `
+enforcement: Audit
+rollout: {waves: [{name: one, namespaceSelector: {matchLabels: {env: dev}}, soak: 0s}]}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.rollout.waves[0].soak", Type: metav1.CauseTypeFieldValueInvalid, Message: "soak must be longer than 0s"}},
+		},
+		"rollout gate below 0": {
+			spec: `
+enforcement: Audit
+rollout: {waves: [{name: one, namespaceSelector: {matchLabels: {env: dev}}, soak: 1h, maxWouldReject: -1}]}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.rollout.waves[0].maxWouldReject", Type: metav1.CauseTypeFieldValueInvalid, Message: "should be greater than or equal to 0"}},
+		},
+		"rollout with enforcement Enforce": {
+			spec: `
+enforcement: Enforce
+rollout: {waves: [{name: one, namespaceSelector: {matchLabels: {env: dev}}, soak: 1h}]}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.enforcement", Type: metav1.CauseTypeFieldValueInvalid, Message: "spec.enforcement must be Audit with spec.rollout"}},
+		},
 		"bad failurePolicy enum": {
 			spec: `
 failurePolicy: Retry

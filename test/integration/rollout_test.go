@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/test/builder"
 )
@@ -52,20 +55,20 @@ func TestRolloutTwoWaves(t *testing.T) {
 	// Still Audit in wave two while paused.
 	expectNode(t, createPod(t, two, "web-2", web, onNode("roll-bad")), "roll-bad")
 
-	// A person promotes it.
-	current := &schedv1alpha1.SchedulingPolicy{}
-	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: p.Name}, current); err != nil {
-		t.Fatal(err)
+	// `celsched rollout status` shows the pause; a person promotes the wave
+	// with `celsched rollout promote`.
+	status := runCLI(t, "rollout", "status", "--kubeconfig", kubeconfig, p.Name)
+	for _, want := range []string{"rollout Paused: wave two: 1 pod(s)", "one   Enforced", "two   Paused", two + "/web"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("rollout status lacks %q:\n%s", want, status)
+		}
 	}
-	patch := client.MergeFrom(current.DeepCopy())
-	metav1.SetMetaDataAnnotation(&current.ObjectMeta, controllers.RolloutActionAnnotation, controllers.ActionPromote)
-	if err := k8sClient.Patch(t.Context(), current, patch); err != nil {
-		t.Fatal(err)
-	}
+	runCLI(t, "rollout", "promote", "--kubeconfig", kubeconfig, p.Name)
 	waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool {
 		return st.Phase == schedv1alpha1.RolloutCompleted && st.Waves[1].Phase == schedv1alpha1.WaveEnforced
 	})
 	waitPending(t, createPod(t, two, "web-3", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
+	current := &schedv1alpha1.SchedulingPolicy{}
 	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: p.Name}, current); err != nil {
 		t.Fatal(err)
 	}
@@ -89,4 +92,14 @@ func waitRollout(t *testing.T, name, what string, ok func(*schedv1alpha1.Rollout
 		t.Fatalf("policy %s: rollout not %s: %v; %+v", name, what, err, got.Status.Rollout)
 	}
 	return got.Status.Rollout
+}
+
+// runCLI runs celsched and returns its output; it must succeed.
+func runCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if code := cli.Run(args, strings.NewReader(""), &out, &out); code != 0 {
+		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, out.String())
+	}
+	return out.String()
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -61,6 +62,31 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 			}(),
 			field:     "spec.enforcementOverrides[0].namespaceSelector",
 			wantparts: []string{`"Near" is not a valid label selector operator`},
+		},
+		"overlapping waves": {
+			policy: func() *schedv1alpha1.SchedulingPolicy {
+				p := builder.MakePolicy("wh-waves").Audit().Filter("f", "true").Obj()
+				sel := metav1.LabelSelector{MatchLabels: map[string]string{"env": "dev"}}
+				p.Spec.Rollout = &schedv1alpha1.Rollout{Waves: []schedv1alpha1.RolloutWave{
+					{Name: "one", NamespaceSelector: sel, Soak: metav1.Duration{Duration: time.Hour}},
+					{Name: "two", NamespaceSelector: sel, Soak: metav1.Duration{Duration: time.Hour}},
+				}}
+				return p
+			}(),
+			field:     "spec.rollout.waves[1].namespaceSelector",
+			wantparts: []string{"Duplicate value", "the namespaces of spec.rollout.waves[0]: this wave would have none"},
+		},
+		"an empty wave selector before the last": {
+			policy: func() *schedv1alpha1.SchedulingPolicy {
+				p := builder.MakePolicy("wh-waves-all").Audit().Filter("f", "true").Obj()
+				p.Spec.Rollout = &schedv1alpha1.Rollout{Waves: []schedv1alpha1.RolloutWave{
+					{Name: "all", Soak: metav1.Duration{Duration: time.Hour}},
+					{Name: "dev", NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"env": "dev"}}, Soak: metav1.Duration{Duration: time.Hour}},
+				}}
+				return p
+			}(),
+			field:     "spec.rollout.waves[0].namespaceSelector",
+			wantparts: []string{"selects every namespace: only the last wave may"},
 		},
 		"over cost": {
 			policy: builder.MakePolicy("wh-cost").FilterRules(schedv1alpha1.Rule{Name: "unique-images", Expression: "pod.spec.containers.all(c, pod.spec.containers.all(d, " +

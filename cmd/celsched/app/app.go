@@ -40,7 +40,7 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
-	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s))
+	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
 	err := root.Execute()
 	if err == nil {
 		return 0

@@ -70,7 +70,7 @@ func TestValidateParams(t *testing.T) {
 func TestValidateSamples(t *testing.T) {
 	samples := filepath.Join("..", "..", "..", "config", "samples")
 	code, out := runCLI(t, "validate", "-f", samples, "--param-crd", filepath.Join(samples, "custom-params", "tenantplacement-crd.yaml"))
-	if code != 0 || out != "10 SchedulingPolicies valid\n" {
+	if code != 0 || out != "11 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
 }
@@ -155,7 +155,7 @@ func TestEvalParams(t *testing.T) {
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)
-	if code != 0 || !strings.HasSuffix(out, "28 passed, 0 failed\n") {
+	if code != 0 || !strings.HasSuffix(out, "30 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
 	golden.Compare(t, filepath.Join("testdata", "test", "samples.golden"), out)

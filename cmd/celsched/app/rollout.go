@@ -1,0 +1,144 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/controllers"
+)
+
+// newRolloutCommand is `celsched rollout status|pause|resume|promote|abort
+// POLICY`: status reads status.rollout; the others set the annotation the
+// manager's rollout controller acts on (and removes), so that nothing is
+// kept but in the policy.
+func newRolloutCommand(s *streams) *cobra.Command {
+	kube := genericclioptions.NewConfigFlags(true)
+	cmd := &cobra.Command{
+		Use:   "rollout status|pause|resume|promote|abort POLICY",
+		Short: "Show or steer a SchedulingPolicy's rollout (spec.rollout)",
+		Long: `rollout shows a policy's rollout wave by wave (status), or asks the manager to
+pause it, resume it (the current wave soaks again, its counts reset),
+promote the current wave to Enforce now, or abort it (every wave that is
+not enforced is audited again, and the rollout stops until resumed). The
+request is the annotation ` + controllers.RolloutActionAnnotation + ` on the
+policy; the manager's leader acts on it within a second, records an Event,
+and removes it.`,
+		Example: `  kubectl celsched rollout status no-spot-for-production
+  kubectl celsched rollout promote no-spot-for-production`,
+	}
+	kube.AddFlags(cmd.PersistentFlags())
+	cmd.AddCommand(&cobra.Command{
+		Use:   "status POLICY",
+		Short: "Print the rollout's phase and each wave's phase, times and counts",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := newClient(kube)
+			if err != nil {
+				return err
+			}
+			p, err := getPolicy(cmd.Context(), c, args[0])
+			if err != nil {
+				return err
+			}
+			return printRollout(s.out, p, time.Now())
+		},
+	})
+	for _, action := range []struct{ name, short string }{
+		{controllers.ActionPause, "Pause the rollout at its current wave"},
+		{controllers.ActionResume, "Resume a paused or aborted rollout: the current wave soaks again"},
+		{controllers.ActionPromote, "Promote the current wave to Enforce now"},
+		{controllers.ActionAbort, "Audit every wave that is not enforced again, and stop the rollout"},
+	} {
+		cmd.AddCommand(&cobra.Command{
+			Use:   action.name + " POLICY",
+			Short: action.short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := newClient(kube)
+				if err != nil {
+					return err
+				}
+				if err := requestRollout(cmd.Context(), c, args[0], action.name); err != nil {
+					return err
+				}
+				fmt.Fprintf(s.out, "SchedulingPolicy %s: %s requested (annotation %s); the manager acts on it within a second: celsched rollout status %s\n",
+					args[0], action.name, controllers.RolloutActionAnnotation, args[0])
+				return nil
+			},
+		})
+	}
+	return cmd
+}
+
+func getPolicy(ctx context.Context, c client.Client, name string) (*schedv1alpha1.SchedulingPolicy, error) {
+	p := &schedv1alpha1.SchedulingPolicy{}
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, inputError(fmt.Errorf("SchedulingPolicy %s not found", name))
+		}
+		return nil, err
+	}
+	if p.Spec.Rollout == nil {
+		return nil, inputError(fmt.Errorf("SchedulingPolicy %s has no spec.rollout", name))
+	}
+	return p, nil
+}
+
+// requestRollout sets the action annotation, unless another action is
+// pending.
+func requestRollout(ctx context.Context, c client.Client, name, action string) error {
+	p, err := getPolicy(ctx, c, name)
+	if err != nil {
+		return err
+	}
+	if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" {
+		return inputError(fmt.Errorf("SchedulingPolicy %s: %q is already requested and not yet done (is the manager running?)", name, pending))
+	}
+	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, action)
+	return c.Patch(ctx, p, patch)
+}
+
+// printRollout prints status.rollout.
+func printRollout(w io.Writer, p *schedv1alpha1.SchedulingPolicy, now time.Time) error {
+	st := p.Status.Rollout
+	if st == nil || st.ObservedGeneration != p.Generation {
+		fmt.Fprintf(w, "SchedulingPolicy %s: the rollout of generation %d has not started yet (is the manager running?)\n", p.Name, p.Generation)
+		return nil
+	}
+	fmt.Fprintf(w, "SchedulingPolicy %s: rollout %s", p.Name, st.Phase)
+	if st.Message != "" {
+		fmt.Fprintf(w, ": %s", st.Message)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "WAVE\tPHASE\tSOAK\tSTARTED\tPROMOTED\tEVALUATED\tWOULD REJECT\tGATE\tLAST PODS")
+	for i, ws := range st.Waves {
+		spec := p.Spec.Rollout.Waves[i]
+		gate := int32(0)
+		if spec.MaxWouldReject != nil {
+			gate = *spec.MaxWouldReject
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", ws.Name, ws.Phase, spec.Soak.Duration, ago(ws.StartTime, now), ago(ws.PromotedTime, now),
+			ws.Evaluated, ws.WouldReject, gate, orDash(strings.Join(ws.LastViolations, ", ")))
+	}
+	return tw.Flush()
+}
+
+func ago(t *metav1.Time, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return now.Sub(t.Time).Round(time.Second).String() + " ago"
+}
