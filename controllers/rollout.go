@@ -41,6 +41,9 @@ const (
 	ReasonRolloutAction    = "RolloutAction"
 )
 
+// PausedByRequest begins the message of a rollout paused by a person.
+const PausedByRequest = "paused by request"
+
 // DefaultRolloutInterval is how often the rollouts are looked at.
 const DefaultRolloutInterval = time.Second
 
@@ -214,7 +217,7 @@ func (r *RolloutController) act(p *schedv1alpha1.SchedulingPolicy, st *schedv1al
 	switch action {
 	case ActionPause:
 		if st.Phase == schedv1alpha1.RolloutProgressing && i < len(st.Waves) {
-			st.Phase, st.Message = schedv1alpha1.RolloutPaused, "paused by "+RolloutActionAnnotation
+			st.Phase, st.Message = schedv1alpha1.RolloutPaused, PausedByRequest+" (annotation "+RolloutActionAnnotation+")"
 			st.Waves[i].Phase = schedv1alpha1.WavePaused
 			return note("rollout paused at wave %s (annotation)", st.Waves[i].Name)
 		}

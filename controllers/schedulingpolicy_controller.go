@@ -120,6 +120,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		}
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
+	setRolloutPaused(&status, policy)
 	r.setSlow(&status, policy.Name, policy.Generation)
 	r.setEvaluationError(&status, policy.Name, policy.Generation)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {
@@ -205,4 +206,21 @@ func compileErrors(p *engine.CompiledPolicy) string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// setRolloutPaused sets the RolloutPaused condition from status.rollout
+// (which the RolloutController writes): True while the rollout of this
+// generation is paused.
+func setRolloutPaused(status *schedv1alpha1.SchedulingPolicyStatus, policy *schedv1alpha1.SchedulingPolicy) {
+	st := status.Rollout
+	if policy.Spec.Rollout == nil || st == nil || st.ObservedGeneration != policy.Generation || st.Phase != schedv1alpha1.RolloutPaused {
+		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionRolloutPaused)
+		return
+	}
+	reason := schedv1alpha1.ReasonGateExceeded
+	if strings.HasPrefix(st.Message, PausedByRequest) {
+		reason = schedv1alpha1.ReasonPausedByRequest
+	}
+	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: schedv1alpha1.ConditionRolloutPaused, Status: metav1.ConditionTrue,
+		Reason: reason, Message: engine.Truncate(st.Message, maxConditionMessage), ObservedGeneration: policy.Generation})
 }

@@ -472,6 +472,17 @@ const (
 	ConditionEvaluationError = "EvaluationError"
 	// ReasonRuleFailed is EvaluationError's reason.
 	ReasonRuleFailed = "RuleFailed"
+	// ConditionRolloutPaused is True while the policy's rollout
+	// (spec.rollout) is paused: reason GateExceeded, with a message naming
+	// the wave, the count and the last pods, or PausedByRequest. kstatus
+	// does not read it.
+	ConditionRolloutPaused = "RolloutPaused"
+	// ReasonGateExceeded is RolloutPaused's reason when a wave's soak
+	// ended with more pods it would have rejected than its gate allows.
+	ReasonGateExceeded = "GateExceeded"
+	// ReasonPausedByRequest is RolloutPaused's reason after `celsched
+	// rollout pause`.
+	ReasonPausedByRequest = "PausedByRequest"
 )
 
 // SchedulingPolicyStatus is the observed state of a policy.

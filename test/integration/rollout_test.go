@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -52,6 +53,10 @@ func TestRolloutTwoWaves(t *testing.T) {
 	if w := st.Waves[1]; w.Phase != schedv1alpha1.WavePaused || w.WouldReject != 1 || len(w.LastViolations) != 1 || w.LastViolations[0] != two+"/web" {
 		t.Errorf("wave two: %+v", w)
 	}
+	// The pause is a condition too (for alerts and `kubectl wait`).
+	waitCondition(t, p.Name, schedv1alpha1.ConditionRolloutPaused, func(c *metav1.Condition) bool {
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == schedv1alpha1.ReasonGateExceeded && strings.Contains(c.Message, two+"/web")
+	})
 	// Still Audit in wave two while paused.
 	expectNode(t, createPod(t, two, "web-2", web, onNode("roll-bad")), "roll-bad")
 
@@ -68,6 +73,7 @@ func TestRolloutTwoWaves(t *testing.T) {
 		return st.Phase == schedv1alpha1.RolloutCompleted && st.Waves[1].Phase == schedv1alpha1.WaveEnforced
 	})
 	waitPending(t, createPod(t, two, "web-3", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
+	waitCondition(t, p.Name, schedv1alpha1.ConditionRolloutPaused, func(c *metav1.Condition) bool { return c == nil })
 	current := &schedv1alpha1.SchedulingPolicy{}
 	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: p.Name}, current); err != nil {
 		t.Fatal(err)
@@ -102,4 +108,20 @@ func runCLI(t *testing.T, args ...string) string {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, out.String())
 	}
 	return out.String()
+}
+
+// waitCondition waits until a condition of the policy (nil when absent)
+// satisfies ok.
+func waitCondition(t *testing.T, name, conditionType string, ok func(*metav1.Condition) bool) {
+	t.Helper()
+	got := &schedv1alpha1.SchedulingPolicy{}
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
+			return false, err
+		}
+		return ok(meta.FindStatusCondition(got.Status.Conditions, conditionType)), nil
+	})
+	if err != nil {
+		t.Fatalf("policy %s: condition %s: %v; conditions %+v", name, conditionType, err, got.Status.Conditions)
+	}
 }
