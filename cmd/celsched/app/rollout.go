@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -96,18 +97,23 @@ func getPolicy(ctx context.Context, c client.Client, name string) (*schedv1alpha
 }
 
 // requestRollout sets the action annotation, unless another action is
-// pending.
+// pending. The patch is conditional on the version read (so that two
+// requests cannot both see none pending), and read again when the policy
+// changed meanwhile: the manager writes its status often during a
+// rollout.
 func requestRollout(ctx context.Context, c client.Client, name, action string) error {
-	p, err := getPolicy(ctx, c, name)
-	if err != nil {
-		return err
-	}
-	if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" {
-		return inputError(fmt.Errorf("SchedulingPolicy %s: %q is already requested and not yet done (is the manager running?)", name, pending))
-	}
-	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, action)
-	return c.Patch(ctx, p, patch)
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := getPolicy(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" {
+			return inputError(fmt.Errorf("SchedulingPolicy %s: %q is already requested and not yet done (is the manager running?)", name, pending))
+		}
+		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, action)
+		return c.Patch(ctx, p, patch)
+	})
 }
 
 // printRollout prints status.rollout.
