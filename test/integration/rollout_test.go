@@ -44,6 +44,11 @@ func TestRolloutTwoWaves(t *testing.T) {
 	if st.Waves[0].WouldReject != 0 || st.Waves[0].PromotedTime == nil {
 		t.Errorf("wave one: %+v", st.Waves[0])
 	}
+	// The promotion is status.rollout, which the scheduler's own informer
+	// delivers to its registry a moment after the API server has it; a pod
+	// created in that moment would be scheduled under the copy before (as
+	// for any policy change).
+	time.Sleep(propagation)
 	waitPending(t, createPod(t, one, "web", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
 	// Wave two soaks: its pod goes to the bad node, and is evidence.
 	expectNode(t, createPod(t, two, "web", web, onNode("roll-bad")), "roll-bad")
@@ -72,6 +77,7 @@ func TestRolloutTwoWaves(t *testing.T) {
 	waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool {
 		return st.Phase == schedv1alpha1.RolloutCompleted && st.Waves[1].Phase == schedv1alpha1.WaveEnforced
 	})
+	time.Sleep(propagation)
 	waitPending(t, createPod(t, two, "web-3", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
 	waitCondition(t, p.Name, schedv1alpha1.ConditionRolloutPaused, func(c *metav1.Condition) bool { return c == nil })
 	current := &schedv1alpha1.SchedulingPolicy{}
@@ -82,6 +88,10 @@ func TestRolloutTwoWaves(t *testing.T) {
 		t.Error("the action annotation was not removed")
 	}
 }
+
+// propagation is how long the test lets a status write reach the
+// scheduler's informer before it creates a pod that must see it.
+const propagation = 500 * time.Millisecond
 
 // waitRollout waits until the policy's status.rollout satisfies ok.
 func waitRollout(t *testing.T, name, what string, ok func(*schedv1alpha1.RolloutStatus) bool) *schedv1alpha1.RolloutStatus {
