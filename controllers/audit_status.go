@@ -36,21 +36,31 @@ func (w *AuditStatusWriter) NeedLeaderElection() bool { return true }
 
 // Start writes every Interval until ctx is done, then once more.
 func (w *AuditStatusWriter) Start(ctx context.Context) error {
-	interval := w.Interval
+	every(ctx, w.Interval, DefaultAuditStatusInterval, w.Flush, true)
+	return nil
+}
+
+// every runs step every interval (fallback when interval is not positive)
+// until ctx is done; then once more when final is set, with a few seconds
+// to finish (what the leader collected last is written before it steps
+// down).
+func every(ctx context.Context, interval, fallback time.Duration, step func(context.Context), final bool) {
 	if interval <= 0 {
-		interval = DefaultAuditStatusInterval
+		interval = fallback
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {
 		select {
 		case <-ticker.C:
-			w.Flush(ctx)
+			step(ctx)
 		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			w.Flush(final)
-			cancel()
-			return nil
+			if final {
+				last, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				step(last)
+				cancel()
+			}
+			return
 		}
 	}
 }

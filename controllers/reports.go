@@ -72,23 +72,8 @@ func (w *ReportWriter) NeedLeaderElection() bool { return true }
 
 // Start writes every Interval until ctx is done, then once more.
 func (w *ReportWriter) Start(ctx context.Context) error {
-	interval := w.Interval
-	if interval <= 0 {
-		interval = DefaultAuditStatusInterval
-	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ticker.C:
-			w.Flush(ctx)
-		case <-ctx.Done():
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			w.Flush(final)
-			cancel()
-			return nil
-		}
-	}
+	every(ctx, w.Interval, DefaultAuditStatusInterval, w.Flush, true)
+	return nil
 }
 
 // Flush writes what was collected; what cannot be written now is kept for

@@ -81,20 +81,8 @@ func (r *RolloutController) NeedLeaderElection() bool { return true }
 
 // Start runs the rollouts every Interval until ctx is done.
 func (r *RolloutController) Start(ctx context.Context) error {
-	interval := r.Interval
-	if interval <= 0 {
-		interval = DefaultRolloutInterval
-	}
-	ticker := time.NewTicker(interval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ticker.C:
-			r.Step(ctx)
-		case <-ctx.Done():
-			return nil
-		}
-	}
+	every(ctx, r.Interval, DefaultRolloutInterval, r.Step, false)
+	return nil
 }
 
 // Step looks at every policy with a rollout once.

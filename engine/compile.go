@@ -108,6 +108,8 @@ type CompiledPolicy struct {
 	views  *enforcementViews
 	origin *CompiledPolicy
 	view   int
+	// wave is, in a copy for a rollout wave, its index + 1 (Wave).
+	wave int
 	// overridden: the policy has enforcementOverrides or a rollout
 	// (HasOverrides); rolloutKey is RolloutKey of the object compiled.
 	overridden bool

@@ -204,10 +204,9 @@ func (p *CompiledPolicy) finishViews(policy *schedv1alpha1.SchedulingPolicy, sel
 			if enforced[w.Name] {
 				enforcement, strictest = schedv1alpha1.Enforce, schedv1alpha1.Enforce
 			}
-			views.overrides = append(views.overrides, enforcementOverride{
-				selector: waveSels[i],
-				view:     view(enforcement, fmt.Sprintf("spec.rollout.waves[%d]", i), len(views.overrides)+1),
-			})
+			v := view(enforcement, fmt.Sprintf("spec.rollout.waves[%d]", i), len(views.overrides)+1)
+			v.wave = i + 1
+			views.overrides = append(views.overrides, enforcementOverride{selector: waveSels[i], view: v})
 		}
 	}
 	n := len(views.overrides)
@@ -216,15 +215,9 @@ func (p *CompiledPolicy) finishViews(policy *schedv1alpha1.SchedulingPolicy, sel
 	p.views = views
 }
 
-// WaveOf returns the index of the rollout wave a copy of the policy
-// (ForNamespace) is for, or -1.
-func WaveOf(enforcedBy string) int {
-	var i int
-	if _, err := fmt.Sscanf(enforcedBy, "spec.rollout.waves[%d]", &i); err != nil {
-		return -1
-	}
-	return i
-}
+// Wave returns the index in spec.rollout.waves of the wave a copy of the
+// policy (ForNamespace) is for, or -1.
+func (p *CompiledPolicy) Wave() int { return p.wave - 1 }
 
 // ForNamespace returns the policy as it applies to the pods of a namespace
 // (nil when not known): itself without enforcementOverrides, otherwise the

@@ -137,25 +137,17 @@ func (l *Log) record(p *engine.CompiledPolicy, namespace string, violations []sc
 	if l.ByNamespace.Load() {
 		record(&l.namespaces, NamespaceKey{Namespace: namespace, Policy: p.Name}, p.Generation, violations, MaxReportResults)
 	}
-	if wave := engine.WaveOf(p.EnforcedBy); wave >= 0 {
+	if wave := p.Wave(); wave >= 0 {
 		record(&l.waves, WaveKey{Policy: p.Name, Wave: wave}, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
 	}
 }
 
 // TakeWaves returns and clears the evidence collected per rollout wave.
-func (l *Log) TakeWaves() map[WaveKey]*Delta {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.waves
-	l.waves = nil
-	return out
-}
+func (l *Log) TakeWaves() map[WaveKey]*Delta { return take(l, &l.waves) }
 
 // ReturnWave puts back a wave's delta that could not be written.
 func (l *Log) ReturnWave(key WaveKey, d *Delta) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	giveBack(&l.waves, key, d, schedv1alpha1.MaxAuditViolations)
+	putBack(l, &l.waves, key, d, schedv1alpha1.MaxAuditViolations)
 }
 
 // record counts one evaluated pod in the delta of key; the caller holds
@@ -182,42 +174,37 @@ func record[K comparable](pending *map[K]*Delta, key K, generation int64, violat
 const MaxReportResults = 50
 
 // Take returns and clears what was collected, by policy name.
-func (l *Log) Take() map[string]*Delta {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.pending
-	l.pending = nil
-	return out
-}
+func (l *Log) Take() map[string]*Delta { return take(l, &l.pending) }
 
 // TakeNamespaces returns and clears what was collected per namespace and
 // policy (ByNamespace).
-func (l *Log) TakeNamespaces() map[NamespaceKey]*Delta {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := l.namespaces
-	l.namespaces = nil
-	return out
-}
+func (l *Log) TakeNamespaces() map[NamespaceKey]*Delta { return take(l, &l.namespaces) }
 
 // Return puts back a delta that could not be written, merged with what
 // was collected since.
 func (l *Log) Return(name string, d *Delta) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	giveBack(&l.pending, name, d, schedv1alpha1.MaxAuditViolations)
+	putBack(l, &l.pending, name, d, schedv1alpha1.MaxAuditViolations)
 }
 
 // ReturnNamespace puts back a namespace's delta that could not be written.
 func (l *Log) ReturnNamespace(key NamespaceKey, d *Delta) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	giveBack(&l.namespaces, key, d, MaxReportResults)
+	putBack(l, &l.namespaces, key, d, MaxReportResults)
 }
 
-// giveBack merges a delta that could not be written with what was
-// collected since; the caller holds the Log's lock.
-func giveBack[K comparable](pending *map[K]*Delta, key K, d *Delta, keep int) {
+// take returns and clears one of the Log's collections.
+func take[K comparable](l *Log, pending *map[K]*Delta) map[K]*Delta {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := *pending
+	*pending = nil
+	return out
+}
+
+// putBack merges a delta that could not be written with what one of the
+// Log's collections gathered since, keeping the newest keep violations.
+func putBack[K comparable](l *Log, pending *map[K]*Delta, key K, d *Delta, keep int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if *pending == nil {
 		*pending = map[K]*Delta{}
 	}
