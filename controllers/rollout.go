@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
 )
 
@@ -67,9 +68,38 @@ type RolloutController struct {
 	Log      *audit.Log
 	Recorder events.EventRecorder
 	Interval time.Duration
+	// Pending counts, for the gate, a wave's pods that are pending (no
+	// bind reports on them) and that the policy, enforced, would hold or
+	// leave with no node; nil: only the pods bound during the soak are
+	// evidence.
+	Pending PendingChecker
+	// PendingRecheck is how often the pending pods of a wave paused by its
+	// gate are counted again, to promote it once they no longer exceed it
+	// (DefaultPendingRecheck when 0).
+	PendingRecheck time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+
+	// rechecked is when each policy's paused wave was last counted
+	// (Step runs on one goroutine).
+	rechecked map[string]time.Time
 }
+
+// PendingChecker counts the pending pods of a wave of a policy's rollout,
+// compiled at generation, that the policy, enforced, would hold or leave
+// with no node (celplugins.PendingPods answers from the scheduler's
+// informers).
+type PendingChecker interface {
+	WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error)
+}
+
+// DefaultPendingRecheck is how often a wave paused by its gate has its
+// pending pods counted again.
+const DefaultPendingRecheck = 30 * time.Second
+
+// maxPendingCount bounds the time of one count of a wave's pending pods;
+// a count that does not end decides nothing.
+const maxPendingCount = 20 * time.Second
 
 // SetupWithManager adds the controller to the manager.
 func (r *RolloutController) SetupWithManager(mgr ctrl.Manager) error {
@@ -132,7 +162,7 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		decided = append(decided, r.act(p, st, action, now)...)
 	}
 	addEvidence(p, st, evidence)
-	decided = append(decided, advance(p, st, now)...)
+	decided = append(decided, advance(p, st, now, r.pendingCount(ctx, p, now.Time))...)
 	if !equalRollout(before, st) {
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		p.Status.Rollout = st
@@ -155,6 +185,42 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 	}
 	return nil
 }
+
+// pendingCount returns the count of a wave's pending pods for advance:
+// nil without a PendingChecker; it says not yet (nil, nil) when asked
+// again for a paused wave within PendingRecheck.
+func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, now time.Time) pendingCount {
+	if r.Pending == nil {
+		return nil
+	}
+	return func(wave int, paused bool) (*audit.Stranded, error) {
+		recheck := r.PendingRecheck
+		if recheck <= 0 {
+			recheck = DefaultPendingRecheck
+		}
+		if last, ok := r.rechecked[p.Name]; paused && ok && now.Sub(last) < recheck {
+			return nil, nil
+		}
+		if r.rechecked == nil {
+			r.rechecked = map[string]time.Time{}
+		}
+		r.rechecked[p.Name] = now
+		ctx, cancel := context.WithTimeout(ctx, maxPendingCount)
+		defer cancel()
+		s, err := r.Pending.WouldStrand(ctx, p.Name, p.Generation, wave)
+		if err != nil {
+			delete(r.rechecked, p.Name)
+			return nil, err
+		}
+		return &s, nil
+	}
+}
+
+// pendingCount counts the pending pods of a wave that the policy,
+// enforced, would strand (RolloutController.Pending); paused says the wave
+// is paused by its gate. It returns nil and no error when it did not count
+// this time.
+type pendingCount func(wave int, paused bool) (*audit.Stranded, error)
 
 type rolloutEvent struct {
 	kind, reason, note string
@@ -277,12 +343,34 @@ func addEvidence(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutSta
 }
 
 // advance starts, promotes or pauses the current wave by the clock and
-// the evidence.
-func advance(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, now metav1.Time) []rolloutEvent {
-	if st.Phase != schedv1alpha1.RolloutProgressing {
-		return nil
-	}
+// the evidence: the pods bound during the soak and, when the soak is over,
+// the pending ones (pending, when not nil). A wave paused by its gate is
+// promoted when its evidence no longer exceeds the gate: when its pending
+// pods (counted again every PendingRecheck) no longer strand.
+func advance(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, now metav1.Time, pending pendingCount) []rolloutEvent {
 	var out []rolloutEvent
+	if st.Phase == schedv1alpha1.RolloutPaused && !strings.HasPrefix(st.Message, PausedByRequest) {
+		i := current(st)
+		if i == len(st.Waves) || st.Waves[i].Phase != schedv1alpha1.WavePaused {
+			return nil
+		}
+		w, spec := &st.Waves[i], &p.Spec.Rollout.Waves[i]
+		counted, err := countPending(w, i, pending, true)
+		if err != nil || !counted {
+			return nil
+		}
+		if w.WouldReject+w.PendingWouldReject > gate(spec) {
+			st.Message = gateMessage(w, gate(spec))
+			return nil
+		}
+		promote(st, i, now)
+		st.Phase, st.Message = schedv1alpha1.RolloutProgressing, ""
+		out = append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWavePromoted, fmt.Sprintf("wave %s promoted to Enforce: its evidence cleared, %d pod(s) rejected during the soak and %d pending pod(s) it would strand now (at most %d allowed)",
+			w.Name, w.WouldReject, w.PendingWouldReject, gate(spec))})
+	}
+	if st.Phase != schedv1alpha1.RolloutProgressing {
+		return out
+	}
 	for {
 		i := current(st)
 		if i == len(st.Waves) {
@@ -294,29 +382,75 @@ func advance(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus,
 		case schedv1alpha1.WavePending:
 			w.Phase, w.StartTime = schedv1alpha1.WaveSoaking, &now
 			w.Evaluated, w.WouldReject, w.LastViolations = 0, 0, nil
+			w.PendingWouldReject, w.PendingViolations = 0, nil
 			return append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWaveStarted, fmt.Sprintf("wave %s soaks in Audit for %s", w.Name, spec.Soak.Duration)})
 		case schedv1alpha1.WaveSoaking:
 			if now.Time.Before(w.StartTime.Add(spec.Soak.Duration)) {
 				return out
 			}
-			limit := int64(0)
-			if spec.MaxWouldReject != nil {
-				limit = int64(*spec.MaxWouldReject)
+			if _, err := countPending(w, i, pending, false); err != nil {
+				// Decided at a later step, when the count ends.
+				st.Message = truncate(fmt.Sprintf("wave %s: the soak is over; counting its pending pods: %v", w.Name, err))
+				return out
 			}
-			if w.WouldReject > limit {
+			st.Message = ""
+			limit := gate(spec)
+			if w.WouldReject+w.PendingWouldReject > limit {
 				w.Phase = schedv1alpha1.WavePaused
 				st.Phase = schedv1alpha1.RolloutPaused
-				st.Message = fmt.Sprintf("wave %s: %d pod(s) of its namespaces would have been held or kept off their node during the soak (at most %d allowed), the last: %s",
-					w.Name, w.WouldReject, limit, strings.Join(w.LastViolations, ", "))
+				st.Message = gateMessage(w, limit)
 				return append(out, rolloutEvent{corev1.EventTypeWarning, ReasonWavePaused, st.Message})
 			}
 			promote(st, i, now)
-			out = append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWavePromoted, fmt.Sprintf("wave %s promoted to Enforce: %d pod(s) evaluated during the soak, %d would have been rejected (at most %d allowed)",
-				w.Name, w.Evaluated, w.WouldReject, limit)})
+			out = append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWavePromoted, fmt.Sprintf("wave %s promoted to Enforce: %d pod(s) evaluated during the soak, %d would have been rejected, %d pending it would strand (at most %d allowed)",
+				w.Name, w.Evaluated, w.WouldReject, w.PendingWouldReject, limit)})
 		default:
 			return out
 		}
 	}
+}
+
+// countPending counts the wave's pending pods into its status, and says
+// whether it did.
+func countPending(w *schedv1alpha1.WaveStatus, wave int, pending pendingCount, paused bool) (bool, error) {
+	if pending == nil {
+		return false, nil
+	}
+	s, err := pending(wave, paused)
+	if err != nil || s == nil {
+		return false, err
+	}
+	w.PendingWouldReject, w.PendingViolations = s.Count, s.Pods
+	return true, nil
+}
+
+// gate is a wave's maxWouldReject.
+func gate(spec *schedv1alpha1.RolloutWave) int64 {
+	if spec.MaxWouldReject != nil {
+		return int64(*spec.MaxWouldReject)
+	}
+	return 0
+}
+
+// gateMessage says why a wave is paused by its gate.
+func gateMessage(w *schedv1alpha1.WaveStatus, limit int64) string {
+	msg := fmt.Sprintf("wave %s: %d pod(s) of its namespaces would have been held or kept off their node during the soak", w.Name, w.WouldReject)
+	if w.PendingWouldReject > 0 {
+		msg += fmt.Sprintf(" and %d pending pod(s) would be held or left with no node", w.PendingWouldReject)
+	}
+	msg += fmt.Sprintf(" (at most %d allowed)", limit)
+	if len(w.LastViolations) > 0 {
+		msg += ", the last: " + strings.Join(w.LastViolations, ", ")
+	}
+	if len(w.PendingViolations) > 0 {
+		msg += "; pending: " + strings.Join(w.PendingViolations, ", ")
+	}
+	return truncate(msg)
+}
+
+// truncate bounds a status message to what the API accepts.
+func truncate(msg string) string {
+	return engine.Truncate(msg, schedv1alpha1.MaxRolloutMessage)
 }
 
 // equalRollout says whether two rollout statuses are the same.
@@ -330,7 +464,8 @@ func equalRollout(a, b *schedv1alpha1.RolloutStatus) bool {
 	for i := range a.Waves {
 		x, y := a.Waves[i], b.Waves[i]
 		if x.Name != y.Name || x.Phase != y.Phase || !x.StartTime.Equal(y.StartTime) || !x.PromotedTime.Equal(y.PromotedTime) ||
-			x.Evaluated != y.Evaluated || x.WouldReject != y.WouldReject || !slices.Equal(x.LastViolations, y.LastViolations) {
+			x.Evaluated != y.Evaluated || x.WouldReject != y.WouldReject || !slices.Equal(x.LastViolations, y.LastViolations) ||
+			x.PendingWouldReject != y.PendingWouldReject || !slices.Equal(x.PendingViolations, y.PendingViolations) {
 			return false
 		}
 	}

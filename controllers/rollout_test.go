@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +41,7 @@ func TestRolloutSteps(t *testing.T) {
 	at := func(d time.Duration) metav1.Time { return metav1.NewTime(t0.Add(d)) }
 	p := rolloutPolicy(1, "one", "two", "three")
 	st := restart(p)
-	advance(p, st, t0)
+	advance(p, st, t0, nil)
 	if got := phases(st); got[0] != schedv1alpha1.WaveSoaking || got[1] != schedv1alpha1.WavePending {
 		t.Fatalf("started: %v", got)
 	}
@@ -50,17 +53,17 @@ func TestRolloutSteps(t *testing.T) {
 	if st.Waves[0].Evaluated != 3 || st.Waves[1].Evaluated != 0 {
 		t.Errorf("evidence: %+v", st.Waves)
 	}
-	advance(p, st, at(30*time.Second))
+	advance(p, st, at(30*time.Second), nil)
 	if st.Waves[0].Phase != schedv1alpha1.WaveSoaking {
 		t.Errorf("promoted before the soak ended: %v", phases(st))
 	}
-	advance(p, st, at(time.Minute))
+	advance(p, st, at(time.Minute), nil)
 	if got := phases(st); got[0] != schedv1alpha1.WaveEnforced || got[1] != schedv1alpha1.WaveSoaking || !st.Waves[1].StartTime.Equal(&metav1.Time{Time: t0.Add(time.Minute)}) {
 		t.Fatalf("after wave one's soak: %v, %+v", got, st.Waves[1])
 	}
 	addEvidence(p, st, map[audit.WaveKey]*audit.Delta{{Policy: "p", Wave: 1}: {Generation: 1, Evaluated: 1, WouldReject: 1,
 		Violations: []schedv1alpha1.AuditViolation{{Pod: "ns/web"}}}})
-	advance(p, st, at(2*time.Minute))
+	advance(p, st, at(2*time.Minute), nil)
 	if st.Phase != schedv1alpha1.RolloutPaused || st.Waves[1].Phase != schedv1alpha1.WavePaused || st.Waves[1].LastViolations[0] != "ns/web" {
 		t.Fatalf("wave two over its gate: %s %v %+v", st.Phase, phases(st), st.Waves[1])
 	}
@@ -73,7 +76,7 @@ func TestRolloutSteps(t *testing.T) {
 	if got := phases(st2); got[0] != schedv1alpha1.WaveEnforced || got[1] != schedv1alpha1.WavePending || st2.Phase != schedv1alpha1.RolloutProgressing || st2.ObservedGeneration != 2 {
 		t.Fatalf("after a spec change: %s %v", st2.Phase, got)
 	}
-	advance(p2, st2, at(3*time.Minute))
+	advance(p2, st2, at(3*time.Minute), nil)
 	if st2.Waves[1].Phase != schedv1alpha1.WaveSoaking {
 		t.Errorf("the first wave not enforced did not start: %v", phases(st2))
 	}
@@ -83,18 +86,117 @@ func TestRolloutSteps(t *testing.T) {
 	if got := phases(st2); st2.Phase != schedv1alpha1.RolloutAborted || got[0] != schedv1alpha1.WaveEnforced || got[1] != schedv1alpha1.WavePending {
 		t.Errorf("aborted: %s %v", st2.Phase, got)
 	}
-	if evs := advance(p2, st2, at(10*time.Minute)); len(evs) != 0 || st2.Waves[1].Phase != schedv1alpha1.WavePending {
+	if evs := advance(p2, st2, at(10*time.Minute), nil); len(evs) != 0 || st2.Waves[1].Phase != schedv1alpha1.WavePending {
 		t.Errorf("an aborted rollout advanced: %v", phases(st2))
 	}
 	r.act(p2, st2, ActionResume, at(11*time.Minute))
-	advance(p2, st2, at(11*time.Minute))
+	advance(p2, st2, at(11*time.Minute), nil)
 	if st2.Phase != schedv1alpha1.RolloutProgressing || st2.Waves[1].Phase != schedv1alpha1.WaveSoaking || st2.Waves[1].WouldReject != 0 {
 		t.Errorf("resumed: %s %+v", st2.Phase, st2.Waves[1])
 	}
 	r.act(p2, st2, ActionPromote, at(12*time.Minute))
 	r.act(p2, st2, ActionPromote, at(12*time.Minute))
-	advance(p2, st2, at(12*time.Minute))
+	advance(p2, st2, at(12*time.Minute), nil)
 	if st2.Phase != schedv1alpha1.RolloutCompleted {
 		t.Errorf("after promoting the last two waves: %s %v", st2.Phase, phases(st2))
+	}
+}
+
+// fakePending answers WouldStrand from a table the test changes, and
+// counts the questions.
+type fakePending struct {
+	stranded audit.Stranded
+	err      error
+	asked    int
+}
+
+func (f *fakePending) WouldStrand(context.Context, string, int64, int) (audit.Stranded, error) {
+	f.asked++
+	return f.stranded, f.err
+}
+
+// TestRolloutPendingGate: when a wave's soak is over, its pending pods
+// that the policy would strand count against the gate with the bound ones:
+// a count that fails decides nothing; pods over the gate pause the wave,
+// named in the message; the paused wave is counted again every
+// PendingRecheck (not at every step) and promoted once they are gone; a
+// wave paused by the pods bound during its soak stays paused; a wave
+// paused by a person is not counted.
+func TestRolloutPendingGate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	clock := t0
+	at := func(d time.Duration) metav1.Time { clock = t0.Add(d); return metav1.NewTime(clock) }
+	fake := &fakePending{}
+	r := &RolloutController{Pending: fake, PendingRecheck: 30 * time.Second}
+	p := rolloutPolicy(1, "one", "two")
+	st := restart(p)
+	step := func(d time.Duration) []rolloutEvent {
+		now := at(d)
+		return advance(p, st, now, r.pendingCount(context.Background(), p, now.Time))
+	}
+	step(0)
+	if fake.asked != 0 {
+		t.Errorf("pending pods counted during the soak: %d", fake.asked)
+	}
+	fake.err = errors.New("the scheduler has not compiled generation 1")
+	step(time.Minute)
+	if st.Waves[0].Phase != schedv1alpha1.WaveSoaking || !strings.Contains(st.Message, "not compiled") {
+		t.Fatalf("a failed count decided: %v %q", phases(st), st.Message)
+	}
+	fake.err = nil
+	fake.stranded = audit.Stranded{Count: 2, Pods: []string{"ns/a", "ns/b"}}
+	evs := step(time.Minute + time.Second)
+	if st.Phase != schedv1alpha1.RolloutPaused || st.Waves[0].Phase != schedv1alpha1.WavePaused || st.Waves[0].PendingWouldReject != 2 ||
+		!strings.Contains(st.Message, "2 pending pod(s)") || !strings.Contains(st.Message, "pending: ns/a, ns/b") {
+		t.Fatalf("pending pods over the gate: %s %v %q", st.Phase, phases(st), st.Message)
+	}
+	if len(evs) != 1 || evs[0].reason != ReasonWavePaused {
+		t.Errorf("events: %+v", evs)
+	}
+	asked := fake.asked
+	fake.stranded = audit.Stranded{}
+	step(time.Minute + 10*time.Second)
+	if fake.asked != asked || st.Phase != schedv1alpha1.RolloutPaused {
+		t.Fatalf("counted again before PendingRecheck: asked %d, %s", fake.asked-asked, st.Phase)
+	}
+	evs = step(time.Minute + 31*time.Second)
+	if st.Waves[0].Phase != schedv1alpha1.WaveEnforced || st.Waves[1].Phase != schedv1alpha1.WaveSoaking || st.Phase != schedv1alpha1.RolloutProgressing || st.Message != "" {
+		t.Fatalf("the pending pods are gone, the wave stays paused: %s %v %q", st.Phase, phases(st), st.Message)
+	}
+	if len(evs) != 2 || evs[0].reason != ReasonWavePromoted || !strings.Contains(evs[0].note, "cleared") || evs[1].reason != ReasonWaveStarted {
+		t.Errorf("events: %+v", evs)
+	}
+
+	// Wave two: one pod bound against the rule; the pending count cannot
+	// clear it.
+	addEvidence(p, st, map[audit.WaveKey]*audit.Delta{{Policy: "p", Wave: 1}: {Generation: 1, Evaluated: 1, WouldReject: 1,
+		Violations: []schedv1alpha1.AuditViolation{{Pod: "ns/bound"}}}})
+	step(3 * time.Minute)
+	if st.Waves[1].Phase != schedv1alpha1.WavePaused {
+		t.Fatalf("wave two: %v", phases(st))
+	}
+	step(4 * time.Minute)
+	if st.Waves[1].Phase != schedv1alpha1.WavePaused || !strings.Contains(st.Message, "ns/bound") {
+		t.Errorf("a pod bound against the rule cleared: %v %q", phases(st), st.Message)
+	}
+	// Paused by a person: not counted, and stays paused.
+	r.act(p, st, ActionResume, at(5*time.Minute))
+	step(5 * time.Minute)
+	r.act(p, st, ActionPause, at(5*time.Minute))
+	asked = fake.asked
+	step(10 * time.Minute)
+	if fake.asked != asked || st.Phase != schedv1alpha1.RolloutPaused || !strings.HasPrefix(st.Message, PausedByRequest) {
+		t.Errorf("a pause by request was counted or lifted: asked %d, %s %q", fake.asked-asked, st.Phase, st.Message)
+	}
+}
+
+// TestGateMessageBounded: the pause message fits status.rollout.message
+// however long the pod names.
+func TestGateMessageBounded(t *testing.T) {
+	long := strings.Repeat("n", 63) + "/" + strings.Repeat("p", 253)
+	w := &schedv1alpha1.WaveStatus{Name: "w", WouldReject: 5, PendingWouldReject: 5,
+		LastViolations: []string{long, long, long, long, long}, PendingViolations: []string{long, long, long, long, long}}
+	if msg := gateMessage(w, 0); len(msg) > schedv1alpha1.MaxRolloutMessage || !strings.HasPrefix(msg, "wave w: 5 pod(s)") {
+		t.Errorf("message of %d bytes: %.80q", len(msg), msg)
 	}
 }

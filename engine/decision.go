@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"unicode/utf8"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
@@ -275,9 +274,5 @@ func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	s = s[:n-3]
-	for !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + "..."
+	return cutUTF8(s, n-3) + "..."
 }

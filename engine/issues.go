@@ -61,7 +61,7 @@ func issuesText(issues *cel.Issues, text string) string {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "ERROR: <input>:%d:%d: %s", e.Location.Line(), e.Location.Column()+1, truncate(e.Message, MaxIssueMessage))
+		fmt.Fprintf(&b, "ERROR: <input>:%d:%d: %s", e.Location.Line(), e.Location.Column()+1, Truncate(e.Message, MaxIssueMessage))
 		if line := e.Location.Line(); line >= 1 && line <= len(lines) {
 			b.WriteString(snippet(lines[line-1], e.Location.Column()))
 		}
@@ -126,14 +126,6 @@ func quoted(text string) string {
 		return text
 	}
 	return fmt.Sprintf("%s... (%d characters)", cutUTF8(text, MaxQuotedExpression), utf8.RuneCountInString(text))
-}
-
-// truncate shortens s to at most n bytes, ending with "..." when cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return cutUTF8(s, n-3) + "..."
 }
 
 // cutUTF8 is the longest prefix of s of at most n bytes that does not end

@@ -540,6 +540,9 @@ const (
 	WaveEnforced WavePhase = "Enforced"
 )
 
+// MaxRolloutMessage bounds status.rollout.message.
+const MaxRolloutMessage = 1024
+
 // RolloutStatus is the state of a policy's rollout.
 type RolloutStatus struct {
 	// observedGeneration is the spec generation the rollout follows; a
@@ -579,6 +582,18 @@ type WaveStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=5
 	LastViolations []string `json:"lastViolations,omitempty"`
+	// pendingWouldReject counts the pods of the wave's namespaces that were
+	// pending (not bound) when the leader last looked, at the end of the
+	// soak and then while the wave is paused, and that the policy, enforced,
+	// would hold or leave with no node the pod's own constraints admit;
+	// pendingViolations names at most 5 of them. The gate adds them to
+	// wouldReject.
+	// +optional
+	PendingWouldReject int64 `json:"pendingWouldReject,omitempty"`
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=5
+	PendingViolations []string `json:"pendingViolations,omitempty"`
 }
 
 // MaxAuditViolations is how many recent violations status.audit keeps.

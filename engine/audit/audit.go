@@ -94,6 +94,19 @@ type NamespaceKey struct {
 	Namespace, Policy string
 }
 
+// Stranded is the evidence of a wave's pending pods, which no scheduling
+// cycle reports on: those the policy, enforced, would hold or leave with
+// no node (celplugins.PendingPods).
+type Stranded struct {
+	// Count is how many; Pods names the first MaxStrandedNames of them
+	// (namespace/name, in name order).
+	Count int64
+	Pods  []string
+}
+
+// MaxStrandedNames is how many pods Stranded names.
+const MaxStrandedNames = schedv1alpha1.MaxAuditViolations
+
 // Delta is what one policy gained since the last status write.
 type Delta struct {
 	// Generation is the policy generation the counts are for.

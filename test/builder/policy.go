@@ -5,6 +5,8 @@
 package builder
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 
@@ -82,6 +84,18 @@ func (b *PolicyWrapper) Audit() *PolicyWrapper {
 func (b *PolicyWrapper) Override(namespaceLabels map[string]string, enforcement schedv1alpha1.EnforcementAction) *PolicyWrapper {
 	b.p.Spec.EnforcementOverrides = append(b.p.Spec.EnforcementOverrides, schedv1alpha1.EnforcementOverride{
 		NamespaceSelector: metav1.LabelSelector{MatchLabels: namespaceLabels}, Enforcement: enforcement,
+	})
+	return b
+}
+
+// Wave appends a wave to the policy's rollout, for the namespaces with
+// the labels (every namespace when nil).
+func (b *PolicyWrapper) Wave(name string, namespaceLabels map[string]string, soak time.Duration) *PolicyWrapper {
+	if b.p.Spec.Rollout == nil {
+		b.p.Spec.Rollout = &schedv1alpha1.Rollout{}
+	}
+	b.p.Spec.Rollout.Waves = append(b.p.Spec.Rollout.Waves, schedv1alpha1.RolloutWave{
+		Name: name, NamespaceSelector: metav1.LabelSelector{MatchLabels: namespaceLabels}, Soak: metav1.Duration{Duration: soak},
 	})
 	return b
 }

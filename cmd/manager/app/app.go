@@ -216,22 +216,27 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
-	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
-		Interval: o.RolloutInterval}).SetupWithManager(mgr); err != nil {
-		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
-	}
 	if o.Reports {
 		if err := (&controllers.ReportWriter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog,
 			Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 			return nil, fmt.Errorf("setting up the report writer: %w", err)
 		}
 	}
-	if err := addScheduler(ctx, cfg, mgr, schedCfg, p); err != nil {
+	runner, err := addScheduler(ctx, cfg, mgr, schedCfg, p)
+	if err != nil {
 		return nil, err
 	}
 	names := make([]string, len(schedCfg.Profiles))
 	for i, p := range schedCfg.Profiles {
 		names[i] = p.SchedulerName
+	}
+	// The rollouts' gates count pending pods with the scheduler's own
+	// informers and policies.
+	pending := &celplugins.PendingPods{Inputs: p.rt.Inputs, SchedulerNames: names,
+		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister()}
+	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
+		Interval: o.RolloutInterval, Pending: pending}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
 	return &Manager{Manager: mgr, SchedulerNames: names}, nil
 }
@@ -348,22 +353,22 @@ func addWebhook(mgr ctrl.Manager, env *engine.Environment, rotator *webhookcert.
 // addScheduler adds kube-scheduler and its informers, and the health and
 // readiness checks: ready once the scheduler's informers synced and every
 // stored policy is compiled, what the scheduling loop waits for.
-func addScheduler(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies) error {
+func addScheduler(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies) (*schedulerRunner, error) {
 	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, p.rt, p.feed)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	runner.params = p.params
 	if err := mgr.Add(runner.informers()); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.Add(runner); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
+		return nil, err
 	}
-	return mgr.AddReadyzCheck("scheduler-informers", runner.readyz)
+	return runner, mgr.AddReadyzCheck("scheduler-informers", runner.readyz)
 }
 
 // newWebhookServer returns the webhook server of o and, when the manager

@@ -1,0 +1,195 @@
+package celplugins
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
+)
+
+// PendingPods answers, for the rollout's gate, what a policy would do,
+// enforced, to the pending pods of one of its waves: the pods the
+// scheduler has not bound (no scheduling cycle reports on them, as
+// ReportAudit does at bind) are evaluated with the scheduler's own
+// policies, converter and informers, outside any scheduling cycle.
+type PendingPods struct {
+	Inputs *Inputs
+	Pods   corelisters.PodLister
+	Nodes  corelisters.NodeLister
+	// SchedulerNames are the scheduler's profiles: the pods of other
+	// schedulers are left out.
+	SchedulerNames []string
+	// Budget bounds the evaluation of each pod, as a scheduling cycle's
+	// (DefaultEvaluationBudget when 0).
+	Budget time.Duration
+}
+
+// WouldStrand evaluates the pending pods of wave (an index in
+// spec.rollout.waves) of the policy, compiled at generation: the pods of
+// the scheduler's profiles without a node, not being deleted, whose
+// namespace falls in the wave. A pod counts when the policy, were it
+// enforced, would reject it whatever the node (a match condition failing
+// under failurePolicy Fail), hold it (a preEnqueue rule) or refuse every
+// node that the pod's own node selector, required node affinity and
+// tolerations admit (its filters); a pod that no node admits at all is
+// not counted: the policy is not what keeps it pending. Each pod's
+// evaluation has the budget of a scheduling cycle, and one cut off counts,
+// as it would reject when enforced. It fails when the scheduler has not
+// compiled that generation of the policy.
+func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error) {
+	var out audit.Stranded
+	compiled := pp.Inputs.Policies.Snapshot().Get(policy)
+	if compiled == nil || compiled.Generation != generation {
+		return out, fmt.Errorf("the scheduler has not compiled generation %d of SchedulingPolicy %s yet", generation, policy)
+	}
+	pods, err := pp.Pods.List(labels.Everything())
+	if err != nil {
+		return out, fmt.Errorf("listing pods: %w", err)
+	}
+	var nodes []*corev1.Node
+	// infos are the scheduler's view of each node (its pods and their
+	// requests), built once for all pods when a policy first reads
+	// nodeInfo.
+	infos := sync.OnceValue(func() map[string]*engine.NodeInfo { return nodeInfos(nodes, pods) })
+	budget := pp.Budget
+	if budget <= 0 {
+		budget = DefaultEvaluationBudget
+	}
+	for _, pod := range pods {
+		if !pp.pending(pod) {
+			continue
+		}
+		if nodes == nil {
+			if nodes, err = pp.Nodes.List(labels.Everything()); err != nil {
+				return out, fmt.Errorf("listing nodes: %w", err)
+			}
+			slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+		}
+		stranded, err := pp.strands(ctx, budget, pod, policy, wave, nodes, infos)
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, context.Cause(ctx)
+			}
+			klog.FromContext(ctx).V(2).Info("Not evaluating a pending pod for a rollout", "pod", klog.KObj(pod), "policy", policy, "err", err)
+			continue
+		}
+		if stranded {
+			out.Count++
+			out.Pods = append(out.Pods, pod.Namespace+"/"+pod.Name)
+		}
+	}
+	slices.Sort(out.Pods)
+	if len(out.Pods) > audit.MaxStrandedNames {
+		out.Pods = out.Pods[:audit.MaxStrandedNames]
+	}
+	return out, ctx.Err()
+}
+
+// pending says whether the pod waits for this scheduler.
+func (pp *PendingPods) pending(pod *corev1.Pod) bool {
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	name := pod.Spec.SchedulerName
+	if name == "" {
+		name = corev1.DefaultSchedulerName
+	}
+	return slices.Contains(pp.SchedulerNames, name)
+}
+
+// strands says whether the policy's copy for wave, enforced, would hold
+// the pod or leave it with no node.
+func (pp *PendingPods) strands(ctx context.Context, budget time.Duration, pod *corev1.Pod, policy string, wave int, nodes []*corev1.Node, infos func() map[string]*engine.NodeInfo) (bool, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, budget, budgetCause(budget))
+	defer cancel()
+	m, err := pp.Inputs.Match(ctx, pod)
+	if err != nil {
+		return false, err
+	}
+	i := slices.IndexFunc(m.matched, func(d engine.Decision) bool { return d.Policy.Name == policy })
+	if i < 0 || m.matched[i].Policy.Wave() != wave {
+		return false, nil // not the policy's, or not this wave's
+	}
+	d := m.matched[i]
+	if d.Verdict != engine.Pass {
+		return true, nil
+	}
+	p := d.Policy
+	if p.HasPreEnqueue() {
+		if d := p.PreEnqueue(ctx, m.Pod); d.Verdict != engine.Pass {
+			return true, nil
+		}
+	}
+	if !p.HasFilters() {
+		return false, nil
+	}
+	admitted := false
+	for _, node := range nodes {
+		if !admits(pod, node) {
+			continue
+		}
+		admitted = true
+		in, err := pp.Inputs.Converter.Node(node, func() *engine.NodeInfo { return infos()[node.Name] })
+		if err != nil {
+			return false, err
+		}
+		if d := p.Filter(ctx, m.Pod, in); d.Verdict == engine.Pass {
+			return false, nil
+		}
+	}
+	return admitted, nil
+}
+
+// admits says whether the pod's own constraints allow the node: its node
+// selector and required node affinity, and its tolerations of the node's
+// NoSchedule and NoExecute taints and of a cordon (what kube-scheduler's
+// NodeAffinity, TaintToleration and NodeUnschedulable filters check with
+// the same helpers).
+func admits(pod *corev1.Pod, node *corev1.Node) bool {
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); err != nil || !ok {
+		return false
+	}
+	comparisons := utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators)
+	taints := node.Spec.Taints
+	if node.Spec.Unschedulable {
+		taints = append(slices.Clip(taints), corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+	}
+	_, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.Background(), taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}, comparisons)
+	return !untolerated
+}
+
+// nodeInfos builds the scheduler's view of each node from the bound pods,
+// with kube-scheduler's NodeInfo.
+func nodeInfos(nodes []*corev1.Node, pods []*corev1.Pod) map[string]*engine.NodeInfo {
+	byNode := map[string][]*corev1.Pod{}
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" && pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed {
+			byNode[pod.Spec.NodeName] = append(byNode[pod.Spec.NodeName], pod)
+		}
+	}
+	out := make(map[string]*engine.NodeInfo, len(nodes))
+	for _, node := range nodes {
+		ni := framework.NewNodeInfo(byNode[node.Name]...)
+		ni.SetNode(node)
+		out[node.Name] = NodeInfo(ni)
+	}
+	return out
+}
