@@ -88,7 +88,8 @@ func run(m *testing.M) int {
 	}
 	// The shipped profile, and one that can batch (testdata/scheduler-config.yaml).
 	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond, Reports: true, RolloutInterval: 100 * time.Millisecond,
-		SchedulerConfig: filepath.Join("testdata", "scheduler-config.yaml")}
+		RolloutPendingRecheck: 500 * time.Millisecond,
+		SchedulerConfig:       filepath.Join("testdata", "scheduler-config.yaml")}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	stop, err := testenv.RunManager(ctx, serviceAccountConfig(cfg), k8sClient, opts)
 	if err != nil {

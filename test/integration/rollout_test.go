@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,4 +135,64 @@ func waitCondition(t *testing.T, name, conditionType string, ok func(*metav1.Con
 	if err != nil {
 		t.Fatalf("policy %s: condition %s: %v; conditions %+v", name, conditionType, err, got.Status.Conditions)
 	}
+}
+
+// TestRolloutPendingPods: pods of a wave that stay pending for another
+// reason are evidence too. When the soak ends, a pod the policy would hold
+// (its preEnqueue rule) and a pod whose only admitted node it refuses are
+// counted, and the wave pauses naming them; approving the first leaves
+// one, and the wave stays paused; deleting the second clears the evidence,
+// and the wave is promoted without a person: its next pod is kept off the
+// refused node.
+func TestRolloutPendingPods(t *testing.T) {
+	createNodes(t, nodeSpec{name: "pend-bad", labels: map[string]string{"pend-zone": "a", "pend-bad": "true"}, cpu: "1"})
+	ns := createNamespace(t, "pend", map[string]string{"pend-wave": "one"})
+	web := map[string]string{"app": "pend-web"}
+	approved := map[string]string{"app": "pend-web", "approved": "yes"}
+	inZone := func(zone string) podOption {
+		return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"pend-zone": zone} }
+	}
+	// Pending for reasons of their own: no node in the zone, too big for
+	// the zone's only node.
+	unapproved := createPod(t, ns, "unapproved", withLabels(web), inZone("nowhere"))
+	big := createPod(t, ns, "big", withLabels(approved), inZone("a"), withRequests("2", "1Gi"))
+	waitPending(t, unapproved, corev1.PodReasonUnschedulable)
+	waitPending(t, big, corev1.PodReasonUnschedulable, "Insufficient cpu")
+
+	p := builder.MakePolicy("pend-rollout").Audit().PodLabels(web).
+		PreEnqueue("approved", "pod.metadata.labels[?'approved'].orValue('') == 'yes'", "not approved").
+		FilterMsg("not-bad", "node.metadata.labels[?'pend-bad'].orValue('') != 'true'", "the node is bad", "").
+		Wave("only", map[string]string{"pend-wave": "one"}, 2*time.Second).Obj()
+	applyPolicy(t, p)
+
+	st := waitRollout(t, p.Name, "paused", func(st *schedv1alpha1.RolloutStatus) bool { return st.Phase == schedv1alpha1.RolloutPaused })
+	w := st.Waves[0]
+	if want := []string{ns + "/big", ns + "/unapproved"}; w.Phase != schedv1alpha1.WavePaused || w.WouldReject != 0 || w.PendingWouldReject != 2 || !slices.Equal(w.PendingViolations, want) {
+		t.Fatalf("wave: %+v, want pending %v", w, want)
+	}
+	if !strings.Contains(st.Message, "2 pending pod(s)") {
+		t.Errorf("message: %q", st.Message)
+	}
+	status := runCLI(t, "rollout", "status", "--kubeconfig", kubeconfig, p.Name)
+	if !strings.Contains(status, ns+"/unapproved (pending)") {
+		t.Errorf("rollout status lacks the pending pod:\n%s", status)
+	}
+
+	// Approved: one pod left, still over the gate.
+	patch := client.MergeFrom(unapproved.DeepCopy())
+	unapproved.Labels = approved
+	if err := k8sClient.Patch(t.Context(), unapproved, patch); err != nil {
+		t.Fatal(err)
+	}
+	waitRollout(t, p.Name, "counted again", func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.Phase == schedv1alpha1.RolloutPaused && st.Waves[0].PendingWouldReject == 1 && slices.Equal(st.Waves[0].PendingViolations, []string{ns + "/big"})
+	})
+	// Deleted: the evidence clears and the wave is promoted.
+	deleteObject(t, big)
+	st = waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool { return st.Phase == schedv1alpha1.RolloutCompleted })
+	if w := st.Waves[0]; w.Phase != schedv1alpha1.WaveEnforced || w.PendingWouldReject != 0 || st.Message != "" {
+		t.Errorf("after the evidence cleared: %+v %q", w, st.Message)
+	}
+	time.Sleep(propagation)
+	waitPending(t, createPod(t, ns, "small", withLabels(approved), inZone("a")), corev1.PodReasonUnschedulable, "the node is bad")
 }

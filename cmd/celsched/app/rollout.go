@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -129,15 +130,19 @@ func printRollout(w io.Writer, p *schedv1alpha1.SchedulingPolicy, now time.Time)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WAVE\tPHASE\tSOAK\tSTARTED\tPROMOTED\tEVALUATED\tWOULD REJECT\tGATE\tLAST PODS")
+	fmt.Fprintln(tw, "WAVE\tPHASE\tSOAK\tSTARTED\tPROMOTED\tEVALUATED\tWOULD REJECT\tPENDING\tGATE\tLAST PODS")
 	for i, ws := range st.Waves {
 		spec := p.Spec.Rollout.Waves[i]
 		gate := int32(0)
 		if spec.MaxWouldReject != nil {
 			gate = *spec.MaxWouldReject
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", ws.Name, ws.Phase, spec.Soak.Duration, ago(ws.StartTime, now), ago(ws.PromotedTime, now),
-			ws.Evaluated, ws.WouldReject, gate, orDash(strings.Join(ws.LastViolations, ", ")))
+		pods := slices.Clone(ws.LastViolations)
+		for _, pod := range ws.PendingViolations {
+			pods = append(pods, pod+" (pending)")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", ws.Name, ws.Phase, spec.Soak.Duration, ago(ws.StartTime, now), ago(ws.PromotedTime, now),
+			ws.Evaluated, ws.WouldReject, ws.PendingWouldReject, gate, orDash(strings.Join(pods, ", ")))
 	}
 	return tw.Flush()
 }

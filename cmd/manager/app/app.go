@@ -99,6 +99,10 @@ type Options struct {
 	// RolloutInterval is how often the rollouts (spec.rollout) are looked
 	// at; 0 means controllers.DefaultRolloutInterval.
 	RolloutInterval time.Duration
+	// RolloutPendingRecheck is how often the pending pods of a wave paused
+	// by its gate are counted again; 0 means
+	// controllers.DefaultPendingRecheck.
+	RolloutPendingRecheck time.Duration
 	// Reports writes the Audit evidence as OpenReports Reports
 	// (controllers.ReportWriter), when the API server serves them.
 	Reports bool
@@ -174,6 +178,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WebhookCert.Validity, "webhook-cert-validity", webhookcert.DefaultValidity, "With --webhook-certs=self-signed: lifetime of a serving certificate; renewed when a third remains.")
 	fs.DurationVar(&o.WebhookCert.CAValidity, "webhook-ca-validity", webhookcert.DefaultCAValidity, "With --webhook-certs=self-signed: lifetime of the CA; renewed when a third remains, the old one trusted until it expires.")
 	fs.DurationVar(&o.RolloutInterval, "rollout-interval", controllers.DefaultRolloutInterval, "How often the leader advances the policies' rollouts (spec.rollout): starts, promotes or pauses waves and writes status.rollout.")
+	fs.DurationVar(&o.RolloutPendingRecheck, "rollout-pending-recheck", controllers.DefaultPendingRecheck, "How often the leader counts again the pending pods of a wave its gate paused (each count evaluates the wave's pending pods on the nodes they may use), to promote the wave once they no longer exceed the gate.")
 	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, every --audit-status-interval) when the API server serves them; false writes none.")
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
 }
@@ -235,7 +240,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	pending := &celplugins.PendingPods{Inputs: p.rt.Inputs, SchedulerNames: names,
 		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister()}
 	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
-		Interval: o.RolloutInterval, Pending: pending}).SetupWithManager(mgr); err != nil {
+		Interval: o.RolloutInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
 	return &Manager{Manager: mgr, SchedulerNames: names}, nil
