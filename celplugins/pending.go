@@ -37,6 +37,9 @@ type PendingPods struct {
 	// Budget bounds the evaluation of each pod, as a scheduling cycle's
 	// (DefaultEvaluationBudget when 0).
 	Budget time.Duration
+	// Synced says whether the informers behind Pods and Nodes have synced:
+	// until then nothing is counted (an empty list is not evidence).
+	Synced func() bool
 }
 
 // WouldStrand evaluates the pending pods of wave (an index in
@@ -49,10 +52,13 @@ type PendingPods struct {
 // tolerations admit (its filters); a pod that no node admits at all is
 // not counted: the policy is not what keeps it pending. Each pod's
 // evaluation has the budget of a scheduling cycle, and one cut off counts,
-// as it would reject when enforced. It fails when the scheduler has not
-// compiled that generation of the policy.
+// as it would reject when enforced. It fails when the informers have not
+// synced or the scheduler has not compiled that generation of the policy.
 func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error) {
 	var out audit.Stranded
+	if pp.Synced != nil && !pp.Synced() {
+		return out, fmt.Errorf("the scheduler's informers have not synced yet")
+	}
 	compiled := pp.Inputs.Policies.Snapshot().Get(policy)
 	if compiled == nil || compiled.Generation != generation {
 		return out, fmt.Errorf("the scheduler has not compiled generation %d of SchedulingPolicy %s yet", generation, policy)

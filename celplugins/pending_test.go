@@ -22,7 +22,7 @@ import (
 // accepted, when no node admits them at all, when they are bound, being
 // deleted, another scheduler's or another wave's; nodeInfo is read from
 // the bound pods; the names are capped; a generation the scheduler has not
-// compiled is an error.
+// compiled, and informers that have not synced, are errors.
 func TestPendingPodsWouldStrand(t *testing.T) {
 	w1 := namespace("w1", "1", map[string]string{"wave": "1"})
 	w2 := namespace("w2", "1", map[string]string{"wave": "2"})
@@ -117,5 +117,9 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 	}
 	if _, err := pp.WouldStrand(ctx, "missing", 1, 0); err == nil {
 		t.Error("counted for a policy the scheduler does not know")
+	}
+	pp.Synced = func() bool { return false }
+	if _, err := pp.WouldStrand(ctx, "no-spot", 3, 0); err == nil {
+		t.Error("counted before the informers synced")
 	}
 }

@@ -80,9 +80,16 @@ type RolloutController struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
-	// rechecked is when each policy's paused wave was last counted
-	// (Step runs on one goroutine).
-	rechecked map[string]time.Time
+	// counted is when each wave's pending pods were last counted, and
+	// whether that failed (Step runs on one goroutine).
+	counted map[audit.WaveKey]lastCount
+}
+
+// lastCount is the last count of a wave's pending pods.
+type lastCount struct {
+	time   time.Time
+	failed bool
+	err    error
 }
 
 // PendingChecker counts the pending pods of a wave of a policy's rollout,
@@ -187,8 +194,10 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 }
 
 // pendingCount returns the count of a wave's pending pods for advance:
-// nil without a PendingChecker; it says not yet (nil, nil) when asked
-// again for a paused wave within PendingRecheck.
+// nil without a PendingChecker. Within PendingRecheck of the wave's last
+// count it does not count again for a paused wave (nil, nil), nor after a
+// count that failed (its error again): a count that cannot end in
+// maxPendingCount is not retried at every step.
 func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, now time.Time) pendingCount {
 	if r.Pending == nil {
 		return nil
@@ -198,18 +207,19 @@ func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.S
 		if recheck <= 0 {
 			recheck = DefaultPendingRecheck
 		}
-		if last, ok := r.rechecked[p.Name]; paused && ok && now.Sub(last) < recheck {
-			return nil, nil
+		key := audit.WaveKey{Policy: p.Name, Wave: wave}
+		last, ok := r.counted[key]
+		if ok && now.Sub(last.time) < recheck && (paused || last.failed) {
+			return nil, last.err
 		}
-		if r.rechecked == nil {
-			r.rechecked = map[string]time.Time{}
-		}
-		r.rechecked[p.Name] = now
 		ctx, cancel := context.WithTimeout(ctx, maxPendingCount)
 		defer cancel()
 		s, err := r.Pending.WouldStrand(ctx, p.Name, p.Generation, wave)
+		if r.counted == nil {
+			r.counted = map[audit.WaveKey]lastCount{}
+		}
+		r.counted[key] = lastCount{time: now, failed: err != nil, err: err}
 		if err != nil {
-			delete(r.rechecked, p.Name)
 			return nil, err
 		}
 		return &s, nil

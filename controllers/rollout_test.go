@@ -117,7 +117,8 @@ func (f *fakePending) WouldStrand(context.Context, string, int64, int) (audit.St
 
 // TestRolloutPendingGate: when a wave's soak is over, its pending pods
 // that the policy would strand count against the gate with the bound ones:
-// a count that fails decides nothing; pods over the gate pause the wave,
+// a count that fails decides nothing and is not retried before
+// PendingRecheck; pods over the gate pause the wave,
 // named in the message; the paused wave is counted again every
 // PendingRecheck (not at every step) and promoted once they are gone; a
 // wave paused by the pods bound during its soak stays paused; a wave
@@ -145,7 +146,12 @@ func TestRolloutPendingGate(t *testing.T) {
 	}
 	fake.err = nil
 	fake.stranded = audit.Stranded{Count: 2, Pods: []string{"ns/a", "ns/b"}}
-	evs := step(time.Minute + time.Second)
+	asked := fake.asked
+	step(time.Minute + time.Second)
+	if fake.asked != asked || st.Waves[0].Phase != schedv1alpha1.WaveSoaking {
+		t.Fatalf("a failed count was retried before PendingRecheck: asked %d, %v", fake.asked-asked, phases(st))
+	}
+	evs := step(time.Minute + 30*time.Second)
 	if st.Phase != schedv1alpha1.RolloutPaused || st.Waves[0].Phase != schedv1alpha1.WavePaused || st.Waves[0].PendingWouldReject != 2 ||
 		!strings.Contains(st.Message, "2 pending pod(s)") || !strings.Contains(st.Message, "pending: ns/a, ns/b") {
 		t.Fatalf("pending pods over the gate: %s %v %q", st.Phase, phases(st), st.Message)
@@ -153,13 +159,13 @@ func TestRolloutPendingGate(t *testing.T) {
 	if len(evs) != 1 || evs[0].reason != ReasonWavePaused {
 		t.Errorf("events: %+v", evs)
 	}
-	asked := fake.asked
+	asked = fake.asked
 	fake.stranded = audit.Stranded{}
-	step(time.Minute + 10*time.Second)
+	step(time.Minute + 50*time.Second)
 	if fake.asked != asked || st.Phase != schedv1alpha1.RolloutPaused {
 		t.Fatalf("counted again before PendingRecheck: asked %d, %s", fake.asked-asked, st.Phase)
 	}
-	evs = step(time.Minute + 31*time.Second)
+	evs = step(2 * time.Minute)
 	if st.Waves[0].Phase != schedv1alpha1.WaveEnforced || st.Waves[1].Phase != schedv1alpha1.WaveSoaking || st.Phase != schedv1alpha1.RolloutProgressing || st.Message != "" {
 		t.Fatalf("the pending pods are gone, the wave stays paused: %s %v %q", st.Phase, phases(st), st.Message)
 	}

@@ -238,7 +238,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	// The rollouts' gates count pending pods with the scheduler's own
 	// informers and policies.
 	pending := &celplugins.PendingPods{Inputs: p.rt.Inputs, SchedulerNames: names,
-		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister()}
+		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister(),
+		Synced: func() bool { return runner.readyz(nil) == nil }}
 	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
 		Interval: o.RolloutInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
