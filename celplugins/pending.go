@@ -128,21 +128,29 @@ func (pp *PendingPods) strands(ctx context.Context, budget time.Duration, pod *c
 	if err != nil {
 		return false, err
 	}
-	i := slices.IndexFunc(m.matched, func(d engine.Decision) bool { return d.Policy.Name == policy })
-	if i < 0 || m.matched[i].Policy.Wave() != wave {
-		return false, nil // not the policy's, or not this wave's
-	}
-	d := m.matched[i]
-	if d.Verdict != engine.Pass {
-		return true, nil
-	}
-	p := d.Policy
-	if p.HasPreEnqueue() {
-		if d := p.PreEnqueue(ctx, m.Pod); d.Verdict != engine.Pass {
-			return true, nil
+	// The policy's decisions for the pod: one, or one per params object
+	// of a parameterized policy (each binding applies).
+	var bindings []*engine.CompiledPolicy
+	for _, d := range m.matched {
+		if d.Policy.Name != policy {
+			continue
+		}
+		if d.Policy.Wave() != wave {
+			return false, nil // another wave's (or an override's) namespace
+		}
+		if d.Verdict != engine.Pass {
+			return true, nil // rejected whatever the node
+		}
+		if d.Policy.HasPreEnqueue() {
+			if d := d.Policy.PreEnqueue(ctx, m.Pod); d.Verdict != engine.Pass {
+				return true, nil
+			}
+		}
+		if d.Policy.HasFilters() {
+			bindings = append(bindings, d.Policy)
 		}
 	}
-	if !p.HasFilters() {
+	if len(bindings) == 0 {
 		return false, nil
 	}
 	admitted := false
@@ -155,8 +163,8 @@ func (pp *PendingPods) strands(ctx context.Context, budget time.Duration, pod *c
 		if err != nil {
 			return false, err
 		}
-		if d := p.Filter(ctx, m.Pod, in); d.Verdict == engine.Pass {
-			return false, nil
+		if slices.IndexFunc(bindings, func(p *engine.CompiledPolicy) bool { return p.Filter(ctx, m.Pod, in).Verdict != engine.Pass }) < 0 {
+			return false, nil // every binding accepts the node
 		}
 	}
 	return admitted, nil

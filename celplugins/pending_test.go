@@ -9,9 +9,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
 	"github.com/celsched/celsched/test/builder"
 )
@@ -121,5 +124,56 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 	pp.Synced = func() bool { return false }
 	if _, err := pp.WouldStrand(ctx, "no-spot", 3, 0); err == nil {
 		t.Error("counted before the informers synced")
+	}
+}
+
+// TestPendingPodsParamsBindings: a parameterized policy applies once per
+// params object; a node is the pod's only when every binding accepts it.
+func TestPendingPodsParamsBindings(t *testing.T) {
+	w1 := namespace("w1", "1", map[string]string{"wave": "1"})
+	rt, registry := newTestRuntime(t, w1)
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, ac := paramsConfigMap("w1", "p1", "a,b"), paramsConfigMap("w1", "p2", "a,c")
+	for _, u := range []*unstructured.Unstructured{ab, ac} {
+		u.SetLabels(map[string]string{"placement": "yes"})
+	}
+	params, err := engine.NewStaticParams(env, []*unstructured.Unstructured{ab, ac})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.Inputs.Params = params
+	registry.Upsert(builder.MakePolicy("zones").UID("policy-zones").Generation(1, "1").Audit().
+		ParamKind("v1", "ConfigMap").ParamSelector(map[string]string{"placement": "yes"}, "", schedv1alpha1.DenyAction).
+		Filter("zone", "node.metadata.labels['zone'] in params.data['zones'].split(',')").
+		Wave("first", map[string]string{"wave": "1"}, time.Minute).Obj())
+	nodeIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, z := range []string{"a", "b", "c"} {
+		if err := nodeIndex.Add(node("n-"+z, "1", map[string]string{"zone": z})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	podIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, z := range []string{"", "b"} {
+		p := pod("w1", "zone-"+z, map[string]string{"app": "x"})
+		p.ResourceVersion = "1"
+		if z != "" {
+			p.Spec.NodeSelector = map[string]string{"zone": z}
+		}
+		if err := podIndex.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pp := &PendingPods{Inputs: rt.Inputs, Pods: corelisters.NewPodLister(podIndex), Nodes: corelisters.NewNodeLister(nodeIndex), SchedulerNames: []string{"celsched"}}
+	got, err := pp.WouldStrand(context.Background(), "zones", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// zone-b may use n-b only, which p2 (zones a,c) refuses; the other pod
+	// may use n-a, which both accept.
+	if want := (audit.Stranded{Count: 1, Pods: []string{"w1/zone-b"}}); got.Count != want.Count || !slices.Equal(got.Pods, want.Pods) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }

@@ -85,11 +85,11 @@ type RolloutController struct {
 	counted map[audit.WaveKey]lastCount
 }
 
-// lastCount is the last count of a wave's pending pods.
+// lastCount is the last count of a wave's pending pods: when, and its
+// error.
 type lastCount struct {
-	time   time.Time
-	failed bool
-	err    error
+	time time.Time
+	err  error
 }
 
 // PendingChecker counts the pending pods of a wave of a policy's rollout,
@@ -209,7 +209,7 @@ func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.S
 		}
 		key := audit.WaveKey{Policy: p.Name, Wave: wave}
 		last, ok := r.counted[key]
-		if ok && now.Sub(last.time) < recheck && (paused || last.failed) {
+		if ok && now.Sub(last.time) < recheck && (paused || last.err != nil) {
 			return nil, last.err
 		}
 		ctx, cancel := context.WithTimeout(ctx, maxPendingCount)
@@ -218,7 +218,7 @@ func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.S
 		if r.counted == nil {
 			r.counted = map[audit.WaveKey]lastCount{}
 		}
-		r.counted[key] = lastCount{time: now, failed: err != nil, err: err}
+		r.counted[key] = lastCount{time: now, err: err}
 		if err != nil {
 			return nil, err
 		}
