@@ -22,7 +22,7 @@ import (
 
 // newTestRuntime returns a runtime over a registry, whose namespace lister
 // holds namespaces.
-func newTestRuntime(t *testing.T, namespaceList ...*corev1.Namespace) (*Runtime, *engine.Registry) {
+func newTestRuntime(t testing.TB, namespaceList ...*corev1.Namespace) (*Runtime, *engine.Registry) {
 	t.Helper()
 	env, err := engine.NewEnvironment()
 	if err != nil {

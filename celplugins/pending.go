@@ -2,6 +2,7 @@ package celplugins
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -59,34 +60,28 @@ func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generatio
 	if pp.Synced != nil && !pp.Synced() {
 		return out, fmt.Errorf("the scheduler's informers have not synced yet")
 	}
-	compiled := pp.Inputs.Policies.Snapshot().Get(policy)
-	if compiled == nil || compiled.Generation != generation {
+	snapshot := pp.Inputs.Policies.Snapshot()
+	if compiled := snapshot.Get(policy); compiled == nil || compiled.Generation != generation {
 		return out, fmt.Errorf("the scheduler has not compiled generation %d of SchedulingPolicy %s yet", generation, policy)
 	}
 	pods, err := pp.Pods.List(labels.Everything())
 	if err != nil {
 		return out, fmt.Errorf("listing pods: %w", err)
 	}
-	var nodes []*corev1.Node
-	// infos are the scheduler's view of each node (its pods and their
-	// requests), built once for all pods when a policy first reads
-	// nodeInfo.
-	infos := sync.OnceValue(func() map[string]*engine.NodeInfo { return nodeInfos(nodes, pods) })
-	budget := pp.Budget
-	if budget <= 0 {
-		budget = DefaultEvaluationBudget
+	c := &count{pp: pp, policy: policy, wave: wave, pods: pods, classes: map[string]bool{}, budget: pp.Budget}
+	if c.budget <= 0 {
+		c.budget = DefaultEvaluationBudget
 	}
 	for _, pod := range pods {
 		if !pp.pending(pod) {
 			continue
 		}
-		if nodes == nil {
-			if nodes, err = pp.Nodes.List(labels.Everything()); err != nil {
-				return out, fmt.Errorf("listing nodes: %w", err)
+		if c.nodes == nil {
+			if err := c.listNodes(); err != nil {
+				return out, err
 			}
-			slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 		}
-		stranded, err := pp.strands(ctx, budget, pod, policy, wave, nodes, infos)
+		stranded, err := c.strands(ctx, snapshot, pod)
 		if err != nil {
 			if ctx.Err() != nil {
 				return out, context.Cause(ctx)
@@ -119,12 +114,80 @@ func (pp *PendingPods) pending(pod *corev1.Pod) bool {
 	return slices.Contains(pp.SchedulerNames, name)
 }
 
-// strands says whether the policy's copy for wave, enforced, would hold
-// the pod or leave it with no node.
-func (pp *PendingPods) strands(ctx context.Context, budget time.Duration, pod *corev1.Pod, policy string, wave int, nodes []*corev1.Node, infos func() map[string]*engine.NodeInfo) (bool, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, budget, budgetCause(budget))
+// count is one count of a wave's pending pods: the nodes, converted once,
+// and the answer for each class of pods (pods with equal batching
+// signatures, engine.Snapshot.Signature: what any policy may read of them,
+// their node selector, affinity and tolerations included, is equal, so the
+// answer is too).
+type count struct {
+	pp     *PendingPods
+	policy string
+	wave   int
+	budget time.Duration
+	pods   []*corev1.Pod
+	nodes  []*corev1.Node
+	// inputs are the nodes converted, when first evaluated.
+	inputs []*engine.NodeInput
+	// infos are the scheduler's view of each node (its pods and their
+	// requests), built once when a policy first reads nodeInfo.
+	infos   func() map[string]*engine.NodeInfo
+	classes map[string]bool
+}
+
+// listNodes lists the nodes, in name order.
+func (c *count) listNodes() error {
+	nodes, err := c.pp.Nodes.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	slices.SortFunc(nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
+	c.nodes = nodes
+	c.inputs = make([]*engine.NodeInput, len(nodes))
+	c.infos = sync.OnceValue(func() map[string]*engine.NodeInfo { return nodeInfos(nodes, c.pods) })
+	return nil
+}
+
+// input returns node i converted, once per count.
+func (c *count) input(i int) (*engine.NodeInput, error) {
+	if c.inputs[i] == nil {
+		in, err := c.pp.Inputs.Converter.NodeInput(c.nodes[i], 0, c.nodes[i].Name, c.info)
+		if err != nil {
+			return nil, err
+		}
+		c.inputs[i] = &in
+	}
+	return c.inputs[i], nil
+}
+
+// info is the engine.NodeInfoSource of the count's nodes (source: the
+// node's name).
+func (c *count) info(source any) *engine.NodeInfo { return c.infos()[source.(string)] }
+
+// strands says whether the policy's copy for the wave, enforced, would
+// hold the pod or leave it with no node: the answer of its class when an
+// earlier pod of the class had a complete one.
+func (c *count) strands(ctx context.Context, snapshot *engine.Snapshot, pod *corev1.Pod) (bool, error) {
+	var class string
+	if sig, ok := snapshot.Signature(pod); ok {
+		if b, err := json.Marshal(sig); err == nil {
+			class = string(b)
+			if stranded, ok := c.classes[class]; ok {
+				return stranded, nil
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, c.budget, budgetCause(c.budget))
 	defer cancel()
-	m, err := pp.Inputs.Match(ctx, pod)
+	stranded, err := c.evaluate(ctx, pod)
+	if err == nil && class != "" && ctx.Err() == nil {
+		c.classes[class] = stranded
+	}
+	return stranded, err
+}
+
+// evaluate is strands for one pod, under its budget.
+func (c *count) evaluate(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	m, err := c.pp.Inputs.Match(ctx, pod)
 	if err != nil {
 		return false, err
 	}
@@ -132,10 +195,10 @@ func (pp *PendingPods) strands(ctx context.Context, budget time.Duration, pod *c
 	// of a parameterized policy (each binding applies).
 	var bindings []*engine.CompiledPolicy
 	for _, d := range m.matched {
-		if d.Policy.Name != policy {
+		if d.Policy.Name != c.policy {
 			continue
 		}
-		if d.Policy.Wave() != wave {
+		if d.Policy.Wave() != c.wave {
 			return false, nil // another wave's (or an override's) namespace
 		}
 		if d.Verdict != engine.Pass {
@@ -154,12 +217,12 @@ func (pp *PendingPods) strands(ctx context.Context, budget time.Duration, pod *c
 		return false, nil
 	}
 	admitted := false
-	for _, node := range nodes {
+	for i, node := range c.nodes {
 		if !admits(pod, node) {
 			continue
 		}
 		admitted = true
-		in, err := pp.Inputs.Converter.Node(node, func() *engine.NodeInfo { return infos()[node.Name] })
+		in, err := c.input(i)
 		if err != nil {
 			return false, err
 		}

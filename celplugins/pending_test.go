@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -24,7 +25,9 @@ import (
 // tolerations and the cordons admit; not when a node they may use is
 // accepted, when no node admits them at all, when they are bound, being
 // deleted, another scheduler's or another wave's; nodeInfo is read from
-// the bound pods; the names are capped; a generation the scheduler has not
+// the bound pods; pods that differ only in name share an answer, pods
+// whose node selectors differ do not; the names are capped; a generation
+// the scheduler has not
 // compiled, and informers that have not synced, are errors.
 func TestPendingPodsWouldStrand(t *testing.T) {
 	w1 := namespace("w1", "1", map[string]string{"wave": "1"})
@@ -75,6 +78,11 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 		pending("w1", "other-scheduler", func(p *corev1.Pod) { hold(p); p.Spec.SchedulerName = corev1.DefaultSchedulerName }),
 		pending("w1", "deleting", func(p *corev1.Pod) { hold(p); p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }),
 	}
+	// Pods that differ only in name share an answer (one class); pods that
+	// differ in their node selector do not.
+	for _, twin := range []struct{ name, zone string }{{"twin-a", "a"}, {"twin-b", "b"}, {"twin-a2", "a"}} {
+		pods = append(pods, pending("w1", twin.name, func(p *corev1.Pod) { p.Labels = map[string]string{"app": "twin"}; zone(twin.zone)(p) }))
+	}
 	for i := range 7 {
 		pods = append(pods, pending("w2", fmt.Sprintf("held-%d", i), hold))
 	}
@@ -99,11 +107,11 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 		wave       int
 		want       audit.Stranded
 	}{
-		{"no-spot", 3, 0, audit.Stranded{Count: 3, Pods: []string{"w1/held", "w1/zone-a", "w1/zone-c"}}},
+		{"no-spot", 3, 0, audit.Stranded{Count: 5, Pods: []string{"w1/held", "w1/twin-a", "w1/twin-a2", "w1/zone-a", "w1/zone-c"}}},
 		{"no-spot", 3, 1, audit.Stranded{Count: 7, Pods: []string{"w2/held-0", "w2/held-1", "w2/held-2", "w2/held-3", "w2/held-4"}}},
 		// spot-1 has the bound pod: the only node zone-a may use is refused;
 		// zone-a-tolerating may use od-1, which is empty.
-		{"empty-nodes", 1, 0, audit.Stranded{Count: 1, Pods: []string{"w1/zone-a"}}},
+		{"empty-nodes", 1, 0, audit.Stranded{Count: 3, Pods: []string{"w1/twin-a", "w1/twin-a2", "w1/zone-a"}}},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", tc.policy, tc.wave), func(t *testing.T) {
 			got, err := pp.WouldStrand(ctx, tc.policy, tc.generation, tc.wave)
@@ -175,5 +183,57 @@ func TestPendingPodsParamsBindings(t *testing.T) {
 	// may use n-a, which both accept.
 	if want := (audit.Stranded{Count: 1, Pods: []string{"w1/zone-b"}}); got.Count != want.Count || !slices.Equal(got.Pods, want.Pods) {
 		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+// BenchmarkWouldStrand is one count of a wave's pending pods on a large
+// cluster: 5000 nodes and 1000 pending pods of 10 deployments (pods of a
+// deployment are one class: one evaluation answers them all). "accepts" is
+// a rule that accepts most nodes (a class stops at its first accepted
+// node); "refuses-all" is the worst case, a rule that refuses every node,
+// so each class is evaluated on all of them.
+func BenchmarkWouldStrand(b *testing.B) {
+	w1 := namespace("w1", "1", map[string]string{"wave": "1"})
+	for _, bc := range []struct{ name, filter string }{
+		{"accepts", "node.metadata.labels['pool'] != 'spot'"},
+		{"refuses-all", "node.metadata.labels['pool'] == 'none'"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			rt, registry := newTestRuntime(b, w1)
+			registry.Upsert(builder.MakePolicy("p").UID("policy-p").Generation(1, "1").Audit().
+				Filter("f", bc.filter).Wave("first", map[string]string{"wave": "1"}, time.Minute).Obj())
+			nodeIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			for i := range 5000 {
+				pool := "general"
+				if i%10 == 0 {
+					pool = "spot"
+				}
+				if err := nodeIndex.Add(node(fmt.Sprintf("node-%04d", i), "1", map[string]string{"pool": pool})); err != nil {
+					b.Fatal(err)
+				}
+			}
+			podIndex := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+			for i := range 1000 {
+				p := pod("w1", fmt.Sprintf("web-%d-%d", i%10, i), map[string]string{"app": fmt.Sprintf("app-%d", i%10)})
+				p.UID = ktypes.UID(fmt.Sprintf("pod-%d", i))
+				p.ResourceVersion = "1"
+				if err := podIndex.Add(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			pp := &PendingPods{Inputs: rt.Inputs, Pods: corelisters.NewPodLister(podIndex), Nodes: corelisters.NewNodeLister(nodeIndex), SchedulerNames: []string{"celsched"}}
+			ctx := context.Background()
+			want := int64(0)
+			if bc.name == "refuses-all" {
+				want = 1000
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				got, err := pp.WouldStrand(ctx, "p", 1, 0)
+				if err != nil || got.Count != want {
+					b.Fatalf("got %+v, %v; want %d", got, err, want)
+				}
+			}
+		})
 	}
 }
