@@ -51,9 +51,9 @@ type PendingPods struct {
 // under failurePolicy Fail), hold it (a preEnqueue rule) or refuse every
 // node that the pod's own node selector, required node affinity and
 // tolerations admit (its filters); a pod that no node admits at all is
-// not counted: the policy is not what keeps it pending. Each pod's
-// evaluation has the budget of a scheduling cycle, and one cut off counts,
-// as it would reject when enforced. It fails when the informers have not
+// not counted: the policy is not what keeps it pending. Each evaluation
+// (one per class of pods, see count) has the budget of a scheduling cycle,
+// and one cut off counts, as it would reject when enforced. It fails when the informers have not
 // synced or the scheduler has not compiled that generation of the policy.
 func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error) {
 	var out audit.Stranded
@@ -217,8 +217,9 @@ func (c *count) evaluate(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		return false, nil
 	}
 	admitted := false
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 	for i, node := range c.nodes {
-		if !admits(pod, node) {
+		if !admits(pod, affinity, node) {
 			continue
 		}
 		admitted = true
@@ -234,12 +235,12 @@ func (c *count) evaluate(ctx context.Context, pod *corev1.Pod) (bool, error) {
 }
 
 // admits says whether the pod's own constraints allow the node: its node
-// selector and required node affinity, and its tolerations of the node's
-// NoSchedule and NoExecute taints and of a cordon (what kube-scheduler's
-// NodeAffinity, TaintToleration and NodeUnschedulable filters check with
-// the same helpers).
-func admits(pod *corev1.Pod, node *corev1.Node) bool {
-	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); err != nil || !ok {
+// selector and required node affinity (affinity, the pod's), and its
+// tolerations of the node's NoSchedule and NoExecute taints and of a
+// cordon (what kube-scheduler's NodeAffinity, TaintToleration and
+// NodeUnschedulable filters check with the same helpers).
+func admits(pod *corev1.Pod, affinity nodeaffinity.RequiredNodeAffinity, node *corev1.Node) bool {
+	if ok, err := affinity.Match(node); err != nil || !ok {
 		return false
 	}
 	comparisons := utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators)

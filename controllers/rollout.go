@@ -220,6 +220,7 @@ func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.S
 		}
 		r.counted[key] = lastCount{time: now, err: err}
 		if err != nil {
+			ctrl.LoggerFrom(ctx).WithName("rollout").Info("Counting a wave's pending pods failed; retrying later", "policy", p.Name, "wave", wave, "err", err)
 			return nil, err
 		}
 		return &s, nil
@@ -369,14 +370,14 @@ func advance(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus,
 		if err != nil || !counted {
 			return nil
 		}
-		if w.WouldReject+w.PendingWouldReject > gate(spec) {
-			st.Message = gateMessage(w, gate(spec))
+		if w.WouldReject+w.PendingWouldReject > spec.Gate() {
+			st.Message = gateMessage(w, spec.Gate())
 			return nil
 		}
 		promote(st, i, now)
 		st.Phase, st.Message = schedv1alpha1.RolloutProgressing, ""
 		out = append(out, rolloutEvent{corev1.EventTypeNormal, ReasonWavePromoted, fmt.Sprintf("wave %s promoted to Enforce: its evidence cleared, %d pod(s) rejected during the soak and %d pending pod(s) it would strand now (at most %d allowed)",
-			w.Name, w.WouldReject, w.PendingWouldReject, gate(spec))})
+			w.Name, w.WouldReject, w.PendingWouldReject, spec.Gate())})
 	}
 	if st.Phase != schedv1alpha1.RolloutProgressing {
 		return out
@@ -404,7 +405,7 @@ func advance(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus,
 				return out
 			}
 			st.Message = ""
-			limit := gate(spec)
+			limit := spec.Gate()
 			if w.WouldReject+w.PendingWouldReject > limit {
 				w.Phase = schedv1alpha1.WavePaused
 				st.Phase = schedv1alpha1.RolloutPaused
@@ -432,14 +433,6 @@ func countPending(w *schedv1alpha1.WaveStatus, wave int, pending pendingCount, p
 	}
 	w.PendingWouldReject, w.PendingViolations = s.Count, s.Pods
 	return true, nil
-}
-
-// gate is a wave's maxWouldReject.
-func gate(spec *schedv1alpha1.RolloutWave) int64 {
-	if spec.MaxWouldReject != nil {
-		return int64(*spec.MaxWouldReject)
-	}
-	return 0
 }
 
 // gateMessage says why a wave is paused by its gate.

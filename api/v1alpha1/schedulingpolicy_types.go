@@ -186,6 +186,14 @@ type RolloutWave struct {
 	MaxWouldReject *int32 `json:"maxWouldReject,omitempty"`
 }
 
+// Gate is the wave's maxWouldReject, 0 when unset.
+func (w *RolloutWave) Gate() int64 {
+	if w.MaxWouldReject != nil {
+		return int64(*w.MaxWouldReject)
+	}
+	return 0
+}
+
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="!has(self.rollout) || self.enforcement == 'Audit'",message="spec.enforcement must be Audit with spec.rollout: the waves decide where the policy is enforced",fieldPath=".enforcement"
 // +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0)",message="at least one of preEnqueue, filters or scores must be set"

@@ -1,15 +1,13 @@
 package integration
 
 import (
-	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -108,18 +106,10 @@ func TestAuditReporting(t *testing.T) {
 // pods for its current generation.
 func waitAudit(t *testing.T, name string, evaluated int64) *schedv1alpha1.AuditStatus {
 	t.Helper()
-	got := &schedv1alpha1.SchedulingPolicy{}
-	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
-			return false, err
-		}
+	return waitPolicy(t, name, fmt.Sprintf("counting %d pods in status.audit", evaluated), func(got *schedv1alpha1.SchedulingPolicy) bool {
 		a := got.Status.Audit
-		return a != nil && a.ObservedGeneration == got.Generation && a.Evaluated >= evaluated, nil
-	})
-	if err != nil {
-		t.Fatalf("policy %s: status.audit did not count %d pods: %v; %+v", name, evaluated, err, got.Status.Audit)
-	}
-	return got.Status.Audit
+		return a != nil && a.ObservedGeneration == got.Generation && a.Evaluated >= evaluated
+	}).Status.Audit
 }
 
 // counter reads a counter of the in-process manager's metrics registry.

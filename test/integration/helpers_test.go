@@ -254,16 +254,25 @@ func applyPolicy(t *testing.T, policy *schedv1alpha1.SchedulingPolicy) *schedv1a
 // for its current generation, and returns the policy.
 func waitPolicyReady(t *testing.T, name string, status metav1.ConditionStatus) *schedv1alpha1.SchedulingPolicy {
 	t.Helper()
+	return waitPolicy(t, name, "Ready "+string(status), func(got *schedv1alpha1.SchedulingPolicy) bool {
+		c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady)
+		return got.Status.ObservedGeneration == got.Generation && c != nil && c.Status == status && c.ObservedGeneration == got.Generation
+	})
+}
+
+// waitPolicy polls the policy until ok says it is what the test waits
+// for (what, in the failure), and returns it.
+func waitPolicy(t *testing.T, name, what string, ok func(*schedv1alpha1.SchedulingPolicy) bool) *schedv1alpha1.SchedulingPolicy {
+	t.Helper()
 	got := &schedv1alpha1.SchedulingPolicy{}
 	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
 		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
 			return false, err
 		}
-		c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady)
-		return got.Status.ObservedGeneration == got.Generation && c != nil && c.Status == status && c.ObservedGeneration == got.Generation, nil
+		return ok(got), nil
 	})
 	if err != nil {
-		t.Fatalf("policy %s: Ready is not %s: %v; status %+v", name, status, err, got.Status)
+		t.Fatalf("policy %s: not %s: %v; status %+v", name, what, err, got.Status)
 	}
 	return got
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -97,18 +95,10 @@ const propagation = 500 * time.Millisecond
 // waitRollout waits until the policy's status.rollout satisfies ok.
 func waitRollout(t *testing.T, name, what string, ok func(*schedv1alpha1.RolloutStatus) bool) *schedv1alpha1.RolloutStatus {
 	t.Helper()
-	got := &schedv1alpha1.SchedulingPolicy{}
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
-			return false, err
-		}
+	return waitPolicy(t, name, "rollout "+what, func(got *schedv1alpha1.SchedulingPolicy) bool {
 		st := got.Status.Rollout
-		return st != nil && st.ObservedGeneration == got.Generation && len(st.Waves) == len(got.Spec.Rollout.Waves) && ok(st), nil
-	})
-	if err != nil {
-		t.Fatalf("policy %s: rollout not %s: %v; %+v", name, what, err, got.Status.Rollout)
-	}
-	return got.Status.Rollout
+		return st != nil && st.ObservedGeneration == got.Generation && len(st.Waves) == len(got.Spec.Rollout.Waves) && ok(st)
+	}).Status.Rollout
 }
 
 // runCLI runs celsched and returns its output; it must succeed.
@@ -125,16 +115,9 @@ func runCLI(t *testing.T, args ...string) string {
 // satisfies ok.
 func waitCondition(t *testing.T, name, conditionType string, ok func(*metav1.Condition) bool) {
 	t.Helper()
-	got := &schedv1alpha1.SchedulingPolicy{}
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
-			return false, err
-		}
-		return ok(meta.FindStatusCondition(got.Status.Conditions, conditionType)), nil
+	waitPolicy(t, name, "condition "+conditionType, func(got *schedv1alpha1.SchedulingPolicy) bool {
+		return ok(meta.FindStatusCondition(got.Status.Conditions, conditionType))
 	})
-	if err != nil {
-		t.Fatalf("policy %s: condition %s: %v; conditions %+v", name, conditionType, err, got.Status.Conditions)
-	}
 }
 
 // TestRolloutPendingPods: pods of a wave that stay pending for another

@@ -133,16 +133,12 @@ func printRollout(w io.Writer, p *schedv1alpha1.SchedulingPolicy, now time.Time)
 	fmt.Fprintln(tw, "WAVE\tPHASE\tSOAK\tSTARTED\tPROMOTED\tEVALUATED\tWOULD REJECT\tPENDING\tGATE\tLAST PODS")
 	for i, ws := range st.Waves {
 		spec := p.Spec.Rollout.Waves[i]
-		gate := int32(0)
-		if spec.MaxWouldReject != nil {
-			gate = *spec.MaxWouldReject
-		}
 		pods := slices.Clone(ws.LastViolations)
 		for _, pod := range ws.PendingViolations {
 			pods = append(pods, pod+" (pending)")
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\n", ws.Name, ws.Phase, spec.Soak.Duration, ago(ws.StartTime, now), ago(ws.PromotedTime, now),
-			ws.Evaluated, ws.WouldReject, ws.PendingWouldReject, gate, orDash(strings.Join(pods, ", ")))
+			ws.Evaluated, ws.WouldReject, ws.PendingWouldReject, spec.Gate(), orDash(strings.Join(pods, ", ")))
 	}
 	return tw.Flush()
 }
