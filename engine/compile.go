@@ -111,9 +111,14 @@ type CompiledPolicy struct {
 	// wave is, in a copy for a rollout wave, its index + 1 (Wave).
 	wave int
 	// overridden: the policy has enforcementOverrides or a rollout
-	// (HasOverrides); rolloutKey is RolloutKey of the object compiled.
-	overridden bool
-	rolloutKey string
+	// (HasOverrides). rules are what its enforcement is decided from
+	// apart from status, shared by every rollout state of the generation;
+	// enforcedWaves are the waves (by name) its status enforces, and
+	// rolloutKey the same in spec order (see WithRollout).
+	overridden    bool
+	rules         *enforcementRules
+	enforcedWaves map[string]bool
+	rolloutKey    string
 }
 
 // expr is one compiled expression.

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -138,40 +140,87 @@ func EnforcedWaves(policy *schedv1alpha1.SchedulingPolicy) map[string]bool {
 	return out
 }
 
-// RolloutKey is what a compiled policy's enforcement takes from its
-// status: the enforced waves, in spec order. The registry compiles a
-// policy again when it changes, although the spec did not.
-func RolloutKey(policy *schedv1alpha1.SchedulingPolicy) string {
-	if policy.Spec.Rollout == nil {
-		return ""
-	}
-	enforced := EnforcedWaves(policy)
+// rolloutKey is what a policy's enforcement takes from its status: the
+// enforced waves, in spec order.
+func rolloutKey(waves []string, enforced map[string]bool) string {
 	var b strings.Builder
-	for _, w := range policy.Spec.Rollout.Waves {
-		if enforced[w.Name] {
-			b.WriteString(w.Name)
+	for _, w := range waves {
+		if enforced[w] {
+			b.WriteString(w)
 			b.WriteByte(',')
 		}
 	}
 	return b.String()
 }
 
-// finishViews makes the enforcement views of a compiled policy with
-// overrides or a rollout. When an override or a wave does not compile
-// (its selectors are nil), no namespace can be told apart: the policy
-// (which does not compile either) is enforced if any of its settings says
-// Enforce.
+// RolloutKey is what a policy's enforcement takes from its status (the
+// enforced waves, in spec order): when it changes and the spec does not,
+// the registry re-resolves the enforcement (WithRollout) and compiles
+// nothing.
+func RolloutKey(policy *schedv1alpha1.SchedulingPolicy) string {
+	if policy.Spec.Rollout == nil {
+		return ""
+	}
+	names := make([]string, len(policy.Spec.Rollout.Waves))
+	for i, w := range policy.Spec.Rollout.Waves {
+		names[i] = w.Name
+	}
+	return rolloutKey(names, EnforcedWaves(policy))
+}
+
+// enforcementRules are what a policy's enforcement is decided from apart
+// from its status: spec.enforcement, the overrides and the rollout's waves
+// with their namespace selectors. Made once per compiled generation and
+// shared by every rollout state of it (WithRollout).
+type enforcementRules struct {
+	enforcement schedv1alpha1.EnforcementAction
+	overrides   []schedv1alpha1.EnforcementOverride
+	// waves are spec.rollout's wave names, in order.
+	waves []string
+	// overrideSels and waveSels are the compiled selectors (nil selects
+	// every namespace); invalid: an override or a wave did not compile,
+	// so no namespace can be told apart.
+	overrideSels, waveSels []labels.Selector
+	invalid                bool
+}
+
+// finishViews keeps the enforcement rules of a compiled policy with
+// overrides or a rollout, and makes its enforcement views for the waves
+// its status enforces.
 func (p *CompiledPolicy) finishViews(policy *schedv1alpha1.SchedulingPolicy, sels, waveSels []labels.Selector) {
 	spec := &policy.Spec
 	if len(spec.EnforcementOverrides) == 0 && spec.Rollout == nil {
 		return
 	}
 	p.overridden = true
-	p.rolloutKey = RolloutKey(policy)
-	enforced := EnforcedWaves(policy)
-	if (len(spec.EnforcementOverrides) > 0 && sels == nil) || (spec.Rollout != nil && waveSels == nil) {
+	rules := &enforcementRules{
+		enforcement:  p.Enforcement,
+		overrides:    slices.Clone(spec.EnforcementOverrides),
+		overrideSels: sels,
+		waveSels:     waveSels,
+		invalid:      (len(spec.EnforcementOverrides) > 0 && sels == nil) || (spec.Rollout != nil && waveSels == nil),
+	}
+	if spec.Rollout != nil {
+		for _, w := range spec.Rollout.Waves {
+			rules.waves = append(rules.waves, w.Name)
+		}
+	}
+	p.rules = rules
+	p.resolve(EnforcedWaves(policy))
+}
+
+// resolve sets the policy's enforcement and views for the enforced
+// waves (by name). When an override or a wave does not compile, no
+// namespace can be told apart: the policy (which does not compile either)
+// is enforced if any of its settings says Enforce.
+func (p *CompiledPolicy) resolve(enforced map[string]bool) {
+	rules := p.rules
+	p.Enforcement, p.EnforcedBy, p.views = rules.enforcement, EnforcedBySpec, nil
+	p.rolloutKey = rolloutKey(rules.waves, enforced)
+	p.enforcedWaves = enforced
+	if rules.invalid {
 		p.EnforcedBy = EnforcedByInvalidOverrides
-		for _, o := range spec.EnforcementOverrides {
+		for _, o := range rules.overrides {
 			if o.Enforcement == schedv1alpha1.Enforce {
 				p.Enforcement = schedv1alpha1.Enforce
 			}
@@ -181,7 +230,7 @@ func (p *CompiledPolicy) finishViews(policy *schedv1alpha1.SchedulingPolicy, sel
 		}
 		return
 	}
-	views := &enforcementViews{numOverrides: len(sels)}
+	views := &enforcementViews{numOverrides: len(rules.overrideSels)}
 	view := func(enforcement schedv1alpha1.EnforcementAction, by string, index int) *CompiledPolicy {
 		c := *p
 		c.Enforcement, c.EnforcedBy, c.view, c.views = enforcement, by, index, nil
@@ -189,30 +238,66 @@ func (p *CompiledPolicy) finishViews(policy *schedv1alpha1.SchedulingPolicy, sel
 		return &c
 	}
 	strictest := p.Enforcement
-	for i, o := range spec.EnforcementOverrides {
+	for i, o := range rules.overrides {
 		views.overrides = append(views.overrides, enforcementOverride{
-			selector: sels[i],
+			selector: rules.overrideSels[i],
 			view:     view(o.Enforcement, fmt.Sprintf("spec.enforcementOverrides[%d]", i), len(views.overrides)+1),
 		})
 		if o.Enforcement == schedv1alpha1.Enforce {
 			strictest = schedv1alpha1.Enforce
 		}
 	}
-	if spec.Rollout != nil {
-		for i, w := range spec.Rollout.Waves {
-			enforcement := schedv1alpha1.Audit
-			if enforced[w.Name] {
-				enforcement, strictest = schedv1alpha1.Enforce, schedv1alpha1.Enforce
-			}
-			v := view(enforcement, fmt.Sprintf("spec.rollout.waves[%d]", i), len(views.overrides)+1)
-			v.wave = i + 1
-			views.overrides = append(views.overrides, enforcementOverride{selector: waveSels[i], view: v})
+	for i, w := range rules.waves {
+		enforcement := schedv1alpha1.Audit
+		if enforced[w] {
+			enforcement, strictest = schedv1alpha1.Enforce, schedv1alpha1.Enforce
 		}
+		v := view(enforcement, fmt.Sprintf("spec.rollout.waves[%d]", i), len(views.overrides)+1)
+		v.wave = i + 1
+		views.overrides = append(views.overrides, enforcementOverride{selector: rules.waveSels[i], view: v})
 	}
 	n := len(views.overrides)
 	views.spec = view(p.Enforcement, EnforcedBySpec, n+1)
 	views.unknown = view(strictest, EnforcedByUnknownNamespace, n+2)
 	p.views = views
+}
+
+// WithRollout returns the policy as a version of the same generation
+// (a status update) enforces it: itself when the waves its status enforces
+// are the ones it has, otherwise a copy with the enforcement resolved
+// again. The copy shares the compiled program, its expressions and the
+// results they remember: a status change compiles nothing.
+func (p *CompiledPolicy) WithRollout(policy *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
+	if p.rules == nil || p.rolloutKey == RolloutKey(policy) {
+		return p
+	}
+	return p.withWaves(EnforcedWaves(policy), policy.ResourceVersion)
+}
+
+// WithWaveEnforced returns the policy with wave (an index in
+// spec.rollout.waves) enforced besides the waves it enforces: what the
+// policy would do once the wave is promoted. It compiles nothing; it
+// returns the policy itself when it has no such wave or already enforces
+// it.
+func (p *CompiledPolicy) WithWaveEnforced(wave int) *CompiledPolicy {
+	if p.rules == nil || wave < 0 || wave >= len(p.rules.waves) || p.enforcedWaves[p.rules.waves[wave]] {
+		return p
+	}
+	enforced := maps.Clone(p.enforcedWaves)
+	if enforced == nil {
+		enforced = map[string]bool{}
+	}
+	enforced[p.rules.waves[wave]] = true
+	return p.withWaves(enforced, p.ResourceVersion)
+}
+
+// withWaves is a copy of the policy (its top level, not a view or a bound
+// copy) with the enforced waves given.
+func (p *CompiledPolicy) withWaves(enforced map[string]bool, resourceVersion string) *CompiledPolicy {
+	c := *p
+	c.ResourceVersion = resourceVersion
+	c.resolve(enforced)
+	return &c
 }
 
 // Wave returns the index in spec.rollout.waves of the wave a copy of the

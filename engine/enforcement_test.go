@@ -129,3 +129,99 @@ func TestEnforcementOverridesCompile(t *testing.T) {
 		t.Error("a policy without overrides is not itself for every namespace")
 	}
 }
+
+// rolloutPolicy rolls out a filter refusing spot nodes in two waves: the
+// namespaces labelled wave=one, then every other one.
+func rolloutPolicy() *schedv1alpha1.SchedulingPolicy {
+	return &schedv1alpha1.SchedulingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-spot", UID: "no-spot", Generation: 1, ResourceVersion: "1"},
+		Spec: schedv1alpha1.SchedulingPolicySpec{
+			Enforcement:   schedv1alpha1.Audit,
+			FailurePolicy: schedv1alpha1.Fail,
+			Rollout: &schedv1alpha1.Rollout{Waves: []schedv1alpha1.RolloutWave{
+				{Name: "one", NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"wave": "one"}}},
+				{Name: "rest"},
+			}},
+			Filters: []schedv1alpha1.Rule{{Name: "not-spot", Expression: "node.metadata.labels[?'capacity'].orValue('') != 'spot'"}},
+		},
+	}
+}
+
+// TestPromotionCompilesNothing: a status update that promotes, then
+// aborts, a wave re-resolves the enforcement on the program the registry
+// holds: nothing is compiled, the promoted wave's pods are enforced, the
+// other wave's are not, and the node-only result remembered before the
+// promotion serves the policy after it (the same expression, its entry
+// still in the node's memo).
+func TestPromotionCompilesNothing(t *testing.T) {
+	t.Parallel()
+	env := testEnv(t)
+	registry := NewRegistry(NewCompiler(env))
+	policy := rolloutPolicy()
+	before := registry.Upsert(policy)
+	if err := before.Err(); err != nil {
+		t.Fatal(err)
+	}
+	conv := NewConverter(env, 0)
+	spot := makeNode("spot-1", map[string]string{"capacity": "spot"})
+	spot.ResourceVersion = "7"
+	node, err := conv.Node(spot, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, rest := makeNamespace("shop", map[string]string{"wave": "one"}), makeNamespace("batch", nil)
+	decide := func(p *CompiledPolicy, ns *corev1.Namespace) *Decision {
+		t.Helper()
+		pod, err := conv.Pod(makePod(ns.Name, "web", nil), ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := p.ForNamespace(ns).Filter(context.Background(), pod, node)
+		return &d
+	}
+	if d := decide(before, one); d.Verdict != Reject || d.Acts() {
+		t.Fatalf("wave one before its promotion: %v, acts %v; want an audited rejection", d.Verdict, d.Acts())
+	}
+	if node.memo.load(&before.filters[0].expr, memoID{}) == nil {
+		t.Fatal("the node-only filter's result was not remembered on the node")
+	}
+
+	promoted := policy.DeepCopy()
+	promoted.ResourceVersion = "2"
+	promoted.Status.Rollout = &schedv1alpha1.RolloutStatus{Waves: []schedv1alpha1.WaveStatus{
+		{Name: "one", Phase: schedv1alpha1.WaveEnforced}, {Name: "rest", Phase: schedv1alpha1.WaveSoaking},
+	}}
+	compilations := registry.Compilations()
+	after := registry.Upsert(promoted)
+	if n := registry.Compilations() - compilations; n != 0 {
+		t.Errorf("a promotion compiled %d policies, want 0", n)
+	}
+	if after == before || registry.Snapshot().Get("no-spot") != after {
+		t.Fatal("the promotion did not publish the policy with its new enforcement")
+	}
+	if after.filters[0] != before.filters[0] || node.memo.load(&after.filters[0].expr, memoID{}) == nil {
+		t.Error("the promoted policy does not read the filter's result remembered before the promotion")
+	}
+	if d := decide(after, one); d.Verdict != Reject || !d.Acts() {
+		t.Errorf("wave one after its promotion: %v, acts %v; want an enforced rejection", d.Verdict, d.Acts())
+	}
+	if d := decide(after, rest); d.Verdict != Reject || d.Acts() {
+		t.Errorf("wave rest after wave one's promotion: %v, acts %v; want an audited rejection", d.Verdict, d.Acts())
+	}
+	if again := registry.Upsert(promoted.DeepCopy()); again != after {
+		t.Error("a resync of the same status made a new policy")
+	}
+	if got := before.WithWaveEnforced(0); !decide(got, one).Acts() || decide(got, rest).Acts() || got.filters[0] != before.filters[0] {
+		t.Error("WithWaveEnforced(0) does not enforce wave one alone on the same program")
+	}
+	if got := after.WithWaveEnforced(0); got != after {
+		t.Error("WithWaveEnforced of a wave already enforced made a copy")
+	}
+
+	aborted := promoted.DeepCopy()
+	aborted.ResourceVersion = "3"
+	aborted.Status.Rollout.Phase = schedv1alpha1.RolloutAborted
+	if p := registry.Upsert(aborted); registry.Compilations() != compilations || decide(p, one).Acts() {
+		t.Error("an abort compiled the policy, or left wave one enforced (the engine audits every wave of an aborted rollout)")
+	}
+}

@@ -26,6 +26,8 @@ type Registry struct {
 	current atomic.Pointer[Snapshot]
 	// explain: compile for explanations too (ExplainRules).
 	explain atomic.Bool
+	// compilations counts Upsert's compilations (Compilations).
+	compilations atomic.Int64
 }
 
 // ExplainRules makes the registry compile the policies it gets from now on
@@ -50,22 +52,29 @@ func (r *Registry) Snapshot() *Snapshot {
 // replacing any previous version of the name, and returns the compiled
 // policy (with its compile errors, if any). The spec of an object only
 // changes with its generation, so a version of the same object (UID) and
-// generation as the one held (a status or metadata update, a resync) is not
-// compiled again: Upsert returns what the registry holds. The exception is
-// a rollout's status: the waves it enforces change the enforcement
-// (RolloutKey).
+// generation as the one held (a status or metadata update, a resync) is
+// not compiled again. What status decides (the waves a rollout enforces)
+// is resolved again on the program held (WithRollout): a promotion, a
+// pause or an abort compiles nothing and keeps every remembered result.
 func (r *Registry) Upsert(policy *schedv1alpha1.SchedulingPolicy) *CompiledPolicy {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.current.Load()
-	if old := cur.Get(policy.Name); old != nil && old.UID == policy.UID && old.Generation == policy.Generation && policy.Generation != 0 &&
-		old.rolloutKey == RolloutKey(policy) {
-		return old
+	if old := cur.Get(policy.Name); old != nil && old.UID == policy.UID && old.Generation == policy.Generation && policy.Generation != 0 {
+		p := old.WithRollout(policy)
+		if p != old {
+			r.current.Store(cur.with(p))
+		}
+		return p
 	}
 	compiled := r.compiler.Compile(policy, CompileOptions{Stored: true, Explain: r.explain.Load()})
+	r.compilations.Add(1)
 	r.current.Store(cur.with(compiled))
 	return compiled
 }
+
+// Compilations counts the policies the registry has compiled.
+func (r *Registry) Compilations() int64 { return r.compilations.Load() }
 
 // Delete removes a policy by name, and says whether there was one.
 func (r *Registry) Delete(name string) bool {
@@ -110,6 +119,11 @@ func (s *Snapshot) Get(name string) *CompiledPolicy { return s.byName[name] }
 // Policies returns the policies in name order. The slice must not be
 // modified.
 func (s *Snapshot) Policies() []*CompiledPolicy { return s.policies }
+
+// With returns a snapshot with p in place of the policy of its name (or
+// added): e.g. a policy with a wave enforced (WithWaveEnforced), to ask
+// what the policies would do then.
+func (s *Snapshot) With(p *CompiledPolicy) *Snapshot { return s.with(p) }
 
 func (s *Snapshot) with(p *CompiledPolicy) *Snapshot {
 	byName := make(map[string]*CompiledPolicy, len(s.byName)+1)
