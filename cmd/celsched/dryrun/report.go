@@ -9,12 +9,13 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
 )
 
 // Report is the outcome of a dry run. The verdict (PreEnqueue, PreFilter,
-// each node's RejectedBy, Feasible, Ranking) is the scheduling framework's;
-// Policies is the engine's detail for every policy.
+// each node's RejectedBy, Feasible, Ranking) is the one evaluator's
+// (verdict.Result); Policies is the engine's detail for every policy.
 type Report struct {
 	Pod           string  `json:"pod"`
 	SchedulerName string  `json:"schedulerName"`
@@ -22,51 +23,17 @@ type Report struct {
 	// Notes say how the input differs from what the scheduler sees (a
 	// bound pod re-evaluated, draft policies).
 	Notes []string `json:"notes,omitempty"`
-	// PreEnqueue is set when a PreEnqueue plugin holds the pod; nothing
-	// else is evaluated then, as in the scheduler.
-	PreEnqueue *Rejection `json:"preEnqueue,omitempty"`
-	// PreFilter is set when a PreFilter plugin rejects the pod outright.
-	PreFilter *Rejection    `json:"preFilter,omitempty"`
-	Nodes     []*NodeResult `json:"nodes"`
-	Feasible  []string      `json:"feasible"`
-	// Ranking is the feasible nodes by total score, highest first (ties by
-	// name; the scheduler picks among tied nodes at random).
-	Ranking  []RankedNode    `json:"ranking"`
+	verdict.Result
 	Policies []*PolicyResult `json:"policies"`
 }
 
-// Plugins are the plugins evaluated, per extension point.
-type Plugins struct {
-	PreEnqueue   []string `json:"preEnqueue"`
-	PreFilter    []string `json:"preFilter"`
-	Filter       []string `json:"filter"`
-	PreScore     []string `json:"preScore"`
-	Score        []string `json:"score"`
-	NotEvaluated []string `json:"notEvaluated,omitempty"`
-}
-
-// Rejection is a plugin's non-success status.
-type Rejection struct {
-	Plugin  string `json:"plugin"`
-	Message string `json:"message"`
-}
-
-// NodeResult is the framework's verdict on one node.
-type NodeResult struct {
-	Name       string     `json:"name"`
-	Feasible   bool       `json:"feasible"`
-	RejectedBy *Rejection `json:"rejectedBy,omitempty"`
-	// Score is the node's total (weighted) score, PluginScores each score
-	// plugin's weighted share; set for feasible nodes.
-	Score        int64            `json:"score,omitempty"`
-	PluginScores map[string]int64 `json:"pluginScores,omitempty"`
-}
-
-// RankedNode is a feasible node and its total score.
-type RankedNode struct {
-	Node  string `json:"node"`
-	Score int64  `json:"score"`
-}
+// The evaluator's types, as reports show them.
+type (
+	Plugins    = verdict.Plugins
+	Rejection  = verdict.Rejection
+	NodeResult = verdict.NodeResult
+	RankedNode = verdict.RankedNode
+)
 
 // PolicyResult is one policy's evaluation for the pod.
 type PolicyResult struct {
@@ -118,16 +85,6 @@ type ScoreResult struct {
 	Raw        float64 `json:"raw"`
 	Normalized *int64  `json:"normalized,omitempty"`
 	Error      string  `json:"error,omitempty"`
-}
-
-// Node returns the result of the named node, or nil.
-func (r *Report) Node(name string) *NodeResult {
-	for _, n := range r.Nodes {
-		if n.Name == name {
-			return n
-		}
-	}
-	return nil
 }
 
 // explain fills Policies with every policy's detail.

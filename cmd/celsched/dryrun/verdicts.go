@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -56,13 +57,12 @@ type ScoreValues struct {
 // cycle would (match, params, filters and scores), but every rule of every
 // policy on every node.
 func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, error) {
-	pod = pod.DeepCopy()
-	defaults.Default(pod)
-	c, err := s.rt.Prepare(ctx, pod, s.cluster.EvaluationBudget)
+	pod = verdict.Default(pod)
+	c, err := s.Runtime().Prepare(ctx, pod, s.cluster.EvaluationBudget)
 	if err != nil {
 		return nil, err
 	}
-	infos := s.cluster.nodeInfos
+	infos := s.cluster.NodeInfos()
 	v := &Verdicts{Rejection: c.Rejection, Nodes: make([]*corev1.Node, len(infos)),
 		MilliCPU: make([]int64, len(infos)), Memory: make([]int64, len(infos))}
 	for _, p := range c.Filters {
@@ -89,7 +89,7 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 		v.Nodes[n] = info.Node()
 		r := info.GetRequested()
 		v.MilliCPU[n], v.Memory[n] = r.GetMilliCPU(), r.GetMemory()
-		in, err := s.rt.Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
+		in, err := s.Runtime().Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +138,7 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 // name, its status or nodeInfo.pods may select, which is a class of its
 // own.
 func (s *Scheduler) Class(pod *corev1.Pod) (string, bool) {
-	sig, ok := s.rt.Inputs.Policies.Snapshot().Signature(pod)
+	sig, ok := s.Runtime().Inputs.Policies.Snapshot().Signature(pod)
 	if !ok {
 		return "", false
 	}

@@ -1,0 +1,600 @@
+// Package verdict answers "which nodes may this pod have" the one way
+// celsched answers it: kube-scheduler's own framework for the pod's
+// profile (every plugin the profile enables, built-in and CEL, PreEnqueue
+// to Score, no binding), in-process, over a snapshot of a cluster and a
+// set of compiled policies. The dry-run CLI (eval, explain, test, impact,
+// analyze) and the rollout gate ask it; the scheduling cycle is the same
+// framework with the same plugins.
+package verdict
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkplugins "k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/preenqueue"
+	"github.com/celsched/celsched/celplugins/score"
+	"github.com/celsched/celsched/engine"
+)
+
+// NotEvaluated are plugins of a profile that an evaluation outside the
+// scheduler cannot run, and why.
+var NotEvaluated = map[string]string{
+	names.DynamicResources: "needs the cluster's ResourceClaims and ResourceSlices",
+}
+
+// defaults applies the API server's defaults to core objects (a pod read
+// from a file has no requests defaulted from its limits, for instance).
+var defaults = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(k8scorev1.RegisterDefaults(s))
+	return s
+}()
+
+// Default applies the API server's defaults to a copy of a pod.
+func Default(pod *corev1.Pod) *corev1.Pod {
+	pod = pod.DeepCopy()
+	defaults.Default(pod)
+	return pod
+}
+
+// Cluster is what the scheduler's cache and informers hold: the nodes, the
+// namespaces, the pods on the nodes and the objects built-in plugins read.
+// It is built once and shared by the Evaluators of several policy sets;
+// nothing in it is written after NewCluster.
+type Cluster struct {
+	nodes      []*corev1.Node
+	pods       []*corev1.Pod
+	namespaces []*corev1.Namespace
+	objects    []runtime.Object
+	snapshot   *internalcache.Snapshot
+	// nodeInfos are the snapshot's nodes in name order, for a stable
+	// report (the scheduler's order does not change feasibility or scores).
+	nodeInfos []fwk.NodeInfo
+}
+
+// NewCluster defaults copies of the objects as the API server would, gives
+// those read from files a version, and builds the scheduler's snapshot of
+// them. Pods on no node of nodes are ignored, as in the scheduler's cache.
+func NewCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
+	nodes = versioned(defaulted(nodes))
+	return newCluster(versioned(defaulted(namespaces)), nodes, defaulted(onNodes(pods, nodes)), objects)
+}
+
+// NewLiveCluster is NewCluster over objects read from the API server (an
+// informer's): they are defaulted and versioned already, and are not
+// copied; they must not be written.
+func NewLiveCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
+	return newCluster(namespaces, nodes, onNodes(pods, nodes), objects)
+}
+
+func newCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
+	c := &Cluster{nodes: nodes, namespaces: namespaces, pods: pods, objects: objects}
+	c.snapshot = internalcache.NewSnapshot(c.pods, c.nodes)
+	infos, _ := c.snapshot.NodeInfos().List() // a snapshot's List does not fail
+	c.nodeInfos = slices.Clone(infos)
+	slices.SortFunc(c.nodeInfos, func(a, b fwk.NodeInfo) int { return strings.Compare(a.Node().Name, b.Node().Name) })
+	return c
+}
+
+// NodeInfos are the scheduler's view of each node, in name order. They
+// must not be written.
+func (c *Cluster) NodeInfos() []fwk.NodeInfo { return c.nodeInfos }
+
+// NodeInfo returns the scheduler's view of the named node.
+func (c *Cluster) NodeInfo(name string) (fwk.NodeInfo, error) {
+	return c.snapshot.NodeInfos().Get(name)
+}
+
+// WithNamespaces returns namespaces plus, for each pod whose namespace is
+// not among them, one with only the kubernetes.io/metadata.name label.
+func WithNamespaces(namespaces []*corev1.Namespace, pods ...*corev1.Pod) []*corev1.Namespace {
+	out := namespaces
+	for _, pod := range pods {
+		if !slices.ContainsFunc(out, func(ns *corev1.Namespace) bool { return ns.Name == pod.Namespace }) {
+			if len(out) == len(namespaces) {
+				out = slices.Clone(namespaces)
+			}
+			out = append(out, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+				Name: pod.Namespace, Labels: map[string]string{corev1.LabelMetadataName: pod.Namespace},
+			}})
+		}
+	}
+	return out
+}
+
+// Policies are what an Evaluator's CEL plugins read: a fixed snapshot of
+// compiled policies, the params objects of the parameterized ones, and the
+// converter (which caches the nodes' CEL values and the results remembered
+// on them: share the scheduler's to share its work).
+type Policies struct {
+	Snapshot  *engine.Snapshot
+	Params    engine.ParamsResolver
+	Converter *engine.Converter
+}
+
+// Options configure an Evaluator.
+type Options struct {
+	// Config is the scheduler configuration; it must be defaulted (as
+	// loaded by the manager). Each profile gets a framework.
+	Config *schedulerconfig.KubeSchedulerConfiguration
+	// Budget, when longer than a profile's, is the CEL plugins' time
+	// budget per pod (celplugins.Args). The budget bounds the wall time of
+	// a cycle; an evaluation here filters every node one after the other
+	// (and several pods at once), where the scheduler samples nodes and
+	// filters them in parallel, so the scheduler's budget would cut off
+	// rules that the scheduler runs in time.
+	Budget time.Duration
+}
+
+// Evaluator is kube-scheduler's framework, one per profile of a
+// configuration, over a Cluster with a fixed set of policies. It evaluates
+// pods concurrently (each evaluation has its own cycle state, as the
+// scheduler's parallel filters do); Close releases it.
+type Evaluator struct {
+	cluster    *Cluster
+	rt         *celplugins.Runtime
+	cfg        *schedulerconfig.KubeSchedulerConfiguration
+	frameworks map[string]framework.Framework
+	cancel     context.CancelFunc
+}
+
+// fixed is an evaluation's policies: they do not change.
+type fixed struct{ s *engine.Snapshot }
+
+func (f fixed) Snapshot() *engine.Snapshot { return f.s }
+
+// New builds the frameworks of every profile of opts.Config over the
+// cluster, with the CEL plugins reading policies. The built-in plugins'
+// informers (namespaces, volumes, services) are a fake clientset's over
+// the cluster's namespaces and objects; nodes and pods come from the
+// cluster's snapshot, as the scheduler's do from its cache.
+func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Evaluator, error) {
+	if opts.Config == nil || len(opts.Config.Profiles) == 0 {
+		return nil, fmt.Errorf("the scheduler configuration has no profile")
+	}
+	e := &Evaluator{
+		cluster:    c,
+		rt:         celplugins.NewRuntime(fixed{policies.Snapshot}, policies.Converter),
+		cfg:        opts.Config,
+		frameworks: map[string]framework.Framework{},
+	}
+	e.rt.Inputs.Params = policies.Params
+	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.objects))
+	objects = append(objects, c.objects...)
+	for _, ns := range c.namespaces {
+		objects = append(objects, ns)
+	}
+	client := fake.NewClientset(objects...)
+	factory := informers.NewSharedInformerFactory(client, 0)
+
+	pluginRegistry := frameworkplugins.NewInTreeRegistry()
+	if err := pluginRegistry.Merge(frameworkruntime.Registry{
+		preenqueue.Name: celplugins.Factory(e.rt, preenqueue.New),
+		filter.Name:     celplugins.Factory(e.rt, filter.New),
+		score.Name:      celplugins.Factory(e.rt, score.New),
+	}); err != nil {
+		return nil, err
+	}
+	ctx, e.cancel = context.WithCancel(ctx)
+	metrics.Register() // the framework records into kube-scheduler's metrics; idempotent
+	for i := range opts.Config.Profiles {
+		prof := profile(&opts.Config.Profiles[i])
+		if err := withBudget(prof, opts.Budget); err != nil {
+			e.cancel()
+			return nil, err
+		}
+		fw, err := frameworkruntime.NewFramework(ctx, pluginRegistry, prof,
+			frameworkruntime.WithClientSet(client),
+			frameworkruntime.WithInformerFactory(factory),
+			frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+			frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
+			frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())),
+			frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
+			frameworkruntime.WithPodsInPreBind(frameworkruntime.NewPodsInPreBindMap()),
+			frameworkruntime.WithParallelism(1),
+		)
+		if err != nil {
+			e.cancel()
+			return nil, fmt.Errorf("building the scheduling framework of profile %s: %w", prof.SchedulerName, err)
+		}
+		e.frameworks[prof.SchedulerName] = fw
+	}
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	return e, nil
+}
+
+// Close stops the frameworks' informers.
+func (e *Evaluator) Close() { e.cancel() }
+
+// Runtime is the CEL plugins' runtime: its Inputs match and convert pods
+// as the plugins do, for the engine's per-rule detail.
+func (e *Evaluator) Runtime() *celplugins.Runtime { return e.rt }
+
+// Cluster is the cluster evaluated.
+func (e *Evaluator) Cluster() *Cluster { return e.cluster }
+
+// Policies are the evaluator's compiled policies, in name order.
+func (e *Evaluator) Policies() []*engine.CompiledPolicy {
+	return e.rt.Inputs.Policies.Snapshot().Policies()
+}
+
+// Rejection is a plugin's non-success status.
+type Rejection struct {
+	Plugin  string `json:"plugin"`
+	Message string `json:"message"`
+}
+
+// NodeResult is the framework's verdict on one node.
+type NodeResult struct {
+	Name       string     `json:"name"`
+	Feasible   bool       `json:"feasible"`
+	RejectedBy *Rejection `json:"rejectedBy,omitempty"`
+	// Score is the node's total (weighted) score, PluginScores each score
+	// plugin's weighted share; set for feasible nodes when scored.
+	Score        int64            `json:"score,omitempty"`
+	PluginScores map[string]int64 `json:"pluginScores,omitempty"`
+}
+
+// RankedNode is a feasible node and its total score.
+type RankedNode struct {
+	Node  string `json:"node"`
+	Score int64  `json:"score"`
+}
+
+// Result is the framework's verdict on a pod.
+type Result struct {
+	// PreEnqueue is set when a PreEnqueue plugin holds the pod; nothing
+	// else is evaluated then, as in the scheduler.
+	PreEnqueue *Rejection `json:"preEnqueue,omitempty"`
+	// PreFilter is set when a PreFilter plugin rejects the pod outright.
+	PreFilter *Rejection `json:"preFilter,omitempty"`
+	// Nodes are every node's verdict, in name order.
+	Nodes    []*NodeResult `json:"nodes"`
+	Feasible []string      `json:"feasible"`
+	// Ranking is the feasible nodes by total score, highest first (ties by
+	// name; the scheduler picks among tied nodes at random); empty when
+	// not scored.
+	Ranking []RankedNode `json:"ranking"`
+}
+
+// Node returns the result of the named node, or nil.
+func (r *Result) Node(name string) *NodeResult {
+	for _, n := range r.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Held says whether the pod gets no node whatever the node: held at
+// PreEnqueue or rejected at PreFilter.
+func (r *Result) Held() bool { return r.PreEnqueue != nil || r.PreFilter != nil }
+
+// How much of a cycle an evaluation runs.
+type stage int
+
+const (
+	// filterOnly runs PreEnqueue, PreFilter and Filter: feasibility.
+	filterOnly stage = iota
+	// scored runs PreScore and Score on the feasible nodes too.
+	scored
+)
+
+// Schedule evaluates a pod as a scheduling cycle would: PreEnqueue to
+// Score, no binding. An empty schedulerName means the first profile.
+func (e *Evaluator) Schedule(ctx context.Context, pod *corev1.Pod) (*Result, error) {
+	return e.run(ctx, pod, nil, scored)
+}
+
+// Feasible is Schedule without scoring: which nodes the pod may have.
+func (e *Evaluator) Feasible(ctx context.Context, pod *corev1.Pod) (*Result, error) {
+	return e.run(ctx, pod, nil, filterOnly)
+}
+
+// Reschedule evaluates a pod bound to a node of the cluster as if it were
+// evicted and created again: the same pod, unbound, with itself removed
+// from its node (as preemption removes a victim: the node's resources and
+// the PreFilter state of the plugins that count pods).
+func (e *Evaluator) Reschedule(ctx context.Context, pod *corev1.Pod) (*Result, error) {
+	again := pod.DeepCopy()
+	again.Spec.NodeName = ""
+	return e.run(ctx, again, pod, scored)
+}
+
+// SchedulerName returns the profile a pod is evaluated with: its
+// schedulerName, or the first profile's when it has none.
+func (e *Evaluator) SchedulerName(pod *corev1.Pod) (string, error) {
+	p, err := pickProfile(e.cfg, pod.Spec.SchedulerName)
+	if err != nil {
+		return "", err
+	}
+	return p.SchedulerName, nil
+}
+
+// Framework returns the framework of a pod's profile.
+func (e *Evaluator) Framework(pod *corev1.Pod) (framework.Framework, error) {
+	name, err := e.SchedulerName(pod)
+	if err != nil {
+		return nil, err
+	}
+	return e.frameworks[name], nil
+}
+
+func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until stage) (*Result, error) {
+	pod = Default(pod)
+	fw, err := e.Framework(pod)
+	if err != nil {
+		return nil, err
+	}
+	pod.Spec.SchedulerName = fw.ProfileName()
+	r := &Result{}
+	if err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// schedule runs the framework's extension points as a scheduling cycle
+// does, on the nodes in the order given. evicted, when set, is the pod as
+// bound: it is removed from its node first.
+func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage) error {
+	for _, pl := range fw.PreEnqueuePlugins() {
+		if st := pl.PreEnqueue(ctx, pod); !st.IsSuccess() {
+			// Held: nothing else runs, as in the scheduler.
+			r.PreEnqueue = &Rejection{Plugin: pl.Name(), Message: st.Message()}
+			r.unevaluated(nodeInfos)
+			return nil
+		}
+	}
+	state := framework.NewCycleState()
+	result, st, _ := fw.RunPreFilterPlugins(ctx, state, pod)
+	if !st.IsSuccess() && !st.IsSkip() {
+		r.PreFilter = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
+		r.unevaluated(nodeInfos)
+		return nil
+	}
+	if evicted != nil {
+		var err error
+		if nodeInfos, err = evict(ctx, fw, state, pod, evicted, nodeInfos); err != nil {
+			return err
+		}
+	}
+	var feasible []fwk.NodeInfo
+	var feasibleResults []*NodeResult // in the order of feasible
+	for _, ni := range nodeInfos {
+		n := &NodeResult{Name: ni.Node().Name}
+		r.Nodes = append(r.Nodes, n)
+		if !result.AllNodes() && !result.NodeNames.Has(n.Name) {
+			n.RejectedBy = &Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"}
+			continue
+		}
+		if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
+			n.RejectedBy = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
+			continue
+		}
+		n.Feasible = true
+		feasible = append(feasible, ni)
+		feasibleResults = append(feasibleResults, n)
+		r.Feasible = append(r.Feasible, n.Name)
+	}
+	if len(feasible) == 0 || until < scored {
+		return nil
+	}
+	if st := fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
+		return fmt.Errorf("running the prescore plugins: %w", st.AsError())
+	}
+	scores, st := fw.RunScorePlugins(ctx, state, pod, feasible)
+	if !st.IsSuccess() {
+		return fmt.Errorf("running the score plugins: %w", st.AsError())
+	}
+	for i, s := range scores { // in the order of feasible
+		n := feasibleResults[i]
+		n.Score = s.TotalScore
+		n.PluginScores = make(map[string]int64, len(s.Scores))
+		for _, ps := range s.Scores {
+			n.PluginScores[ps.Name] = ps.Score
+		}
+		r.Ranking = append(r.Ranking, RankedNode{Node: s.Name, Score: s.TotalScore})
+	}
+	sort.SliceStable(r.Ranking, func(i, j int) bool {
+		if r.Ranking[i].Score != r.Ranking[j].Score {
+			return r.Ranking[i].Score > r.Ranking[j].Score
+		}
+		return r.Ranking[i].Node < r.Ranking[j].Node
+	})
+	return nil
+}
+
+// unevaluated lists the nodes, none evaluated: the pod was held or
+// rejected before Filter.
+func (r *Result) unevaluated(nodeInfos []fwk.NodeInfo) {
+	for _, ni := range nodeInfos {
+		r.Nodes = append(r.Nodes, &NodeResult{Name: ni.Node().Name})
+	}
+}
+
+// evict removes a bound pod from a copy of its node, as preemption removes
+// a victim: from the node's NodeInfo, then from the PreFilter state of the
+// plugins that count pods (inter-pod affinity, topology spread). It returns
+// the nodes with the copy in place of the node. The PreScore plugins still
+// see the pod where it is (they read the snapshot), as they do during
+// preemption.
+func evict(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod, evicted *corev1.Pod, nodeInfos []fwk.NodeInfo) ([]fwk.NodeInfo, error) {
+	i := slices.IndexFunc(nodeInfos, func(ni fwk.NodeInfo) bool { return ni.Node().Name == evicted.Spec.NodeName })
+	if i < 0 {
+		return nil, fmt.Errorf("pod %s/%s is bound to %s, which is not a node of the cluster", evicted.Namespace, evicted.Name, evicted.Spec.NodeName)
+	}
+	ni := nodeInfos[i].Snapshot()
+	var victim fwk.PodInfo
+	for _, p := range ni.GetPods() {
+		if p.GetPod().UID == evicted.UID {
+			victim = p
+		}
+	}
+	if victim == nil {
+		return nil, fmt.Errorf("pod %s/%s is not on node %s of the scheduler's snapshot", evicted.Namespace, evicted.Name, evicted.Spec.NodeName)
+	}
+	if err := ni.RemovePod(klog.FromContext(ctx), victim.GetPod()); err != nil {
+		return nil, fmt.Errorf("removing pod %s/%s from its node: %w", evicted.Namespace, evicted.Name, err)
+	}
+	if st := fw.RunPreFilterExtensionRemovePod(ctx, state, pod, victim, ni); !st.IsSuccess() {
+		return nil, fmt.Errorf("removing pod %s/%s from the PreFilter state: %w", evicted.Namespace, evicted.Name, st.AsError())
+	}
+	out := slices.Clone(nodeInfos)
+	out[i] = ni
+	return out, nil
+}
+
+// Plugins are the plugins evaluated, per extension point.
+type Plugins struct {
+	PreEnqueue   []string `json:"preEnqueue"`
+	PreFilter    []string `json:"preFilter"`
+	Filter       []string `json:"filter"`
+	PreScore     []string `json:"preScore"`
+	Score        []string `json:"score"`
+	NotEvaluated []string `json:"notEvaluated,omitempty"`
+}
+
+// PluginsOf lists the plugins a framework evaluates, per extension point,
+// and those an evaluation cannot run.
+func PluginsOf(fw framework.Framework) Plugins {
+	list := fw.ListPlugins()
+	enabled := func(set schedulerconfig.PluginSet) []string {
+		out := make([]string, len(set.Enabled))
+		for i, pl := range set.Enabled {
+			out[i] = pl.Name
+		}
+		return out
+	}
+	p := Plugins{
+		PreEnqueue: enabled(list.PreEnqueue),
+		PreFilter:  enabled(list.PreFilter),
+		Filter:     enabled(list.Filter),
+		PreScore:   enabled(list.PreScore),
+		Score:      enabled(list.Score),
+	}
+	for name, why := range NotEvaluated {
+		p.NotEvaluated = append(p.NotEvaluated, name+" ("+why+")")
+	}
+	sort.Strings(p.NotEvaluated)
+	return p
+}
+
+// onNodes returns the pods bound to one of the nodes.
+func onNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {
+	known := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		known[n.Name] = true
+	}
+	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return !known[p.Spec.NodeName] })
+}
+
+// versioned gives the objects without a resourceVersion, read from files,
+// a version and a UID: they do not change during an evaluation, and the
+// engine caches the CEL values of nodes and namespaces per version only.
+func versioned[T metav1.Object](objs []T) []T {
+	for _, o := range objs {
+		if o.GetResourceVersion() == "" {
+			o.SetResourceVersion("1")
+		}
+		if o.GetUID() == "" {
+			o.SetUID(ktypes.UID("dry-run-" + o.GetName()))
+		}
+	}
+	return objs
+}
+
+func defaulted[T runtime.Object](objs []T) []T {
+	out := make([]T, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopyObject().(T)
+		defaults.Default(out[i])
+	}
+	return out
+}
+
+// pickProfile returns the profile named (the first when name is empty).
+func pickProfile(cfg *schedulerconfig.KubeSchedulerConfiguration, name string) (*schedulerconfig.KubeSchedulerProfile, error) {
+	if len(cfg.Profiles) == 0 {
+		return nil, fmt.Errorf("the scheduler configuration has no profile")
+	}
+	if name == "" {
+		return &cfg.Profiles[0], nil
+	}
+	for i := range cfg.Profiles {
+		if cfg.Profiles[i].SchedulerName == name {
+			return &cfg.Profiles[i], nil
+		}
+	}
+	return nil, fmt.Errorf("the pod's schedulerName %q is not a profile of the scheduler configuration", name)
+}
+
+// profile returns a copy of a profile without the plugins an evaluation
+// cannot run.
+func profile(p *schedulerconfig.KubeSchedulerProfile) *schedulerconfig.KubeSchedulerProfile {
+	prof := p.DeepCopy()
+	pl := prof.Plugins
+	for _, set := range []*schedulerconfig.PluginSet{
+		&pl.MultiPoint, &pl.PreEnqueue, &pl.QueueSort, &pl.PreFilter, &pl.Filter, &pl.PostFilter, &pl.PreScore,
+		&pl.Score, &pl.Reserve, &pl.Permit, &pl.PreBind, &pl.Bind, &pl.PostBind,
+	} {
+		set.Enabled = slices.DeleteFunc(set.Enabled, func(p schedulerconfig.Plugin) bool { return NotEvaluated[p.Name] != "" })
+	}
+	return prof
+}
+
+// withBudget sets the CEL plugins' time budget in a profile, when longer
+// than the profile's own.
+func withBudget(prof *schedulerconfig.KubeSchedulerProfile, budget time.Duration) error {
+	if budget <= 0 {
+		return nil
+	}
+	i := slices.IndexFunc(prof.PluginConfig, func(pc schedulerconfig.PluginConfig) bool { return pc.Name == filter.Name })
+	if i < 0 {
+		prof.PluginConfig = append(prof.PluginConfig, schedulerconfig.PluginConfig{Name: filter.Name})
+		i = len(prof.PluginConfig) - 1
+	}
+	args := celplugins.Args{}
+	if prof.PluginConfig[i].Args != nil {
+		var err error
+		if args, err = celplugins.DecodeArgs(prof.PluginConfig[i].Args); err != nil {
+			return fmt.Errorf("profile %s: %w", prof.SchedulerName, err)
+		}
+	}
+	args.EvaluationBudget.Duration = max(args.EvaluationBudget.Duration, budget)
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return err
+	}
+	prof.PluginConfig[i].Args = &runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}
+	return nil
+}
