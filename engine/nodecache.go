@@ -19,7 +19,9 @@ import (
 // map by name behind an atomic pointer (no lock, one string hash), and
 // fills the slot. Writes go to a small map under a mutex, merged into a
 // new read map once it has been missed as many times as it has entries (as
-// sync.Map does): a node's new version is read under the mutex until then.
+// sync.Map does), and at least a quarter as many times as the read map has
+// (a merge copies it): a node's new version is read under the mutex until
+// then.
 type nodeCache struct {
 	// byObject is a direct-mapped table from a node object's address to
 	// its entry: a slot answers only for the object its entry holds (which
@@ -118,14 +120,22 @@ func (c *nodeCache) store(name string, e *nodeEntry) {
 }
 
 // missed counts a read that the read map could not answer, and merges the
-// dirty map into a new read map when they have cost as much as a merge.
+// dirty map into a new read map when the misses have cost about as much as
+// a merge, which copies the read map: so converting every node of a large
+// cluster once, one after the other (a miss and a store each), merges
+// O(log n) times, not once per node.
 func (c *nodeCache) missed() {
 	c.misses++
-	if c.misses < len(c.dirty) || len(c.dirty) == 0 {
+	old := c.read.Load()
+	readLen := 0
+	if old != nil {
+		readLen = len(*old)
+	}
+	if c.misses < max(len(c.dirty), readLen/4) || len(c.dirty) == 0 {
 		return
 	}
 	var read map[string]*nodeEntry
-	if old := c.read.Load(); old != nil && len(*old)+len(c.dirty) <= c.max {
+	if old != nil && len(*old)+len(c.dirty) <= c.max {
 		read = maps.Clone(*old)
 	}
 	if read == nil {

@@ -44,7 +44,7 @@ func TestNodeCache(t *testing.T) {
 		t.Error("a new version is not found")
 	}
 	c.store("n2", nil)
-	for range 10 { // misses, which merge
+	for range 50 { // misses, which merge (a merge waits for a quarter of the read map's size)
 		c.load(node("x", "1"))
 	}
 	if c.load(node("n1", "1")) != nil || c.load(node("n1", "2")) == nil {

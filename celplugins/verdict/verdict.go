@@ -191,7 +191,11 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	for _, ns := range c.namespaces {
 		objects = append(objects, ns)
 	}
-	client := fake.NewClientset(objects...)
+	// NewClientset builds a server-side-apply type converter from the
+	// OpenAPI schemas on every call (about a second); no plugin applies
+	// anything here.
+	client := fake.NewSimpleClientset(objects...) //nolint:staticcheck // see above
+
 	factory := informers.NewSharedInformerFactory(client, 0)
 
 	pluginRegistry := frameworkplugins.NewInTreeRegistry()
@@ -227,8 +231,33 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		e.frameworks[prof.SchedulerName] = fw
 	}
 	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	if err := waitForSync(ctx, factory); err != nil {
+		e.cancel()
+		return nil, err
+	}
 	return e, nil
+}
+
+// waitForSync waits for the fake clientset's informers to sync: they list
+// objects held in memory, in well under a millisecond, where the
+// factory's own wait polls every 100 ms for each informer in turn.
+func waitForSync(ctx context.Context, factory informers.SharedInformerFactory) error {
+	now := make(chan struct{})
+	close(now) // WaitForCacheSync with a closed channel checks once
+	for {
+		synced := true
+		for _, ok := range factory.WaitForCacheSync(now) {
+			synced = synced && ok
+		}
+		if synced {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the built-in plugins' informers: %w", context.Cause(ctx))
+		case <-time.After(time.Millisecond):
+		}
+	}
 }
 
 // Close stops the frameworks' informers.
@@ -303,8 +332,12 @@ func (r *Result) Held() bool { return r.PreEnqueue != nil || r.PreFilter != nil 
 type stage int
 
 const (
-	// filterOnly runs PreEnqueue, PreFilter and Filter: feasibility.
-	filterOnly stage = iota
+	// anyNode runs PreEnqueue, PreFilter and Filter until a node is
+	// feasible: whether the pod has a node.
+	anyNode stage = iota
+	// filterOnly runs PreEnqueue, PreFilter and Filter on every node:
+	// feasibility.
+	filterOnly
 	// scored runs PreScore and Score on the feasible nodes too.
 	scored
 )
@@ -318,6 +351,13 @@ func (e *Evaluator) Schedule(ctx context.Context, pod *corev1.Pod) (*Result, err
 // Feasible is Schedule without scoring: which nodes the pod may have.
 func (e *Evaluator) Feasible(ctx context.Context, pod *corev1.Pod) (*Result, error) {
 	return e.run(ctx, pod, nil, filterOnly)
+}
+
+// AnyFeasible is Feasible that stops at the first feasible node: whether
+// the pod has a node (Result.Feasible holds it), and if not, why not
+// (every node's rejection).
+func (e *Evaluator) AnyFeasible(ctx context.Context, pod *corev1.Pod) (*Result, error) {
+	return e.run(ctx, pod, nil, anyNode)
 }
 
 // Reschedule evaluates a pod bound to a node of the cluster as if it were
@@ -405,6 +445,9 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 		feasible = append(feasible, ni)
 		feasibleResults = append(feasibleResults, n)
 		r.Feasible = append(r.Feasible, n.Name)
+		if until == anyNode {
+			return nil
+		}
 	}
 	if len(feasible) == 0 || until < scored {
 		return nil

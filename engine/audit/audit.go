@@ -96,7 +96,7 @@ type NamespaceKey struct {
 
 // Stranded is the evidence of a wave's pending pods, which no scheduling
 // cycle reports on: those the policy, enforced, would hold or leave with
-// no node (celplugins.PendingPods).
+// no node (verdict.PendingPods).
 type Stranded struct {
 	// Count is how many; Pods names the first MaxStrandedNames of them
 	// (namespace/name, in name order).

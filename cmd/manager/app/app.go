@@ -9,6 +9,7 @@ package app
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 
 	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
@@ -46,6 +48,7 @@ import (
 	"github.com/celsched/celsched/celplugins/filter"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
+	"github.com/celsched/celsched/celplugins/verdict"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/controllers/webhookcert"
@@ -235,10 +238,11 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	for i, p := range schedCfg.Profiles {
 		names[i] = p.SchedulerName
 	}
-	// The rollouts' gates count pending pods with the scheduler's own
-	// informers and policies.
-	pending := &celplugins.PendingPods{Inputs: p.rt.Inputs, SchedulerNames: names,
+	// The rollouts' gates count pending pods with the one evaluator, over
+	// the scheduler's own informers, policies, converter and params.
+	pending := &verdict.PendingPods{Inputs: p.rt.Inputs, Config: schedCfg,
 		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister(),
+		Namespaces: runner.factory.Core().V1().Namespaces().Lister(), Objects: runner.volumeObjects(),
 		Synced: func() bool { return runner.readyz(nil) == nil }}
 	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
 		Interval: o.RolloutInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
@@ -531,6 +535,44 @@ func (r *schedulerRunner) informers() ctrlRunnable {
 		r.factory.Shutdown()
 		return nil
 	}}
+}
+
+// volumeObjects lists, from the scheduler's informers, the objects that
+// the built-in volume plugins read (claims, volumes, storage classes, CSI
+// nodes and drivers), for an evaluation outside the scheduling loop. The
+// listers are requested now, before the informers start.
+func (r *schedulerRunner) volumeObjects() func() ([]runtime.Object, error) {
+	pvcs := r.factory.Core().V1().PersistentVolumeClaims().Lister()
+	pvs := r.factory.Core().V1().PersistentVolumes().Lister()
+	classes := r.factory.Storage().V1().StorageClasses().Lister()
+	csiNodes := r.factory.Storage().V1().CSINodes().Lister()
+	csiDrivers := r.factory.Storage().V1().CSIDrivers().Lister()
+	return func() ([]runtime.Object, error) {
+		everything := labels.Everything()
+		var out []runtime.Object
+		var errs []error
+		out, errs = listed(out, errs, pvcs.List)(everything)
+		out, errs = listed(out, errs, pvs.List)(everything)
+		out, errs = listed(out, errs, classes.List)(everything)
+		out, errs = listed(out, errs, csiNodes.List)(everything)
+		out, errs = listed(out, errs, csiDrivers.List)(everything)
+		return out, errors.Join(errs...)
+	}
+}
+
+// listed appends what a lister's List returns to out, or its error to
+// errs.
+func listed[T runtime.Object](out []runtime.Object, errs []error, list func(labels.Selector) ([]T, error)) func(labels.Selector) ([]runtime.Object, []error) {
+	return func(sel labels.Selector) ([]runtime.Object, []error) {
+		objs, err := list(sel)
+		if err != nil {
+			return out, append(errs, err)
+		}
+		for _, o := range objs {
+			out = append(out, o)
+		}
+		return out, errs
+	}
 }
 
 // Start runs the scheduling loop on the leader until ctx is done.

@@ -1,0 +1,236 @@
+package verdict
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/klog/v2"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
+)
+
+// PendingPods answers, for a rollout's gate, what a policy would do to the
+// pending pods of one of its waves once the wave is enforced: the pods the
+// scheduler has not bound (no scheduling cycle reports on them, as
+// ReportAudit does at bind) are evaluated by the one evaluator, over the
+// scheduler's own informers, policies, converter and params, outside any
+// scheduling cycle.
+type PendingPods struct {
+	// Inputs are the scheduler's CEL plugins' inputs: its policies, its
+	// converter (and the results remembered on its nodes), its params.
+	Inputs     *celplugins.Inputs
+	Pods       corelisters.PodLister
+	Nodes      corelisters.NodeLister
+	Namespaces corelisters.NamespaceLister
+	// Objects lists the other objects built-in plugins read (volumes,
+	// storage classes, CSI nodes); nil means none.
+	Objects func() ([]runtime.Object, error)
+	// Config is the scheduler's configuration (defaulted): the pods of its
+	// profiles are counted, each with its profile's framework.
+	Config *schedulerconfig.KubeSchedulerConfiguration
+	// Synced says whether the informers behind the listers have synced:
+	// until then nothing is counted (an empty list is not evidence).
+	Synced func() bool
+}
+
+// WouldStrand counts the pending pods of wave (an index in
+// spec.rollout.waves) of the policy, compiled at generation: the pods of
+// the scheduler's profiles without a node, not being deleted or
+// terminated, whose namespace falls in the wave. A pod counts when the
+// framework of its profile finds it a node with the policies as they are
+// (the wave audited) and none with the wave enforced (held, rejected, or
+// every node refused): the wave is what would keep it pending. A pod no
+// node fits either way is not counted. Each evaluation has its profile's
+// time budget, as a scheduling cycle; a rule cut off under enforcement
+// rejects, so it counts. Pods of one class (equal in everything but their
+// identity, see Class) are evaluated once. It fails when the informers
+// have not synced or the scheduler has not compiled that generation of
+// the policy.
+func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error) {
+	var out audit.Stranded
+	if pp.Synced != nil && !pp.Synced() {
+		return out, fmt.Errorf("the scheduler's informers have not synced yet")
+	}
+	snapshot := pp.Inputs.Policies.Snapshot()
+	compiled := snapshot.Get(policy)
+	if compiled == nil || compiled.Generation != generation {
+		return out, fmt.Errorf("the scheduler has not compiled generation %d of SchedulingPolicy %s yet", generation, policy)
+	}
+	pods, err := pp.Pods.List(labels.Everything())
+	if err != nil {
+		return out, fmt.Errorf("listing pods: %w", err)
+	}
+	profiles := make([]string, len(pp.Config.Profiles))
+	for i, p := range pp.Config.Profiles {
+		profiles[i] = p.SchedulerName
+	}
+	c := &count{pp: pp, snapshot: snapshot, enforced: snapshot.With(compiled.WithWaveEnforced(wave)), pods: pods, classes: map[string]bool{}}
+	defer c.close()
+	for _, pod := range pods {
+		if !pending(pod, profiles) || !pp.inWave(pod, policy, wave) {
+			continue
+		}
+		stranded, err := c.strands(ctx, pod)
+		if err != nil {
+			if ctx.Err() != nil {
+				return out, context.Cause(ctx)
+			}
+			klog.FromContext(ctx).V(2).Info("Not evaluating a pending pod for a rollout", "pod", klog.KObj(pod), "policy", policy, "err", err)
+			continue
+		}
+		if stranded {
+			out.Count++
+			out.Pods = append(out.Pods, pod.Namespace+"/"+pod.Name)
+		}
+	}
+	slices.Sort(out.Pods)
+	if len(out.Pods) > audit.MaxStrandedNames {
+		out.Pods = out.Pods[:audit.MaxStrandedNames]
+	}
+	return out, ctx.Err()
+}
+
+// inWave says whether the policy applies to the pod with the enforcement
+// of the wave (the wave selects the pod's namespace, and no override does
+// first), as the scheduler's match decides it.
+func (pp *PendingPods) inWave(pod *corev1.Pod, policy string, wave int) bool {
+	in, err := pp.Inputs.PodInput(pod)
+	if err != nil {
+		return false
+	}
+	p := pp.Inputs.Policies.Snapshot().Get(policy)
+	return p != nil && p.ForNamespace(in.Namespace).Wave() == wave
+}
+
+// count is one count of a wave's pending pods: the cluster and the two
+// evaluators (the policies as they are; the wave enforced), built when
+// first needed, and the answer of each class of pods.
+type count struct {
+	pp                 *PendingPods
+	snapshot, enforced *engine.Snapshot
+	pods               []*corev1.Pod
+	now, next          *Evaluator
+	classes            map[string]bool
+}
+
+// evaluators builds the cluster from the informers, and the evaluators.
+func (c *count) evaluators(ctx context.Context) error {
+	if c.now != nil {
+		return nil
+	}
+	nodes, err := c.pp.Nodes.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	namespaces, err := c.pp.Namespaces.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("listing namespaces: %w", err)
+	}
+	var objects []runtime.Object
+	if c.pp.Objects != nil {
+		if objects, err = c.pp.Objects(); err != nil {
+			return fmt.Errorf("listing the objects built-in plugins read: %w", err)
+		}
+	}
+	bound := slices.DeleteFunc(slices.Clone(c.pods), func(p *corev1.Pod) bool {
+		return p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	})
+	cluster := NewLiveCluster(namespaces, nodes, bound, objects)
+	policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
+	opts := Options{Config: c.pp.Config}
+	if c.now, err = New(ctx, cluster, policies, opts); err != nil {
+		return err
+	}
+	policies.Snapshot = c.enforced
+	if c.next, err = New(ctx, cluster, policies, opts); err != nil {
+		c.now.Close()
+		c.now = nil
+		return err
+	}
+	return nil
+}
+
+func (c *count) close() {
+	if c.now != nil {
+		c.now.Close()
+		c.next.Close()
+	}
+}
+
+// strands says whether enforcing the wave is what leaves the pod without
+// a node: the answer of its class when an earlier pod of the class had
+// one.
+func (c *count) strands(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	class, classed := Class(c.snapshot, pod)
+	if stranded, ok := c.classes[class]; classed && ok {
+		return stranded, nil
+	}
+	if err := c.evaluators(ctx); err != nil {
+		return false, err
+	}
+	next, err := c.next.AnyFeasible(ctx, pod)
+	if err != nil {
+		return false, err
+	}
+	stranded := false
+	if len(next.Feasible) == 0 {
+		now, err := c.now.AnyFeasible(ctx, pod)
+		if err != nil {
+			return false, err
+		}
+		stranded = len(now.Feasible) > 0
+	}
+	if classed {
+		c.classes[class] = stranded
+	}
+	return stranded, nil
+}
+
+// Class is a key that pods an evaluation treats alike share: equal in
+// everything but their identity (name, UID, version, status) and the node
+// they are on: the replicas of a workload. False for a pod that a policy
+// reading its name, its status or nodeInfo.pods may select
+// (engine.Snapshot.Signature), which is a class of its own.
+func Class(snapshot *engine.Snapshot, pod *corev1.Pod) (string, bool) {
+	if _, ok := snapshot.Signature(pod); !ok {
+		return "", false
+	}
+	spec := pod.Spec.DeepCopy()
+	spec.NodeName = ""
+	key := struct {
+		Namespace       string                  `json:"namespace"`
+		SchedulerName   string                  `json:"schedulerName"`
+		Labels          map[string]string       `json:"labels,omitempty"`
+		Annotations     map[string]string       `json:"annotations,omitempty"`
+		OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+		Spec            *corev1.PodSpec         `json:"spec"`
+	}{pod.Namespace, pod.Spec.SchedulerName, pod.Labels, pod.Annotations, pod.OwnerReferences, spec}
+	data, err := json.Marshal(key)
+	if err != nil {
+		return "", false
+	}
+	return string(data), true
+}
+
+// pending says whether the pod waits for one of the profiles.
+func pending(pod *corev1.Pod, profiles []string) bool {
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	name := pod.Spec.SchedulerName
+	if name == "" {
+		name = corev1.DefaultSchedulerName
+	}
+	return slices.Contains(profiles, name)
+}

@@ -1,0 +1,301 @@
+package verdict
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
+	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// fixture is a scheduler's inputs over listers a test fills: the
+// registry, the CEL plugins' inputs, and the listers of PendingPods.
+type fixture struct {
+	registry                   *engine.Registry
+	inputs                     *celplugins.Inputs
+	env                        *engine.Environment
+	pods, nodes, namespaceList cache.Indexer
+}
+
+func newFixture(tb testing.TB, namespaces ...*corev1.Namespace) *fixture {
+	tb.Helper()
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fixture{
+		env:           env,
+		registry:      engine.NewRegistry(engine.NewCompiler(env)),
+		pods:          cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}),
+		nodes:         cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+		namespaceList: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
+	}
+	f.inputs = celplugins.NewRuntime(f.registry, engine.NewConverter(env, 0)).Inputs
+	f.inputs.UseNamespaces(corelisters.NewNamespaceLister(f.namespaceList))
+	for _, ns := range namespaces {
+		f.add(tb, f.namespaceList, ns)
+	}
+	return f
+}
+
+func (f *fixture) add(tb testing.TB, indexer cache.Indexer, objs ...any) {
+	tb.Helper()
+	for _, o := range objs {
+		if err := indexer.Add(o); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) pending(tb testing.TB) *PendingPods {
+	tb.Helper()
+	cfg, err := schedulerconfigfile.Load("")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &PendingPods{Inputs: f.inputs, Config: cfg,
+		Pods: corelisters.NewPodLister(f.pods), Nodes: corelisters.NewNodeLister(f.nodes), Namespaces: corelisters.NewNamespaceLister(f.namespaceList)}
+}
+
+func namespace(name string, labels map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("ns-" + name), ResourceVersion: "1", Labels: labels}}
+}
+
+// node has room for 4 CPUs, 8 GiB and 110 pods.
+func node(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("node-" + name), ResourceVersion: "1", Labels: labels},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
+		}},
+	}
+}
+
+func pod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: ktypes.UID("pod-" + ns + "-" + name), ResourceVersion: "1", Labels: labels},
+		Spec:       corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{{Name: "c", Image: "c"}}},
+	}
+}
+
+func requesting(cpu string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+	}
+}
+
+// TestPendingPodsWouldStrand: a wave's pending pods count when the
+// framework of their profile finds them a node with the wave audited and
+// none with it enforced: held by the wave's preEnqueue rule, or left only
+// nodes its filter refuses once their own node selector, tolerations, the
+// cordons and the nodes' free resources are applied (the profile's
+// built-in filters, not copies of them). Not counted: pods a node accepts,
+// pods no node fits either way, bound, deleting, another scheduler's or
+// another wave's pods. nodeInfo is read from the bound pods; pods that
+// differ only in name share an answer, pods whose node selectors differ do
+// not; the names are capped; a generation the scheduler has not compiled,
+// and informers that have not synced, are errors.
+func TestPendingPodsWouldStrand(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, namespace("w1", map[string]string{"wave": "1"}), namespace("w2", map[string]string{"wave": "2"}))
+	waves := func(b *builder.PolicyWrapper) *builder.PolicyWrapper {
+		return b.Audit().Wave("first", map[string]string{"wave": "1"}, time.Minute).Wave("second", map[string]string{"wave": "2"}, time.Minute)
+	}
+	f.registry.Upsert(waves(builder.MakePolicy("no-spot").UID("policy-no-spot").Generation(3, "1").
+		PreEnqueue("approved", "!('hold' in pod.metadata.labels)", "held").
+		Filter("no-spot", "node.metadata.labels['pool'] != 'spot'")).Obj())
+	f.registry.Upsert(waves(builder.MakePolicy("empty-nodes").UID("policy-empty-nodes").Generation(1, "1").
+		Filter("empty", "nodeInfo.podCount == 0")).Obj())
+
+	nodeOf := func(name, pool, zone string) *corev1.Node {
+		return node(name, map[string]string{"pool": pool, "zone": zone})
+	}
+	tainted := nodeOf("od-1", "on-demand", "a")
+	tainted.Spec.Taints = []corev1.Taint{{Key: "team", Value: "ml", Effect: corev1.TaintEffectNoSchedule}}
+	cordoned := nodeOf("od-3", "on-demand", "c")
+	cordoned.Spec.Unschedulable = true
+	full := nodeOf("od-4", "on-demand", "e")
+	full.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1")
+	f.add(t, f.nodes, nodeOf("spot-1", "spot", "a"), nodeOf("spot-2", "spot", "b"), nodeOf("spot-3", "spot", "c"),
+		tainted, nodeOf("od-2", "on-demand", "b"), cordoned, full, nodeOf("spot-5", "spot", "e"))
+
+	pending := func(ns, name string, changes ...func(*corev1.Pod)) *corev1.Pod {
+		p := pod(ns, name, map[string]string{"app": name})
+		for _, change := range changes {
+			change(p)
+		}
+		return p
+	}
+	hold := func(p *corev1.Pod) { p.Labels["hold"] = "yes" }
+	zone := func(z string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"zone": z} }
+	}
+	pods := []any{
+		pending("w1", "fits"),
+		pending("w1", "held", hold),
+		pending("w1", "zone-a", zone("a")), // spot-1 only: od-1's taint is not tolerated
+		pending("w1", "zone-a-tolerating", zone("a"), func(p *corev1.Pod) {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "team", Operator: corev1.TolerationOpEqual, Value: "ml", Effect: corev1.TaintEffectNoSchedule}}
+		}),
+		pending("w1", "zone-c", zone("c")), // spot-3 only: od-3 is cordoned
+		pending("w1", "zone-d", zone("d")), // no node at all
+		// zone e: od-4 has 1 CPU: the small pod may use it, the big one
+		// only spot-5, which the wave refuses.
+		pending("w1", "zone-e-small", zone("e"), requesting("500m")),
+		pending("w1", "zone-e-big", zone("e"), requesting("2")),
+		// No node has 64 CPUs: not the wave's doing.
+		pending("w1", "huge", requesting("64")),
+		pending("w1", "bound", zone("a"), func(p *corev1.Pod) { p.Spec.NodeName = "spot-1" }),
+		pending("w1", "other-scheduler", hold, func(p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName }),
+		pending("w1", "deleting", hold, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }),
+	}
+	// Pods that differ only in name share an answer (one class); pods that
+	// differ in their node selector do not.
+	for _, twin := range []struct{ name, zone string }{{"twin-a", "a"}, {"twin-b", "b"}, {"twin-a2", "a"}} {
+		pods = append(pods, pending("w1", twin.name, zone(twin.zone), func(p *corev1.Pod) { p.Labels = map[string]string{"app": "twin"} }))
+	}
+	for i := range 7 {
+		pods = append(pods, pending("w2", fmt.Sprintf("held-%d", i), hold))
+	}
+	f.add(t, f.pods, pods...)
+	pp := f.pending(t)
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		policy     string
+		generation int64
+		wave       int
+		want       audit.Stranded
+	}{
+		{"no-spot", 3, 0, audit.Stranded{Count: 6, Pods: []string{"w1/held", "w1/twin-a", "w1/twin-a2", "w1/zone-a", "w1/zone-c"}}},
+		{"no-spot", 3, 1, audit.Stranded{Count: 7, Pods: []string{"w2/held-0", "w2/held-1", "w2/held-2", "w2/held-3", "w2/held-4"}}},
+		// spot-1 has the bound pod: the only node zone-a may use is refused;
+		// zone-a-tolerating may use od-1, which is empty.
+		{"empty-nodes", 1, 0, audit.Stranded{Count: 3, Pods: []string{"w1/twin-a", "w1/twin-a2", "w1/zone-a"}}},
+	} {
+		t.Run(fmt.Sprintf("%s/%d", tc.policy, tc.wave), func(t *testing.T) {
+			got, err := pp.WouldStrand(ctx, tc.policy, tc.generation, tc.wave)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Count != tc.want.Count || !slices.Equal(got.Pods, tc.want.Pods) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if _, err := pp.WouldStrand(ctx, "no-spot", 4, 0); err == nil {
+		t.Error("counted for a generation the scheduler has not compiled")
+	}
+	if _, err := pp.WouldStrand(ctx, "missing", 1, 0); err == nil {
+		t.Error("counted for a policy the scheduler does not know")
+	}
+	pp.Synced = func() bool { return false }
+	if _, err := pp.WouldStrand(ctx, "no-spot", 3, 0); err == nil {
+		t.Error("counted before the informers synced")
+	}
+}
+
+// TestPendingPodsParamsBindings: a parameterized policy applies once per
+// params object; a node is the pod's only when every binding accepts it.
+func TestPendingPodsParamsBindings(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, namespace("w1", map[string]string{"wave": "1"}))
+	var objs []*unstructured.Unstructured
+	for name, zones := range map[string]string{"p1": "a,b", "p2": "a,c"} {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+		u.SetNamespace("w1")
+		u.SetName(name)
+		u.SetUID(ktypes.UID("uid-" + name))
+		u.SetLabels(map[string]string{"placement": "yes"})
+		u.Object["data"] = map[string]any{"zones": zones}
+		objs = append(objs, u)
+	}
+	params, err := engine.NewStaticParams(f.env, objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.inputs.Params = params
+	f.registry.Upsert(builder.MakePolicy("zones").UID("policy-zones").Generation(1, "1").Audit().
+		ParamKind("v1", "ConfigMap").ParamSelector(map[string]string{"placement": "yes"}, "", schedv1alpha1.DenyAction).
+		Filter("zone", "node.metadata.labels['zone'] in params.data['zones'].split(',')").
+		Wave("first", map[string]string{"wave": "1"}, time.Minute).Obj())
+	for _, z := range []string{"a", "b", "c"} {
+		f.add(t, f.nodes, node("n-"+z, map[string]string{"zone": z}))
+	}
+	for _, z := range []string{"", "b"} {
+		p := pod("w1", "zone-"+z, map[string]string{"app": "x"})
+		if z != "" {
+			p.Spec.NodeSelector = map[string]string{"zone": z}
+		}
+		f.add(t, f.pods, p)
+	}
+	got, err := f.pending(t).WouldStrand(context.Background(), "zones", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// zone-b may use n-b only, which p2 (zones a,c) refuses; the other pod
+	// may use n-a, which both accept.
+	if want := (audit.Stranded{Count: 1, Pods: []string{"w1/zone-b"}}); got.Count != want.Count || !slices.Equal(got.Pods, want.Pods) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+// BenchmarkWouldStrand is one count of a wave's pending pods on a large
+// cluster: 5000 nodes and 1000 pending pods of 10 deployments (pods of a
+// deployment are one class: one evaluation answers them all). "accepts" is
+// a rule that accepts most nodes; "refuses-all" is the worst case, a rule
+// that refuses every node, so each class is evaluated twice on all of
+// them (enforced, then audited).
+func BenchmarkWouldStrand(b *testing.B) {
+	for _, bc := range []struct{ name, filter string }{
+		{"accepts", "node.metadata.labels['pool'] != 'spot'"},
+		{"refuses-all", "node.metadata.labels['pool'] == 'none'"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			f := newFixture(b, namespace("w1", map[string]string{"wave": "1"}))
+			f.registry.Upsert(builder.MakePolicy("p").UID("policy-p").Generation(1, "1").Audit().
+				Filter("f", bc.filter).Wave("first", map[string]string{"wave": "1"}, time.Minute).Obj())
+			for i := range 5000 {
+				pool := "general"
+				if i%10 == 0 {
+					pool = "spot"
+				}
+				f.add(b, f.nodes, node(fmt.Sprintf("node-%04d", i), map[string]string{"pool": pool}))
+			}
+			for i := range 1000 {
+				p := pod("w1", fmt.Sprintf("web-%d-%d", i%10, i), map[string]string{"app": fmt.Sprintf("app-%d", i%10)})
+				f.add(b, f.pods, p)
+			}
+			pp := f.pending(b)
+			ctx := context.Background()
+			want := int64(0)
+			if bc.name == "refuses-all" {
+				want = 1000
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				got, err := pp.WouldStrand(ctx, "p", 1, 0)
+				if err != nil || got.Count != want {
+					b.Fatalf("got %+v, %v; want %d", got, err, want)
+				}
+			}
+		})
+	}
+}
