@@ -264,7 +264,7 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		if st.LastAction != nil && st.LastAction.ID == req.value {
 			log.V(1).Info("Rollout action already applied; removing its annotation", "policy", p.Name, "action", req.value)
 		} else {
-			decided = append(decided, act(p, st, req, now)...)
+			decided = append(decided, act(st, req, now)...)
 		}
 	}
 	addEvidence(p, st, evidence)
@@ -422,7 +422,7 @@ func setPhase(st *schedv1alpha1.RolloutStatus, phase schedv1alpha1.RolloutPhase,
 }
 
 // act applies a person's action, and records it as the last action.
-func act(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, req actionRequest, now metav1.Time) []rolloutEvent {
+func act(st *schedv1alpha1.RolloutStatus, req actionRequest, now metav1.Time) []rolloutEvent {
 	events, applied := apply(st, req.action, now)
 	outcome := schedv1alpha1.ActionNoOp
 	if applied {
