@@ -378,11 +378,17 @@ type rolloutEvent struct {
 // restart returns the rollout status for the policy's spec: a copy of the
 // status when it was computed for this generation, otherwise a new one
 // whose waves keep the Enforced phase (and times) of the waves of the
-// same name. The last action is kept either way.
+// same name. The last action is kept either way. A Paused status without
+// a pauseReason (the API refuses one now, but one may be stored) is
+// paused by request: it waits for a person.
 func restart(p *schedv1alpha1.SchedulingPolicy) *schedv1alpha1.RolloutStatus {
 	old := p.Status.Rollout
 	if old != nil && old.ObservedGeneration == p.Generation && len(old.Waves) == len(p.Spec.Rollout.Waves) {
-		return old.DeepCopy()
+		st := old.DeepCopy()
+		if st.Phase == schedv1alpha1.RolloutPaused && st.PauseReason == "" {
+			st.PauseReason = schedv1alpha1.PauseByRequest
+		}
+		return st
 	}
 	st := &schedv1alpha1.RolloutStatus{ObservedGeneration: p.Generation, Phase: schedv1alpha1.RolloutProgressing}
 	if old != nil {

@@ -215,6 +215,18 @@ func TestRolloutPendingGate(t *testing.T) {
 	}
 }
 
+// TestRestartPausedWithoutReason: a stored Paused status without a
+// pauseReason gets PausedByRequest (a person resumes it), so that the
+// RolloutPaused condition has a reason.
+func TestRestartPausedWithoutReason(t *testing.T) {
+	p := rolloutPolicy(1, "one")
+	p.Status.Rollout = &schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutPaused,
+		Waves: []schedv1alpha1.WaveStatus{{Name: "one", Phase: schedv1alpha1.WavePaused}}}
+	if st := restart(p); st.PauseReason != schedv1alpha1.PauseByRequest {
+		t.Errorf("pause reason %q, want %q", st.PauseReason, schedv1alpha1.PauseByRequest)
+	}
+}
+
 // TestGateMessageBounded: the pause message fits status.rollout.message
 // however long the pod names.
 func TestGateMessageBounded(t *testing.T) {
