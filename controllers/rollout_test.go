@@ -3,10 +3,12 @@ package controllers
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -34,8 +36,8 @@ func phases(st *schedv1alpha1.RolloutStatus) []schedv1alpha1.WavePhase {
 // wave soaks, is promoted when its gate holds and pauses when not; the
 // evidence of a wave that does not soak is not counted; a new spec keeps
 // the enforced waves by name and restarts from the first that is not;
-// abort audits the waves not yet enforced; resume soaks again with reset
-// counts.
+// abort audits every wave, the enforced ones too; resume starts again
+// from the first wave, with reset counts.
 func TestRolloutSteps(t *testing.T) {
 	t0 := metav1.NewTime(time.Unix(1000, 0))
 	at := func(d time.Duration) metav1.Time { return metav1.NewTime(t0.Add(d)) }
@@ -81,25 +83,39 @@ func TestRolloutSteps(t *testing.T) {
 		t.Errorf("the first wave not enforced did not start: %v", phases(st2))
 	}
 
-	r := &RolloutController{}
-	r.act(p2, st2, ActionAbort, at(4*time.Minute))
-	if got := phases(st2); st2.Phase != schedv1alpha1.RolloutAborted || got[0] != schedv1alpha1.WaveEnforced || got[1] != schedv1alpha1.WavePending {
-		t.Errorf("aborted: %s %v", st2.Phase, got)
+	act(st2, request(ActionAbort, "a"), at(4*time.Minute))
+	pending3 := []schedv1alpha1.WavePhase{schedv1alpha1.WavePending, schedv1alpha1.WavePending, schedv1alpha1.WavePending}
+	if diff := cmp.Diff(pending3, phases(st2)); st2.Phase != schedv1alpha1.RolloutAborted || diff != "" || st2.Waves[0].PromotedTime != nil {
+		t.Errorf("aborted: %s %+v (-want +got):\n%s", st2.Phase, st2.Waves, diff)
 	}
-	if evs := advance(p2, st2, at(10*time.Minute), nil); len(evs) != 0 || st2.Waves[1].Phase != schedv1alpha1.WavePending {
+	if !strings.Contains(st2.Message, "every wave is audited (enforced before: one)") {
+		t.Errorf("abort message: %q", st2.Message)
+	}
+	if evs := advance(p2, st2, at(10*time.Minute), nil); len(evs) != 0 || !slices.Equal(phases(st2), pending3) {
 		t.Errorf("an aborted rollout advanced: %v", phases(st2))
 	}
-	r.act(p2, st2, ActionResume, at(11*time.Minute))
+	act(st2, request(ActionResume, "b"), at(11*time.Minute))
 	advance(p2, st2, at(11*time.Minute), nil)
-	if st2.Phase != schedv1alpha1.RolloutProgressing || st2.Waves[1].Phase != schedv1alpha1.WaveSoaking || st2.Waves[1].WouldReject != 0 {
-		t.Errorf("resumed: %s %+v", st2.Phase, st2.Waves[1])
+	if st2.Phase != schedv1alpha1.RolloutProgressing || st2.Waves[0].Phase != schedv1alpha1.WaveSoaking || st2.Waves[1].Phase != schedv1alpha1.WavePending {
+		t.Errorf("resumed: %s %v", st2.Phase, phases(st2))
 	}
-	r.act(p2, st2, ActionPromote, at(12*time.Minute))
-	r.act(p2, st2, ActionPromote, at(12*time.Minute))
+	act(st2, request(ActionPromote, "c"), at(12*time.Minute))
+	act(st2, request(ActionPromote, "d"), at(12*time.Minute))
+	act(st2, request(ActionPromote, "e"), at(12*time.Minute))
 	advance(p2, st2, at(12*time.Minute), nil)
 	if st2.Phase != schedv1alpha1.RolloutCompleted {
-		t.Errorf("after promoting the last two waves: %s %v", st2.Phase, phases(st2))
+		t.Errorf("after promoting the three waves: %s %v", st2.Phase, phases(st2))
 	}
+	act(st2, request(ActionPromote, "f"), at(13*time.Minute))
+	want := &schedv1alpha1.RolloutActionRecord{ID: "promote/f", Action: ActionPromote, Outcome: schedv1alpha1.ActionNoOp, Time: at(13 * time.Minute)}
+	if diff := cmp.Diff(want, st2.LastAction); diff != "" {
+		t.Errorf("last action of a promote with nothing to promote (-want +got):\n%s", diff)
+	}
+}
+
+// request is an action request with an id.
+func request(action, id string) actionRequest {
+	return actionRequest{value: ActionRequest(action, id), action: action, id: id}
 }
 
 // fakePending answers WouldStrand from a table the test changes, and
@@ -185,14 +201,29 @@ func TestRolloutPendingGate(t *testing.T) {
 	if st.Waves[1].Phase != schedv1alpha1.WavePaused || !strings.Contains(st.Message, "ns/bound") {
 		t.Errorf("a pod bound against the rule cleared: %v %q", phases(st), st.Message)
 	}
+	if st.PauseReason != schedv1alpha1.PauseGateExceeded {
+		t.Errorf("pause reason: %q", st.PauseReason)
+	}
 	// Paused by a person: not counted, and stays paused.
-	r.act(p, st, ActionResume, at(5*time.Minute))
+	act(st, request(ActionResume, "a"), at(5*time.Minute))
 	step(5 * time.Minute)
-	r.act(p, st, ActionPause, at(5*time.Minute))
+	act(st, request(ActionPause, "b"), at(5*time.Minute))
 	asked = fake.asked
 	step(10 * time.Minute)
-	if fake.asked != asked || st.Phase != schedv1alpha1.RolloutPaused || !strings.HasPrefix(st.Message, PausedByRequest) {
+	if fake.asked != asked || st.Phase != schedv1alpha1.RolloutPaused || st.PauseReason != schedv1alpha1.PauseByRequest {
 		t.Errorf("a pause by request was counted or lifted: asked %d, %s %q", fake.asked-asked, st.Phase, st.Message)
+	}
+}
+
+// TestRestartPausedWithoutReason: a stored Paused status without a
+// pauseReason gets PausedByRequest (a person resumes it), so that the
+// RolloutPaused condition has a reason.
+func TestRestartPausedWithoutReason(t *testing.T) {
+	p := rolloutPolicy(1, "one")
+	p.Status.Rollout = &schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutPaused,
+		Waves: []schedv1alpha1.WaveStatus{{Name: "one", Phase: schedv1alpha1.WavePaused}}}
+	if st := restart(p); st.PauseReason != schedv1alpha1.PauseByRequest {
+		t.Errorf("pause reason %q, want %q", st.PauseReason, schedv1alpha1.PauseByRequest)
 	}
 }
 

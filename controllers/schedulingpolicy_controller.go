@@ -210,17 +210,13 @@ func compileErrors(p *engine.CompiledPolicy) string {
 
 // setRolloutPaused sets the RolloutPaused condition from status.rollout
 // (which the RolloutController writes): True while the rollout of this
-// generation is paused.
+// generation is paused, with its pauseReason as the reason.
 func setRolloutPaused(status *schedv1alpha1.SchedulingPolicyStatus, policy *schedv1alpha1.SchedulingPolicy) {
 	st := status.Rollout
 	if policy.Spec.Rollout == nil || st == nil || st.ObservedGeneration != policy.Generation || st.Phase != schedv1alpha1.RolloutPaused {
 		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionRolloutPaused)
 		return
 	}
-	reason := schedv1alpha1.ReasonGateExceeded
-	if strings.HasPrefix(st.Message, PausedByRequest) {
-		reason = schedv1alpha1.ReasonPausedByRequest
-	}
 	meta.SetStatusCondition(&status.Conditions, metav1.Condition{Type: schedv1alpha1.ConditionRolloutPaused, Status: metav1.ConditionTrue,
-		Reason: reason, Message: engine.Truncate(st.Message, maxConditionMessage), ObservedGeneration: policy.Generation})
+		Reason: string(st.PauseReason), Message: engine.Truncate(st.Message, maxConditionMessage), ObservedGeneration: policy.Generation})
 }

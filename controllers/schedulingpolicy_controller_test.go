@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,6 +69,36 @@ func TestStatusConflictRequeuesQuietly(t *testing.T) {
 			ready := got.Status.Conditions
 			if written := len(ready) > 0 && ready[0].Status == metav1.ConditionTrue; written != (tc.writeErr == nil) {
 				t.Errorf("status %+v, want written: %v", got.Status, tc.writeErr == nil)
+			}
+		})
+	}
+}
+
+// TestRolloutPausedCondition: the RolloutPaused condition's reason is
+// status.rollout.pauseReason, whatever the message says; it is absent
+// unless the rollout of this generation is Paused.
+func TestRolloutPausedCondition(t *testing.T) {
+	for name, tc := range map[string]struct {
+		rollout    schedv1alpha1.RolloutStatus
+		wantReason string // empty: no condition
+	}{
+		"gate": {rollout: schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutPaused,
+			PauseReason: schedv1alpha1.PauseGateExceeded, Message: "paused by request, says the message"}, wantReason: schedv1alpha1.ReasonGateExceeded},
+		"request": {rollout: schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutPaused,
+			PauseReason: schedv1alpha1.PauseByRequest, Message: "wave one: 3 pod(s)"}, wantReason: schedv1alpha1.ReasonPausedByRequest},
+		"aborted":        {rollout: schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutAborted}},
+		"old generation": {rollout: schedv1alpha1.RolloutStatus{ObservedGeneration: 0, Phase: schedv1alpha1.RolloutPaused, PauseReason: schedv1alpha1.PauseByRequest}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := rolloutPolicy(1, "one")
+			status := schedv1alpha1.SchedulingPolicyStatus{Rollout: &tc.rollout}
+			setRolloutPaused(&status, p)
+			reason := ""
+			if c := meta.FindStatusCondition(status.Conditions, schedv1alpha1.ConditionRolloutPaused); c != nil {
+				reason = c.Reason
+			}
+			if reason != tc.wantReason {
+				t.Errorf("reason %q, want %q", reason, tc.wantReason)
 			}
 		})
 	}

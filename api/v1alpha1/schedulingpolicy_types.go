@@ -481,16 +481,16 @@ const (
 	// ReasonRuleFailed is EvaluationError's reason.
 	ReasonRuleFailed = "RuleFailed"
 	// ConditionRolloutPaused is True while the policy's rollout
-	// (spec.rollout) is paused: reason GateExceeded, with a message naming
-	// the wave, the count and the last pods, or PausedByRequest. kstatus
-	// does not read it.
+	// (spec.rollout) is paused; its reason is status.rollout.pauseReason
+	// (GateExceeded, with a message naming the wave, the count and the
+	// last pods, or PausedByRequest). kstatus does not read it.
 	ConditionRolloutPaused = "RolloutPaused"
 	// ReasonGateExceeded is RolloutPaused's reason when a wave's soak
 	// ended with more pods it would have rejected than its gate allows.
-	ReasonGateExceeded = "GateExceeded"
+	ReasonGateExceeded = string(PauseGateExceeded)
 	// ReasonPausedByRequest is RolloutPaused's reason after `celsched
 	// rollout pause`.
-	ReasonPausedByRequest = "PausedByRequest"
+	ReasonPausedByRequest = string(PauseByRequest)
 )
 
 // SchedulingPolicyStatus is the observed state of a policy.
@@ -548,19 +548,65 @@ const (
 	WaveEnforced WavePhase = "Enforced"
 )
 
+// RolloutPauseReason says why a rollout is Paused.
+// +kubebuilder:validation:Enum=GateExceeded;PausedByRequest
+type RolloutPauseReason string
+
+// The reasons of a Paused rollout.
+const (
+	// PauseGateExceeded: the current wave's evidence exceeds its gate
+	// (maxWouldReject). The leader counts the wave's pending pods again
+	// while it is paused, and promotes it without a person once the
+	// evidence is within the gate.
+	PauseGateExceeded RolloutPauseReason = "GateExceeded"
+	// PauseByRequest: a person paused it (`celsched rollout pause`); it
+	// stays paused until a person acts.
+	PauseByRequest RolloutPauseReason = "PausedByRequest"
+)
+
+// RolloutActionOutcome is what a requested rollout action did.
+// +kubebuilder:validation:Enum=Applied;NoOp
+type RolloutActionOutcome string
+
+// The outcomes of a rollout action.
+const (
+	// ActionApplied: the action changed the rollout.
+	ActionApplied RolloutActionOutcome = "Applied"
+	// ActionNoOp: the rollout's phase left the action nothing to do (a
+	// promote of a completed rollout, a pause of a paused one).
+	ActionNoOp RolloutActionOutcome = "NoOp"
+)
+
 // MaxRolloutMessage bounds status.rollout.message.
 const MaxRolloutMessage = 1024
 
 // RolloutStatus is the state of a policy's rollout.
+// +kubebuilder:validation:XValidation:rule="!has(self.phase) || self.phase != 'Paused' || has(self.pauseReason)",message="a Paused rollout has a pauseReason"
 type RolloutStatus struct {
-	// observedGeneration is the spec generation the rollout follows; a
-	// new spec restarts it from the first wave that is not Enforced.
-	ObservedGeneration int64        `json:"observedGeneration,omitempty"`
-	Phase              RolloutPhase `json:"phase,omitempty"`
-	// message says why the rollout is paused or aborted.
+	// observedGeneration is the spec generation the rollout's state was
+	// computed for. A new spec restarts the rollout from the first wave
+	// that is not Enforced; the restart and the new observedGeneration
+	// are one write, so a restart happens once per generation.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// phase is Progressing, Paused (see pauseReason), Completed or
+	// Aborted. An Aborted rollout audits every wave (no wave is Enforced)
+	// until it is resumed, which starts it again from the first wave.
+	Phase RolloutPhase `json:"phase,omitempty"`
+	// pauseReason says why a Paused rollout is paused: GateExceeded or
+	// PausedByRequest. It is empty in every other phase.
+	// +optional
+	PauseReason RolloutPauseReason `json:"pauseReason,omitempty"`
+	// message says, for people, why the rollout is paused or aborted, or
+	// why the current wave waits.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+	// lastAction is the last action requested with the annotation
+	// scheduling.celsched.io/rollout-action that the leader took,
+	// recorded in the same write that applied it: an annotation that
+	// carries this id is removed, never applied again.
+	// +optional
+	LastAction *RolloutActionRecord `json:"lastAction,omitempty"`
 	// waves are the waves' states, in the order of spec.rollout.waves.
 	// +optional
 	// +listType=atomic
@@ -568,7 +614,35 @@ type RolloutStatus struct {
 	Waves []WaveStatus `json:"waves,omitempty"`
 }
 
-// WaveStatus is the state of one wave.
+// RolloutActionRecord is an action requested with the annotation
+// scheduling.celsched.io/rollout-action, as the leader took it.
+type RolloutActionRecord struct {
+	// id is the request's identity, the annotation's value
+	// "<action>/<id>" (an id of at most 64 letters, digits, '.', '_' or
+	// '-'). A bare "<action>" written by hand gets the id
+	// "rv-<resourceVersion>", the policy's resourceVersion when the
+	// leader first saw it, written into the annotation before the action
+	// is applied.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=80
+	ID string `json:"id"`
+	// action is pause, resume, promote or abort.
+	// +required
+	// +kubebuilder:validation:Enum=pause;resume;promote;abort
+	Action string `json:"action"`
+	// outcome is Applied, or NoOp when the rollout's phase left the
+	// action nothing to do.
+	// +required
+	Outcome RolloutActionOutcome `json:"outcome"`
+	// time is when the leader took the action (its clock).
+	// +required
+	Time metav1.Time `json:"time"`
+}
+
+// WaveStatus is the state of one wave. A wave is Pending until the waves
+// before it are Enforced, then Soaking, then Enforced or Paused; abort
+// returns every wave to Pending.
 type WaveStatus struct {
 	// +kubebuilder:validation:MaxLength=63
 	Name  string    `json:"name"`

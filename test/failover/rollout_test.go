@@ -2,14 +2,21 @@ package failover
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -63,6 +70,175 @@ func TestRolloutContinuesAfterFailover(t *testing.T) {
 		t.Errorf("the new leader did not promote wave two")
 	}
 	standby.stop(t)
+}
+
+// TestRolloutActionAcrossACrash: the manager applies a promote (its
+// status write lands) and is killed before it can remove the annotation;
+// a new manager removes it and promotes nothing more: exactly one wave is
+// promoted, and one Event says so. The removal is made to fail by a
+// ValidatingAdmissionPolicy that denies it, until the first manager is
+// killed; meanwhile its later steps retry the removal only.
+func TestRolloutActionAcrossACrash(t *testing.T) {
+	const name = "rollout-crash"
+	first := startManager(t, "rollout-crash-a", leaderElection{})
+	first.waitReady(t)
+
+	// It applies to no pod of the other tests; soaks of an hour, so that
+	// only the promote moves a wave.
+	p := builder.MakePolicy(name).Audit().PodLabels(map[string]string{"app": name}).Filter("any", "true").
+		Wave("one", map[string]string{name: "one"}, time.Hour).
+		Wave("two", map[string]string{name: "two"}, time.Hour).Obj()
+	p.Annotations = map[string]string{probeAnnotation: "x"}
+	if err := k8sClient.Create(t.Context(), p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k8sClient.Delete(context.WithoutCancel(t.Context()), p) })
+	waitPolicyReady(t, p)
+	waitRolloutStatus(t, name, func(st *schedv1alpha1.RolloutStatus) bool { return st.Waves[0].Phase == schedv1alpha1.WaveSoaking })
+
+	stopRemovals := denyAnnotationRemovals(t, name)
+	request := controllers.ActionRequest(controllers.ActionPromote, "crash-1")
+	annotate(t, name, request)
+	st := waitRolloutStatus(t, name, func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.LastAction != nil && st.LastAction.ID == request
+	})
+	if st.Waves[0].Phase != schedv1alpha1.WaveEnforced || st.Waves[1].Phase != schedv1alpha1.WaveSoaking {
+		t.Fatalf("after the promote: %+v", st.Waves)
+	}
+	// Its next steps find the annotation, applied: they only retry the
+	// removal.
+	const removalFailed = "annotation failed; retrying at the next step"
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return first.countLog(t, removalFailed, 0) >= 3, nil
+	})
+	if err != nil {
+		t.Fatalf("manager %s did not retry the removal three times: %v", first.name, err)
+	}
+	first.kill(t)
+	stopRemovals()
+
+	second := startManager(t, "rollout-crash-b", leaderElection{})
+	got := &schedv1alpha1.SchedulingPolicy{}
+	err = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
+			return false, err
+		}
+		_, pending := got.Annotations[controllers.RolloutActionAnnotation]
+		return !pending, nil
+	})
+	if err != nil {
+		t.Fatalf("the new manager did not remove the annotation: %v; annotations %v", err, got.Annotations)
+	}
+	st = got.Status.Rollout
+	if st.Waves[0].Phase != schedv1alpha1.WaveEnforced || st.Waves[1].Phase != schedv1alpha1.WaveSoaking || st.LastAction.ID != request {
+		t.Errorf("after the new manager: %+v, last action %+v", st.Waves, st.LastAction)
+	}
+	if !second.hasLogged(t, "Rollout action already applied; removing its annotation") {
+		t.Errorf("the new manager did not log that the promote was applied already")
+	}
+	var list eventsv1.EventList
+	if err := k8sClient.List(t.Context(), &list); err != nil {
+		t.Fatal(err)
+	}
+	var promoted []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Reason == controllers.ReasonRolloutAction && strings.Contains(e.Note, "promoted") {
+			promoted = append(promoted, e.Note)
+		}
+	}
+	if len(promoted) != 1 {
+		t.Errorf("promote events: %q, want one", promoted)
+	}
+	second.stop(t)
+}
+
+// probeAnnotation is an annotation whose removal denyAnnotationRemovals
+// denies too, to tell when the denial is in force.
+const probeAnnotation = "test.celsched.io/probe"
+
+// denyAnnotationRemovals makes the API server deny every update of the
+// policy that removes its rollout-action (or probe) annotation, and waits
+// until it does; the returned function lifts the denial, and waits until
+// it is lifted.
+func denyAnnotationRemovals(t *testing.T, policy string) func() {
+	t.Helper()
+	const vapName = "deny-rollout-action-removal"
+	removes := func(key string) string {
+		return fmt.Sprintf("(has(oldObject.metadata.annotations) && %[1]q in oldObject.metadata.annotations && !(has(object.metadata.annotations) && %[1]q in object.metadata.annotations))", key)
+	}
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: vapName},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{schedv1alpha1.GroupVersion.Group}, APIVersions: []string{schedv1alpha1.GroupVersion.Version},
+						Resources: []string{"schedulingpolicies"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: fmt.Sprintf("object.metadata.name != %q || !(%s || %s)", policy, removes(controllers.RolloutActionAnnotation), removes(probeAnnotation)),
+				Message:    "the test denies removing this annotation",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: vapName},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: vapName,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	for _, obj := range []client.Object{vap, binding} {
+		if err := k8sClient.Create(t.Context(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lift := func() {
+		for _, obj := range []client.Object{binding, vap} {
+			if err := k8sClient.Delete(context.WithoutCancel(t.Context()), obj); err != nil && !apierrors.IsNotFound(err) {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(lift)
+	waitDenied(t, policy, true)
+	return func() {
+		lift()
+		waitDenied(t, policy, false)
+	}
+}
+
+// waitDenied waits until removing the probe annotation (in a dry run) is
+// denied, or is not.
+func waitDenied(t *testing.T, policy string, denied bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		p := &schedv1alpha1.SchedulingPolicy{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: policy}, p); err != nil {
+			return false, err
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Annotations, probeAnnotation)
+		err := k8sClient.Patch(ctx, p, patch, client.DryRunAll)
+		return (err != nil) == denied, nil
+	})
+	if err != nil {
+		t.Fatalf("removing an annotation of policy %s: not denied=%v: %v", policy, denied, err)
+	}
+}
+
+// annotate sets the policy's rollout-action annotation.
+func annotate(t *testing.T, name, value string) {
+	t.Helper()
+	p := &schedv1alpha1.SchedulingPolicy{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: name}, p); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, value)
+	if err := k8sClient.Patch(t.Context(), p, patch); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitRolloutStatus waits until the policy's status.rollout, for its

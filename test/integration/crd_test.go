@@ -443,3 +443,38 @@ func deletePolicy(t *testing.T, name string) {
 		t.Errorf("deleting policy %s: %v", name, err)
 	}
 }
+
+// TestRolloutStatusValidated: the API server refuses a Paused rollout
+// status without its pauseReason, and a lastAction whose action is not
+// one of the four.
+func TestRolloutStatusValidated(t *testing.T) {
+	ctx := t.Context()
+	policy := newPolicy(t, "rollout-status-target", `
+filters: [{name: any, expression: "true"}]`)
+	if err := k8sClient.Create(ctx, policy); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deletePolicy(t, "rollout-status-target") })
+	stored := waitPolicyReady(t, "rollout-status-target", metav1.ConditionTrue)
+
+	for name, tc := range map[string]struct {
+		rollout schedv1alpha1.RolloutStatus
+		want    cause
+	}{
+		"paused without a reason": {
+			rollout: schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutPaused, Message: "paused by request"},
+			want:    cause{Field: "status.rollout", Type: metav1.CauseTypeFieldValueInvalid, Message: "a Paused rollout has a pauseReason"},
+		},
+		"an unknown action": {
+			rollout: schedv1alpha1.RolloutStatus{ObservedGeneration: 1, Phase: schedv1alpha1.RolloutProgressing,
+				LastAction: &schedv1alpha1.RolloutActionRecord{ID: "promot/x", Action: "promot", Outcome: schedv1alpha1.ActionApplied, Time: metav1.Now()}},
+			want: cause{Field: "status.rollout.lastAction.action", Type: metav1.CauseTypeFieldValueNotSupported, Message: `supported values: "pause", "resume", "promote", "abort"`},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			update := stored.DeepCopy()
+			update.Status.Rollout = &tc.rollout
+			assertInvalid(t, k8sClient.Status().Update(ctx, update), []cause{tc.want})
+		})
+	}
+}

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -67,15 +69,19 @@ func TestRolloutTwoWaves(t *testing.T) {
 	// `celsched rollout status` shows the pause; a person promotes the wave
 	// with `celsched rollout promote`.
 	status := runCLI(t, "rollout", "status", "--kubeconfig", kubeconfig, p.Name)
-	for _, want := range []string{"rollout Paused: wave two: 1 pod(s)", "one   Enforced", "two   Paused", two + "/web"} {
+	for _, want := range []string{"rollout Paused (GateExceeded): wave two: 1 pod(s)", "one   Enforced", "two   Paused", two + "/web"} {
 		if !strings.Contains(status, want) {
 			t.Errorf("rollout status lacks %q:\n%s", want, status)
 		}
 	}
-	runCLI(t, "rollout", "promote", "--kubeconfig", kubeconfig, p.Name)
-	waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool {
+	out := runCLI(t, "rollout", "promote", "--kubeconfig", kubeconfig, p.Name)
+	request := requested(t, out)
+	st = waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool {
 		return st.Phase == schedv1alpha1.RolloutCompleted && st.Waves[1].Phase == schedv1alpha1.WaveEnforced
 	})
+	if a := st.LastAction; a == nil || a.ID != request || a.Action != controllers.ActionPromote || a.Outcome != schedv1alpha1.ActionApplied {
+		t.Errorf("last action %+v, want %s applied", a, request)
+	}
 	time.Sleep(propagation)
 	waitPending(t, createPod(t, two, "web-3", web, onNode("roll-bad")), corev1.PodReasonUnschedulable, "the node is bad")
 	waitCondition(t, p.Name, schedv1alpha1.ConditionRolloutPaused, func(c *metav1.Condition) bool { return c == nil })
@@ -85,6 +91,109 @@ func TestRolloutTwoWaves(t *testing.T) {
 	}
 	if _, ok := current.Annotations[controllers.RolloutActionAnnotation]; ok {
 		t.Error("the action annotation was not removed")
+	}
+}
+
+// TestRolloutAbort: abort returns a rollout to where it started, every
+// wave audited, and status, `rollout status`, the Event and the scheduler
+// agree. Before the abort, wave one is enforced (its pod is kept off the
+// refused node) and wave two soaks (its pod is placed there). After it,
+// status says Aborted with no wave Enforced, the CLI and the Event say
+// every wave is audited, and the pods of both waves are placed on the
+// refused node, wave one's refused pod too. Resume starts again from wave
+// one.
+func TestRolloutAbort(t *testing.T) {
+	createNodes(t, nodeSpec{name: "abort-bad", labels: map[string]string{"abort-bad": "true"}})
+	one := createNamespace(t, "abort-one", map[string]string{"abort-wave": "one"})
+	two := createNamespace(t, "abort-two", map[string]string{"abort-wave": "two"})
+	p := builder.MakePolicy("abort-not-bad").Audit().PodLabels(map[string]string{"app": "abort-web"}).
+		FilterMsg("not-bad", "node.metadata.labels[?'abort-bad'].orValue('') != 'true'", "the node is bad", "").
+		Wave("one", map[string]string{"abort-wave": "one"}, time.Second).
+		Wave("two", map[string]string{"abort-wave": "two"}, time.Hour).Obj()
+	applyPolicy(t, p)
+	web := withLabels(map[string]string{"app": "abort-web"})
+
+	waitRollout(t, p.Name, "wave one promoted", func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.Waves[0].Phase == schedv1alpha1.WaveEnforced && st.Waves[1].Phase == schedv1alpha1.WaveSoaking
+	})
+	time.Sleep(propagation)
+	refused := createPod(t, one, "web-1", web, onNode("abort-bad"))
+	waitPending(t, refused, corev1.PodReasonUnschedulable, "the node is bad")
+	expectNode(t, createPod(t, two, "web-1", web, onNode("abort-bad")), "abort-bad")
+
+	aborted := time.Now()
+	request := requested(t, runCLI(t, "rollout", "abort", "--kubeconfig", kubeconfig, p.Name))
+	st := waitRollout(t, p.Name, "aborted", func(st *schedv1alpha1.RolloutStatus) bool { return st.Phase == schedv1alpha1.RolloutAborted })
+	for _, w := range st.Waves {
+		if w.Phase != schedv1alpha1.WavePending || w.PromotedTime != nil {
+			t.Errorf("wave %s after the abort: %+v", w.Name, w)
+		}
+	}
+	if a := st.LastAction; a == nil || a.ID != request || a.Outcome != schedv1alpha1.ActionApplied {
+		t.Errorf("last action %+v, want %s applied", a, request)
+	}
+	const said = "every wave is audited (enforced before: one)"
+	if !strings.Contains(st.Message, said) || st.PauseReason != "" {
+		t.Errorf("status.rollout: pause reason %q, message %q", st.PauseReason, st.Message)
+	}
+	status := runCLI(t, "rollout", "status", "--kubeconfig", kubeconfig, p.Name)
+	for _, want := range []string{"rollout Aborted: aborted by request: " + said, "one   Pending", "two   Pending", "Last action: " + request + ", Applied"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("rollout status lacks %q:\n%s", want, status)
+		}
+	}
+	waitPolicyEvent(t, p.Name, controllers.ReasonRolloutAction, "rollout aborted (annotation): every wave is audited again (enforced before: one)")
+
+	// The scheduler audits both waves: the refused pod is requeued and
+	// placed, and new pods of both waves go to the refused node.
+	expectNode(t, refused, "abort-bad")
+	time.Sleep(propagation)
+	expectNode(t, createPod(t, one, "web-2", web, onNode("abort-bad")), "abort-bad")
+	expectNode(t, createPod(t, two, "web-2", web, onNode("abort-bad")), "abort-bad")
+
+	// Resume starts again from wave one: it soaks again (from after the
+	// abort) before it is promoted.
+	runCLI(t, "rollout", "resume", "--kubeconfig", kubeconfig, p.Name)
+	st = waitRollout(t, p.Name, "resumed", func(st *schedv1alpha1.RolloutStatus) bool {
+		return st.Waves[0].Phase == schedv1alpha1.WaveEnforced && st.Waves[1].Phase == schedv1alpha1.WaveSoaking
+	})
+	if start := st.Waves[0].StartTime; start == nil || start.Time.Before(aborted.Truncate(time.Second)) {
+		t.Errorf("wave one after resume: %+v, want a soak started after the abort (%v)", st.Waves[0], aborted)
+	}
+}
+
+// requested returns the annotation value that `celsched rollout ACTION`
+// says it wrote.
+func requested(t *testing.T, out string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(out, controllers.RolloutActionAnnotation+"=")
+	value, _, ok2 := strings.Cut(after, ")")
+	if !ok || !ok2 {
+		t.Fatalf("no request in the output of celsched rollout: %s", out)
+	}
+	return value
+}
+
+// waitPolicyEvent waits until the policy has an Event with the reason and
+// the note.
+func waitPolicyEvent(t *testing.T, name, reason, note string) {
+	t.Helper()
+	var notes []string
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		list, err := clientset.EventsV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		notes = nil
+		for _, e := range list.Items {
+			if e.Regarding.Kind == "SchedulingPolicy" && e.Regarding.Name == name && e.Reason == reason {
+				notes = append(notes, e.Note)
+			}
+		}
+		return slices.Contains(notes, note), nil
+	})
+	if err != nil {
+		t.Errorf("policy %s: no %s event %q: %v; got %q", name, reason, note, err, notes)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,12 +31,14 @@ func newRolloutCommand(s *streams) *cobra.Command {
 		Use:   "rollout status|pause|resume|promote|abort POLICY",
 		Short: "Show or steer a SchedulingPolicy's rollout (spec.rollout)",
 		Long: `rollout shows a policy's rollout wave by wave (status), or asks the manager to
-pause it, resume it (the current wave soaks again, its counts reset),
-promote the current wave to Enforce now, or abort it (every wave that is
-not enforced is audited again, and the rollout stops until resumed). The
-request is the annotation ` + controllers.RolloutActionAnnotation + ` on the
-policy; the manager's leader acts on it within a second, records an Event,
-and removes it.`,
+pause it, resume it (the current wave soaks again, its counts reset; after
+an abort, the rollout starts again from the first wave), promote the
+current wave to Enforce now, or abort it (every wave is audited again,
+including the waves already promoted, and the rollout stops until
+resumed). The request is the annotation ` + controllers.RolloutActionAnnotation + `
+on the policy, "<action>/<id>" with a new id: the manager's leader applies
+it once within a second, records its id in status.rollout.lastAction and an
+Event, and removes the annotation.`,
 		Example: `  kubectl celsched rollout status no-spot-for-production
   kubectl celsched rollout promote no-spot-for-production`,
 	}
@@ -58,9 +61,9 @@ and removes it.`,
 	})
 	for _, action := range []struct{ name, short string }{
 		{controllers.ActionPause, "Pause the rollout at its current wave"},
-		{controllers.ActionResume, "Resume a paused or aborted rollout: the current wave soaks again"},
+		{controllers.ActionResume, "Resume a paused rollout (the current wave soaks again) or an aborted one (from the first wave)"},
 		{controllers.ActionPromote, "Promote the current wave to Enforce now"},
-		{controllers.ActionAbort, "Audit every wave that is not enforced again, and stop the rollout"},
+		{controllers.ActionAbort, "Audit every wave again, the promoted ones too, and stop the rollout"},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use:   action.name + " POLICY",
@@ -71,11 +74,12 @@ and removes it.`,
 				if err != nil {
 					return err
 				}
-				if err := requestRollout(cmd.Context(), c, args[0], action.name); err != nil {
+				request := controllers.ActionRequest(action.name, string(uuid.NewUUID()))
+				if err := requestRollout(cmd.Context(), c, args[0], request); err != nil {
 					return err
 				}
-				fmt.Fprintf(s.out, "SchedulingPolicy %s: %s requested (annotation %s); the manager acts on it within a second: celsched rollout status %s\n",
-					args[0], action.name, controllers.RolloutActionAnnotation, args[0])
+				fmt.Fprintf(s.out, "SchedulingPolicy %s: %s requested (annotation %s=%s); the manager acts on it within a second: celsched rollout status %s\n",
+					args[0], action.name, controllers.RolloutActionAnnotation, request, args[0])
 				return nil
 			},
 		})
@@ -97,24 +101,32 @@ func getPolicy(ctx context.Context, c client.Client, name string) (*schedv1alpha
 	return p, nil
 }
 
-// requestRollout sets the action annotation, unless another action is
-// pending. The patch is conditional on the version read (so that two
-// requests cannot both see none pending), and read again when the policy
-// changed meanwhile: the manager writes its status often during a
-// rollout.
-func requestRollout(ctx context.Context, c client.Client, name, action string) error {
+// requestRollout sets the action annotation to request, unless another
+// action is pending: one the manager has not applied yet (an annotation it
+// applied, which status.rollout.lastAction names, is replaced). The patch
+// is conditional on the version read (so that two requests cannot both see
+// none pending), and read again when the policy changed meanwhile: the
+// manager writes its status often during a rollout.
+func requestRollout(ctx context.Context, c client.Client, name, request string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		p, err := getPolicy(ctx, c, name)
 		if err != nil {
 			return err
 		}
-		if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" {
+		if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" && !applied(p, pending) {
 			return inputError(fmt.Errorf("SchedulingPolicy %s: %q is already requested and not yet done (is the manager running?)", name, pending))
 		}
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, action)
+		metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, request)
 		return c.Patch(ctx, p, patch)
 	})
+}
+
+// applied says whether the manager has applied the request (its status
+// names it as the last action).
+func applied(p *schedv1alpha1.SchedulingPolicy, request string) bool {
+	st := p.Status.Rollout
+	return st != nil && st.LastAction != nil && st.LastAction.ID == request
 }
 
 // printRollout prints status.rollout.
@@ -125,10 +137,19 @@ func printRollout(w io.Writer, p *schedv1alpha1.SchedulingPolicy, now time.Time)
 		return nil
 	}
 	fmt.Fprintf(w, "SchedulingPolicy %s: rollout %s", p.Name, st.Phase)
+	if st.PauseReason != "" {
+		fmt.Fprintf(w, " (%s)", st.PauseReason)
+	}
 	if st.Message != "" {
 		fmt.Fprintf(w, ": %s", st.Message)
 	}
 	fmt.Fprintln(w)
+	if a := st.LastAction; a != nil {
+		fmt.Fprintf(w, "Last action: %s, %s %s\n", a.ID, a.Outcome, ago(&a.Time, now))
+	}
+	if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" && !applied(p, pending) {
+		fmt.Fprintf(w, "Requested, not yet applied: %s\n", pending)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "WAVE\tPHASE\tSOAK\tSTARTED\tPROMOTED\tEVALUATED\tWOULD REJECT\tPENDING\tGATE\tLAST PODS")
 	for i, ws := range st.Waves {
