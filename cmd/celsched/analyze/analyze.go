@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"runtime"
 	"slices"
@@ -25,11 +26,10 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
-	"k8s.io/klog/v2"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/engine"
 )
@@ -67,10 +67,14 @@ const (
 	MatchesNothing     Kind = "matches-nothing"
 	UnusedOverride     Kind = "unused-override"
 	Capacity           Kind = "capacity"
+	// NoNodeFits: pods that no node fits even without any policy (too
+	// big, or selecting and tolerating no node): about the pods and the
+	// cluster, not the policies, so it names none.
+	NoNodeFits Kind = "no-node-fits"
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
@@ -122,6 +126,14 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	defer s.Close()
+	// The same profiles without any policy: which nodes the built-in
+	// plugins alone admit, so that a finding names a policy only when
+	// removing it would change the answer.
+	base, err := cluster.Scheduler(ctx, nil, nil, in.Config)
+	if err != nil {
+		return nil, err
+	}
+	defer base.Close()
 	for _, p := range s.Policies() {
 		if p.Err() != nil {
 			first, _, _ := strings.Cut(p.Err().Error(), "\n")
@@ -143,6 +155,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	for start := 0; start < len(classes); start += workers {
 		batch := classes[start:min(start+workers, len(classes))]
 		verdicts := make([]*dryrun.Verdicts, len(batch))
+		feasible := make([]*classFeasible, len(batch))
 		applies := make([][]string, len(batch))
 		errs := make([]error, len(batch))
 		var wg sync.WaitGroup
@@ -153,6 +166,10 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 				}
 				if verdicts[i], errs[i] = s.Verdicts(ctx, c.pod); errs[i] != nil {
 					errs[i] = fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, errs[i])
+					return
+				}
+				if feasible[i], errs[i] = feasibility(ctx, s, base, c.pod); errs[i] != nil {
+					errs[i] = fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, errs[i])
 				}
 			})
 		}
@@ -162,7 +179,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 		for i, c := range batch {
 			a.applied.Insert(applies[i]...)
-			r.Findings = append(r.Findings, a.class(c, verdicts[i])...)
+			r.Findings = append(r.Findings, a.class(c, verdicts[i], feasible[i])...)
 		}
 	}
 	r.Findings = append(r.Findings, a.violationFindings()...)
@@ -326,20 +343,46 @@ type violation struct {
 	reasons sets.Set[string]
 }
 
-// class evaluates one class's verdicts: feasibility and its findings,
-// and adds to the rule, score and violation counts.
-func (a *analysis) class(c *class, v *dryrun.Verdicts) []Finding {
+// classFeasible is what the one evaluator (kube-scheduler's framework for
+// the pod's profile) says of a class's pod: its feasible nodes with the
+// policies, and the nodes the built-in plugins admit without any policy.
+type classFeasible struct {
+	// policies and builtin are the framework's verdicts with and without
+	// the policies.
+	policies, builtin *verdict.Result
+}
+
+// feasibility runs the framework for the class's pod with the policies
+// (s) and without (base).
+func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod) (*classFeasible, error) {
+	withPolicies, err := s.Feasible(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	builtin, err := base.Feasible(ctx, pod)
+	if err != nil {
+		return nil, err
+	}
+	return &classFeasible{policies: withPolicies, builtin: builtin}, nil
+}
+
+// indexes returns the indexes in nodes (name order) of the names given.
+func indexes(nodes []*corev1.Node, names []string) []int {
+	out := make([]int, 0, len(names))
+	for _, name := range names {
+		if n, ok := slices.BinarySearchFunc(nodes, name, func(node *corev1.Node, name string) int { return strings.Compare(node.Name, name) }); ok {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// class evaluates one class's verdicts: feasibility (the framework's) and
+// its findings, and adds to the rule, score and violation counts.
+func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Finding {
 	subject := fmt.Sprintf("pods of namespace %s like %s", c.pod.Namespace, c.pod.Name)
 	if c.plain {
 		subject = fmt.Sprintf("a plain pod of namespace %s (no labels)", c.pod.Namespace)
-	}
-	nodeOK := make([]bool, len(v.Nodes))
-	excluded := 0
-	for n, node := range v.Nodes {
-		nodeOK[n] = nodeAdmits(node, c.pod)
-		if !nodeOK[n] {
-			excluded++
-		}
 	}
 	for _, pv := range v.Filters {
 		if pv.Params != "" {
@@ -380,15 +423,8 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts) []Finding {
 		}
 	}
 
-	feasible := make([]int, 0, len(v.Nodes))
-	for n := range v.Nodes {
-		if !nodeOK[n] || v.Rejection != nil {
-			continue
-		}
-		if !slices.ContainsFunc(v.Filters, func(pv dryrun.PolicyVerdicts) bool { return !pv.Pass[n] }) {
-			feasible = append(feasible, n)
-		}
-	}
+	feasible := indexes(v.Nodes, f.policies.Feasible)
+	builtin := indexes(v.Nodes, f.builtin.Feasible)
 	a.addScores(v, feasible)
 	switch {
 	case v.Rejection != nil && v.Rejection.Rule == "paramRef":
@@ -399,32 +435,48 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts) []Finding {
 		return []Finding{{Kind: NoFeasibleNode, Policies: []string{v.Rejection.Policy.Name}, Subject: subject, Pods: c.pods,
 			Evidence:   "every node is refused: " + v.Rejection.String(),
 			Suggestion: "fix the policy's match conditions, or set failurePolicy Ignore"}}
+	case len(feasible) > 0 && len(feasible) >= max(a.in.MinFeasible, 1):
+		return nil
+	case len(builtin) == 0:
+		// No node fits these pods whatever the policies: not a policy
+		// finding (removing every policy would change nothing).
+		return []Finding{{Kind: NoNodeFits, Subject: subject, Pods: c.pods,
+			Evidence:   "no node fits these pods even without any policy: " + rejections(f.builtin),
+			Suggestion: "no policy is involved: change the pods' requests, node selector, affinity or tolerations, or add nodes that fit them"}}
 	case len(feasible) == 0:
-		return []Finding{a.noFeasibleNode(c, v, nodeOK, excluded, subject)}
-	case len(feasible) < max(a.in.MinFeasible, 1) || !fitsOne(c.pod, v, feasible):
-		return []Finding{a.capacity(c, v, feasible, subject)}
+		return []Finding{a.noFeasibleNode(c, v, builtin, subject)}
 	}
-	return nil
+	return []Finding{a.capacity(c, v, feasible, builtin, subject)}
 }
 
-// nodeAdmits applies the built-in filters that depend only on the node:
-// NodeUnschedulable and TaintToleration's NoSchedule and NoExecute taints.
-func nodeAdmits(node *corev1.Node, pod *corev1.Pod) bool {
-	if node.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(klog.Background(), pod.Spec.Tolerations,
-		&corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}, false) {
-		return false
+// rejections summarizes why the framework found no node: each rejection
+// and how many nodes it was given for, most frequent first.
+func rejections(r *verdict.Result) string {
+	if r.PreEnqueue != nil {
+		return fmt.Sprintf("held by %s: %s", r.PreEnqueue.Plugin, r.PreEnqueue.Message)
 	}
-	_, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), node.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
-	}, false)
-	return !untolerated
+	if r.PreFilter != nil {
+		return fmt.Sprintf("rejected by %s: %s", r.PreFilter.Plugin, r.PreFilter.Message)
+	}
+	counts := map[string]int{}
+	for _, n := range r.Nodes {
+		if n.RejectedBy != nil {
+			counts[n.RejectedBy.Message+" ("+n.RejectedBy.Plugin+")"]++
+		}
+	}
+	reasons := slices.SortedFunc(maps.Keys(counts), func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
+	parts := make([]string, len(reasons))
+	for i, reason := range reasons {
+		parts[i] = fmt.Sprintf("%d node(s): %s", counts[reason], reason)
+	}
+	return fmt.Sprintf("%d node(s) evaluated; %s", len(r.Nodes), strings.Join(parts, "; "))
 }
 
 // noFeasibleNode names the policies whose filters together leave the
 // class no node: a policy that refuses every node the built-in node
 // filters admit on its own, or else the fewest policies (picked greedily)
 // whose intersection is empty.
-func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, nodeOK []bool, excluded int, subject string) Finding {
+func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, builtin []int, subject string) Finding {
 	admitted := func(pv dryrun.PolicyVerdicts, remaining []int) (keep []int) {
 		for _, n := range remaining {
 			if pv.Pass[n] {
@@ -433,25 +485,26 @@ func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, nodeOK []bool, e
 		}
 		return keep
 	}
-	var remaining []int
-	for n := range v.Nodes {
-		if nodeOK[n] {
-			remaining = append(remaining, n)
-		}
-	}
+	remaining := builtin
+	excluded := len(v.Nodes) - len(builtin)
 	f := Finding{Kind: NoFeasibleNode, Subject: subject, Pods: c.pods}
-	if len(remaining) == 0 {
-		f.Evidence = fmt.Sprintf("all %d nodes are unschedulable or have taints the pods do not tolerate", len(v.Nodes))
-		f.Suggestion = "add tolerations to the pods, or make nodes schedulable"
-		return f
-	}
 	var parts []string
 	for len(remaining) > 0 {
-		best, bestLeft := -1, len(remaining)+1
+		best, bestLeft := -1, len(remaining)
 		for i, pv := range v.Filters {
 			if left := len(admitted(pv, remaining)); left < bestLeft {
 				best, bestLeft = i, left
 			}
+		}
+		if best < 0 {
+			// No policy refuses a node the built-in plugins admit: the
+			// framework's answer comes from how they combine (its filters
+			// see the policies' pods too), which no single policy explains.
+			f.Policies = nil
+			f.Evidence = fmt.Sprintf("%d node(s) (%s) pass the built-in plugins and every policy's filters one by one, yet no node passes them together",
+				len(builtin), nodeList(v.Nodes, builtin))
+			f.Suggestion = "run celsched eval or explain on one of these pods to see each node's verdict"
+			return f
 		}
 		pv := v.Filters[best]
 		kept := admitted(pv, remaining)
@@ -483,7 +536,7 @@ func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, nodeOK []bool, e
 	}
 	f.Evidence = strings.Join(parts, "; ") + ": together, no node"
 	if excluded > 0 {
-		f.Evidence += fmt.Sprintf(" (and %d node(s) are unschedulable or tainted for these pods)", excluded)
+		f.Evidence += fmt.Sprintf(" (and the built-in plugins refuse the other %d node(s): taints, cordons, resources, the pods' own selectors)", excluded)
 	}
 	slices.Sort(f.Policies)
 	f.Suggestion = "these policies cannot all be met: change one, or label nodes that meet them all"
@@ -515,47 +568,26 @@ func nodeList(nodes []*corev1.Node, idx []int) string {
 	return s + ")"
 }
 
-// fitsOne says whether the class's pod fits on one of the feasible nodes
-// by CPU and memory.
-func fitsOne(pod *corev1.Pod, v *dryrun.Verdicts, feasible []int) bool {
-	cpu, mem := requests(pod)
-	for _, n := range feasible {
-		alloc := v.Nodes[n].Status.Allocatable
-		if alloc.Cpu().MilliValue()-v.MilliCPU[n] >= cpu && alloc.Memory().Value()-v.Memory[n] >= mem {
-			return true
-		}
-	}
-	return false
-}
-
-func requests(pod *corev1.Pod) (milliCPU, memory int64) {
-	for i := range pod.Spec.Containers {
-		requests := pod.Spec.Containers[i].Resources.Requests
-		milliCPU += requests.Cpu().MilliValue()
-		memory += requests.Memory().Value()
-	}
-	return milliCPU, memory
-}
-
-// capacity reports a class with few feasible nodes, or none with room.
-func (a *analysis) capacity(c *class, v *dryrun.Verdicts, feasible []int, subject string) Finding {
-	var freeCPU, freeMem int64
-	for _, n := range feasible {
-		alloc := v.Nodes[n].Status.Allocatable
-		freeCPU += max(0, alloc.Cpu().MilliValue()-v.MilliCPU[n])
-		freeMem += max(0, alloc.Memory().Value()-v.Memory[n])
-	}
-	cpu, mem := requests(c.pod)
+// capacity reports a class with fewer feasible nodes than the minimum,
+// naming the policies that refuse a node the built-in plugins admit
+// (removing one of them would widen the class's nodes).
+func (a *analysis) capacity(c *class, v *dryrun.Verdicts, feasible, builtin []int, subject string) Finding {
 	policies := sets.New[string]()
 	for _, pv := range v.Filters {
-		if slices.Contains(pv.Pass, false) {
-			policies.Insert(pv.Policy)
+		for _, n := range builtin {
+			if !pv.Pass[n] {
+				policies.Insert(pv.Policy)
+			}
 		}
 	}
-	return Finding{Kind: Capacity, Policies: sets.List(policies), Subject: subject, Pods: c.pods,
-		Evidence: fmt.Sprintf("%s feasible (the minimum is %d), with %dm CPU and %d MiB memory free in all; one pod requests %dm CPU and %d MiB",
-			nodeList(v.Nodes, feasible), max(a.in.MinFeasible, 1), freeCPU, freeMem>>20, cpu, mem>>20),
+	f := Finding{Kind: Capacity, Policies: sets.List(policies), Subject: subject, Pods: c.pods,
+		Evidence: fmt.Sprintf("%s feasible (the minimum is %d); without the policies, %s",
+			nodeList(v.Nodes, feasible), max(a.in.MinFeasible, 1), nodeList(v.Nodes, builtin)),
 		Suggestion: "widen the policies for these pods, or add nodes that meet them"}
+	if policies.Len() == 0 {
+		f.Suggestion = "no policy narrows these pods' nodes: add nodes that fit them"
+	}
+	return f
 }
 
 // addScores records the score rules' values on the class's feasible

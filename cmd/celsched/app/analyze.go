@@ -36,8 +36,10 @@ It groups the pods of the scheduler's profiles into classes (pods every
 policy treats alike, and each namespace's plain pod that a policy applies
 to), evaluates every policy on every node for each class, and reports:
 
-  no-feasible-node      the policies whose filters together (with taints and
-                        unschedulable nodes) leave a class of pods no node
+  no-feasible-node      the policies whose filters together (with the
+                        profile's built-in plugins: taints, cordons,
+                        resources, the pods' own selectors) leave a class
+                        of pods no node
   params-mismatch       a parameterized policy whose params (or their
                         absence, under Deny) leave a class no node
   running-in-violation  bound pods on nodes the policies in force refuse
@@ -45,8 +47,15 @@ to), evaluates every policy on every node for each class, and reports:
   always-true           a filter rule true on every node (it filters nothing)
   constant-score        a score rule with one value on every feasible node
   matches-nothing       a policy that selects no pod and no namespace's plain pod
-  capacity              a class with fewer feasible nodes than --min-feasible,
-                        or none with room for one of its pods
+  capacity              a class with fewer feasible nodes than --min-feasible;
+                        it names the policies that refuse a node the
+                        built-in plugins admit
+  no-node-fits          a class of pods no node fits even without any
+                        policy (it names none)
+
+Feasibility is kube-scheduler's framework for the pods' profile, as the
+scheduler runs it: a policy is named only when removing it would change
+the answer.
 
 --fail-on exits 1 when a finding of one of the kinds given is found.`,
 		Example: `  celsched analyze
