@@ -15,6 +15,11 @@
 // +kubebuilder:rbac:groups=scheduling.celsched.io,resources=schedulingpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.celsched.io,resources=schedulingpolicies/status,verbs=get;update;patch
 //
+// The scheduler reads TenantPlacements, celsched's own param kind, as the
+// params of the policies that name it (celplugins.ParamsStore); other param
+// kinds are granted through the celsched-params ClusterRole.
+// +kubebuilder:rbac:groups=scheduling.celsched.io,resources=tenantplacements,verbs=get;list;watch
+//
 // The webhook reads the CustomResourceDefinition of a custom param kind to
 // type params (LiveParamTypes); only get, by name.
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get

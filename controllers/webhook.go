@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -42,7 +43,8 @@ const (
 // it compiles the policy with the scheduler's compiler and denies a create
 // or update that does not compile (a syntax, type, scope or cost error)
 // with the field errors, each with its path and CEL line and column.
-// Non-fatal findings (an expression close to the cost limit) come back as
+// Non-fatal findings (an expression close to the cost limit, params that
+// the pod's namespace can write: tenantWritableParams) come back as
 // admission warnings. On update, expressions unchanged from the stored
 // object compile against the stored-expressions environment, so that a
 // policy valid under an older celsched stays updatable (upgrade ratcheting,
@@ -112,6 +114,9 @@ func (v *PolicyValidator) validate(ctx context.Context, p, previous *schedv1alph
 	for _, w := range compiled.Warnings {
 		warnings = append(warnings, w.FieldRef+": "+w.Warning)
 	}
+	if w := tenantWritableParams(p); w != "" {
+		warnings = append(warnings, w)
+	}
 	if len(compiled.Errors) > 0 {
 		return warnings, apierrors.NewInvalid(schedv1alpha1.GroupVersion.WithKind("SchedulingPolicy").GroupKind(), p.Name, compiled.Errors)
 	}
@@ -137,4 +142,58 @@ func (v *PolicyValidator) acquire(ctx context.Context) (release func(), err erro
 	case <-ctx.Done():
 		return nil, fmt.Errorf("waiting for another compile to end: %w", context.Cause(ctx))
 	}
+}
+
+// editWritableKinds are the namespaced kinds that the built-in edit role
+// (and so admin, which aggregates it) lets a namespace's users create and
+// update, by group and kind, with their resource: the writable resources
+// of kube-apiserver's system:aggregate-to-edit ClusterRole, at its default
+// feature gates (TestEditWritableKinds compares them). A policy whose
+// params are objects of these kinds in the pod's namespace takes its
+// values from the namespace's users: they can move their own fence.
+var editWritableKinds = map[schema.GroupKind]string{
+	{Kind: "ConfigMap"}:                                       "configmaps",
+	{Kind: "Secret"}:                                          "secrets",
+	{Kind: "Pod"}:                                             "pods",
+	{Kind: "Service"}:                                         "services",
+	{Kind: "ServiceAccount"}:                                  "serviceaccounts",
+	{Kind: "PersistentVolumeClaim"}:                           "persistentvolumeclaims",
+	{Kind: "ReplicationController"}:                           "replicationcontrollers",
+	{Kind: "Event"}:                                           "events",
+	{Group: "events.k8s.io", Kind: "Event"}:                   "events",
+	{Group: "apps", Kind: "Deployment"}:                       "deployments",
+	{Group: "apps", Kind: "StatefulSet"}:                      "statefulsets",
+	{Group: "apps", Kind: "DaemonSet"}:                        "daemonsets",
+	{Group: "apps", Kind: "ReplicaSet"}:                       "replicasets",
+	{Group: "batch", Kind: "Job"}:                             "jobs",
+	{Group: "batch", Kind: "CronJob"}:                         "cronjobs",
+	{Group: "autoscaling", Kind: "HorizontalPodAutoscaler"}:   "horizontalpodautoscalers",
+	{Group: "policy", Kind: "PodDisruptionBudget"}:            "poddisruptionbudgets",
+	{Group: "networking.k8s.io", Kind: "Ingress"}:             "ingresses",
+	{Group: "networking.k8s.io", Kind: "NetworkPolicy"}:       "networkpolicies",
+	{Group: "coordination.k8s.io", Kind: "Lease"}:             "leases",
+	{Group: "resource.k8s.io", Kind: "ResourceClaim"}:         "resourceclaims",
+	{Group: "resource.k8s.io", Kind: "ResourceClaimTemplate"}: "resourceclaimtemplates",
+}
+
+// tenantWritableParams returns the warning for a policy whose params are
+// read in the pod's own namespace (a paramRef without a namespace) from a
+// kind that the built-in edit role lets that namespace's users write: an
+// admission warning, not a denial, as single-team clusters may want it.
+// It returns "" for any other policy.
+func tenantWritableParams(p *schedv1alpha1.SchedulingPolicy) string {
+	kind, ref := p.Spec.ParamKind, p.Spec.ParamRef
+	if kind == nil || ref == nil || ref.Namespace != "" {
+		return ""
+	}
+	gv, err := schema.ParseGroupVersion(kind.APIVersion)
+	if err != nil {
+		return "" // the compile error says why
+	}
+	if _, ok := editWritableKinds[gv.WithKind(kind.Kind).GroupKind()]; !ok {
+		return ""
+	}
+	return fmt.Sprintf("spec.paramRef: the params are %s objects of the pod's own namespace, which users with the built-in edit or admin role there can write, "+
+		"so they can change where their own pods may run; for per-tenant params use TenantPlacement (scheduling.celsched.io/v1alpha1), "+
+		"which they cannot write, or set paramRef.namespace (docs/security.md)", kind.Kind)
 }

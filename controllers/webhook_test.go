@@ -4,16 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac/bootstrappolicy"
+	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/builder"
 )
 
 func policyWithFilters(exprs ...string) *schedv1alpha1.SchedulingPolicy {
@@ -181,4 +191,115 @@ func BenchmarkValidateHugePolicy(b *testing.B) {
 		size = len(err.Error())
 	}
 	b.ReportMetric(float64(size), "denial-bytes")
+}
+
+// TestValidatorWarnsOfTenantWritableParams: a policy whose params are
+// ConfigMaps (or another kind the built-in edit role writes) of the pod's
+// own namespace is admitted with a warning naming the risk; params in a
+// fixed namespace, or of a kind edit does not grant (TenantPlacement), are
+// admitted without it.
+func TestValidatorWarnsOfTenantWritableParams(t *testing.T) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The shipped TenantPlacement CRD types params, as LiveParamTypes does
+	// in a cluster.
+	data, err := os.ReadFile(filepath.Join("..", "config", "crd", "bases", "scheduling.celsched.io_tenantplacements.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.UnmarshalStrict(data, crd); err != nil {
+		t.Fatal(err)
+	}
+	paramTypes := engine.CRDParamTypes{}
+	if err := paramTypes.Add(crd); err != nil {
+		t.Fatal(err)
+	}
+	v := &PolicyValidator{Compiler: engine.NewCompiler(env), ParamTypes: paramTypes}
+	warning := func(kind string) []string {
+		return []string{"spec.paramRef: the params are " + kind + " objects of the pod's own namespace, which users with the built-in edit or admin role there can write, " +
+			"so they can change where their own pods may run; for per-tenant params use TenantPlacement (scheduling.celsched.io/v1alpha1), " +
+			"which they cannot write, or set paramRef.namespace (docs/security.md)"}
+	}
+	zones := "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in params.data['zones'].split(',')"
+	cases := map[string]struct {
+		policy *schedv1alpha1.SchedulingPolicy
+		want   []string
+	}{
+		"ConfigMap of the pod's namespace": {
+			policy: builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").Filter("zone", zones).Obj(),
+			want:   warning("ConfigMap"),
+		},
+		"ConfigMaps of the pod's namespace, by selector": {
+			policy: builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamSelector(map[string]string{"placement": "true"}, "", "").Filter("zone", zones).Obj(),
+			want:   warning("ConfigMap"),
+		},
+		"Secret of the pod's namespace": {
+			policy: builder.MakePolicy("p").ParamKind("v1", "Secret").ParamRef("placement", "", "").Filter("zone", "has(params.data)").Obj(),
+			want:   warning("Secret"),
+		},
+		"Deployment of the pod's namespace": {
+			policy: builder.MakePolicy("p").ParamKind("apps/v1", "Deployment").ParamRef("placement", "", "").Filter("replicas", "params.spec.replicas > 0").Obj(),
+			want:   warning("Deployment"),
+		},
+		"ConfigMap of a fixed namespace": {
+			policy: builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "platform", "").Filter("zone", zones).Obj(),
+		},
+		"TenantPlacement of the pod's namespace": {
+			policy: builder.MakePolicy("p").ParamKind("scheduling.celsched.io/v1alpha1", "TenantPlacement").ParamRef("placement", "", "").
+				Filter("zone", "'a' in params.spec.zones").Obj(),
+		},
+		"no params": {
+			policy: policyWithFilters("true"),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := v.ValidateCreate(t.Context(), tc.policy)
+			if err != nil {
+				t.Fatalf("denied: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, []string(got)); diff != "" {
+				t.Errorf("warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestEditWritableKinds: editWritableKinds are exactly the namespaced
+// resources that kube-apiserver's bootstrap system:aggregate-to-edit
+// ClusterRole (aggregated into edit and admin) lets a user create and
+// update, but those of the extensions group, which no longer serves them.
+func TestEditWritableKinds(t *testing.T) {
+	var edit *rbacv1.ClusterRole
+	for _, r := range bootstrappolicy.ClusterRoles() {
+		if r.Name == "system:aggregate-to-edit" {
+			edit = &r
+		}
+	}
+	if edit == nil {
+		t.Fatal("no system:aggregate-to-edit ClusterRole in the bootstrap policy")
+	}
+	want := sets.New[string]()
+	for _, rule := range edit.Rules {
+		if !slices.Contains(rule.Verbs, "update") || !slices.Contains(rule.Verbs, "create") {
+			continue
+		}
+		for _, g := range rule.APIGroups {
+			for _, r := range rule.Resources {
+				if g != "extensions" && !strings.Contains(r, "/") {
+					want.Insert(g + "/" + r)
+				}
+			}
+		}
+	}
+	got := sets.New[string]()
+	for gk, resource := range editWritableKinds {
+		got.Insert(gk.Group + "/" + resource)
+	}
+	if diff := cmp.Diff(sets.List(want), sets.List(got)); diff != "" {
+		t.Errorf("editWritableKinds, by group/resource (-edit role +list):\n%s", diff)
+	}
 }

@@ -1,5 +1,5 @@
-// Package v1alpha1 contains the SchedulingPolicy API of the
-// scheduling.celsched.io group.
+// Package v1alpha1 contains the API of the scheduling.celsched.io group:
+// SchedulingPolicy, and TenantPlacement (per-tenant params).
 //
 // +kubebuilder:object:generate=true
 // +groupName=scheduling.celsched.io
@@ -23,7 +23,7 @@ var (
 )
 
 func addKnownTypes(scheme *runtime.Scheme) error {
-	scheme.AddKnownTypes(GroupVersion, &SchedulingPolicy{}, &SchedulingPolicyList{})
+	scheme.AddKnownTypes(GroupVersion, &SchedulingPolicy{}, &SchedulingPolicyList{}, &TenantPlacement{}, &TenantPlacementList{})
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil
 }

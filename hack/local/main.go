@@ -169,8 +169,8 @@ func printTryThis(kubeconfig string) {
 The cluster keeps running. Try, in another terminal:
   kubectl --kubeconfig %[1]s get schedpol
   kubectl --kubeconfig %[1]s label namespace research gpu-approved=true   # releases research/notebook
-  kubectl --kubeconfig %[1]s -n team-c create configmap celsched-placement --from-literal=zones=zone-a   # releases team-c/web
-  kubectl --kubeconfig %[1]s -n team-a edit configmap celsched-placement   # e.g. zones: zone-b moves team-a's next pod
+  echo '{"apiVersion":"scheduling.celsched.io/v1alpha1","kind":"TenantPlacement","metadata":{"name":"placement","namespace":"team-c"},"spec":{"zones":["zone-a"]}}' | kubectl --kubeconfig %[1]s create -f -   # releases team-c/web
+  kubectl --kubeconfig %[1]s -n team-a patch tenantplacement placement --type merge -p '{"spec":{"zones":["zone-b"]}}'   # moves team-a's next pod
   kubectl --kubeconfig %[1]s apply -f config/samples/...                   # or your own policy
   kubectl --kubeconfig %[1]s describe pod -n sandbox scratch
 New placements are printed below. Ctrl-C stops everything.
@@ -214,7 +214,7 @@ var namespaces = map[string]map[string]string{
 	"batch":   {"cost-center": "data", "celsched.io/environment": "batch"},
 	"sandbox": {},
 	// Tenants of tenant-zones-and-pools: team-a and team-b have their
-	// placement ConfigMap (config/samples/tenant-placement-params.yaml),
+	// TenantPlacement (config/samples/tenant-placement-params.yaml),
 	// team-c has none yet.
 	"team-a": {"celsched.io/tenant": "team-a", "cost-center": "team-a"},
 	"team-b": {"celsched.io/tenant": "team-b", "cost-center": "team-b"},
@@ -263,19 +263,20 @@ func createCluster(ctx context.Context, c client.Client) error {
 	return nil
 }
 
-// applyParams creates the ConfigMaps of config/samples/tenant-placement-params.yaml.
+// applyParams creates the TenantPlacements of
+// config/samples/tenant-placement-params.yaml.
 func applyParams(ctx context.Context, c client.Client, dir string) error {
 	data, err := os.ReadFile(filepath.Join(dir, "tenant-placement-params.yaml"))
 	if err != nil {
 		return err
 	}
 	for _, doc := range strings.Split(string(data), "\n---\n") {
-		cm := &corev1.ConfigMap{}
-		if err := yaml.UnmarshalStrict([]byte(doc), cm); err != nil {
+		placement := &schedv1alpha1.TenantPlacement{}
+		if err := yaml.UnmarshalStrict([]byte(doc), placement); err != nil {
 			return fmt.Errorf("tenant-placement-params.yaml: %w", err)
 		}
-		if err := c.Create(ctx, cm); err != nil {
-			return fmt.Errorf("creating ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		if err := c.Create(ctx, placement); err != nil {
+			return fmt.Errorf("creating TenantPlacement %s/%s: %w", placement.Namespace, placement.Name, err)
 		}
 	}
 	return nil

@@ -41,14 +41,8 @@ func TestDryRunAgreesWithScheduler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The samples' custom param kind (config/samples/custom-params), which
-	// the manager may read, as its README says.
-	data, err := os.ReadFile(filepath.Join(repoRoot, "config", "samples", "custom-params", "tenantplacement-crd.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	crd := installCRD(t, data)
-	grantParams(t, crd.Spec.Group, crd.Spec.Names.Plural)
+	// TenantPlacement, the param kind of tenant-zones-and-pools, is
+	// installed with celsched's CRDs, and the manager may read it.
 	n := 0
 	for _, suite := range suites {
 		t.Run(suite.Name, func(t *testing.T) {

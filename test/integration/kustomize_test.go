@@ -57,6 +57,8 @@ func TestDefaultInstall(t *testing.T) {
 		"Role/celsched-leader-election", "RoleBinding/celsched-leader-election", "Deployment/celsched",
 		"Service/celsched-webhook-service", "ValidatingWebhookConfiguration/celsched-validating-webhook-configuration",
 		"Role/celsched-webhook-cert", "ClusterRole/celsched-webhook-cert",
+		"CustomResourceDefinition/tenantplacements.scheduling.celsched.io",
+		"ClusterRole/celsched-tenantplacement-editor", "ClusterRole/celsched-tenantplacement-viewer",
 	} {
 		if kinds[want] == nil {
 			t.Errorf("config/default has no %s", want)

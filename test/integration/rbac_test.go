@@ -41,6 +41,8 @@ func TestManagerRBAC(t *testing.T) {
 		"update nodes":                             {authorizationv1.ResourceAttributes{Verb: "update", Resource: "nodes"}, false},
 		"change namespaces":                        {authorizationv1.ResourceAttributes{Verb: "update", Resource: "namespaces"}, false},
 		"edit cluster roles":                       {authorizationv1.ResourceAttributes{Verb: "update", Group: "rbac.authorization.k8s.io", Resource: "clusterroles"}, false},
+		"watch tenant placements":                  {authorizationv1.ResourceAttributes{Verb: "watch", Group: "scheduling.celsched.io", Resource: "tenantplacements"}, true},
+		"change tenant placements":                 {authorizationv1.ResourceAttributes{Verb: "update", Group: "scheduling.celsched.io", Resource: "tenantplacements", Namespace: "default"}, false},
 		"read a param kind's CRD (webhook typing)": {authorizationv1.ResourceAttributes{Verb: "get", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions", Name: "tenantplacements.example.com"}, true},
 		"change CRDs":                              {authorizationv1.ResourceAttributes{Verb: "update", Group: "apiextensions.k8s.io", Resource: "customresourcedefinitions"}, false},
 		"read configmaps (no param kind granted)":  {authorizationv1.ResourceAttributes{Verb: "list", Resource: "configmaps", Namespace: "default"}, false},

@@ -148,8 +148,35 @@ func TestWebhookDeniesInvalidPolicies(t *testing.T) {
 		}
 	})
 
+	t.Run("params that the pod's namespace can write are admitted with a warning", func(t *testing.T) {
+		warnings := &warningRecorder{}
+		cfg := rest.CopyConfig(testConfig)
+		cfg.WarningHandler = warnings
+		c, err := client.New(cfg, client.Options{Scheme: k8sClient.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The shipped sample's TenantPlacement: no warning (its params
+		// typed from the installed CRD).
+		if err := c.Create(t.Context(), loadSample(t, "tenant-zones-and-pools"), client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		if got := warnings.all(); len(got) != 0 {
+			t.Errorf("tenant-zones-and-pools: warnings %q, want none", got)
+		}
+		if err := c.Create(t.Context(), loadPolicyFile(t, "configmap-params", "scheduling_v1alpha1_tenant-zones-configmap.yaml"), client.DryRunAll); err != nil {
+			t.Fatal(err)
+		}
+		want := "spec.paramRef: the params are ConfigMap objects of the pod's own namespace, which users with the built-in edit or admin role there can write, " +
+			"so they can change where their own pods may run; for per-tenant params use TenantPlacement (scheduling.celsched.io/v1alpha1), " +
+			"which they cannot write, or set paramRef.namespace (docs/security.md)"
+		if got := warnings.all(); len(got) != 1 || got[0] != want {
+			t.Errorf("tenant-zones-configmap: warnings %q, want [%q]", got, want)
+		}
+	})
+
 	t.Run("every sample is admitted", func(t *testing.T) {
-		for _, name := range []string{"avoid-maintenance", "batch-prefers-spot", "memory-headroom-audit", "ml-on-gpu-nodes", "payments-dedicated-pool", "require-cost-center", "zone-preference"} {
+		for _, name := range []string{"avoid-maintenance", "batch-prefers-spot", "memory-headroom-audit", "ml-on-gpu-nodes", "payments-dedicated-pool", "require-cost-center", "tenant-zones-and-pools", "zone-preference"} {
 			if err := k8sClient.Create(t.Context(), loadSample(t, name), client.DryRunAll); err != nil {
 				t.Errorf("sample %s: %v", name, err)
 			}

@@ -251,7 +251,7 @@ func readDump(s *streams, o *impactOptions, in *impact.Input) ([]*unstructured.U
 				}
 			case *corev1.PersistentVolumeClaim, *corev1.PersistentVolume, *storagev1.StorageClass, *storagev1.CSINode:
 				in.Objects = append(in.Objects, obj)
-			case *corev1.ConfigMap, *apiextensionsv1.CustomResourceDefinition, *unstructured.Unstructured:
+			case *corev1.ConfigMap, *schedv1alpha1.TenantPlacement, *apiextensionsv1.CustomResourceDefinition, *unstructured.Unstructured:
 				u, ok := obj.(*unstructured.Unstructured)
 				if !ok {
 					if u, err = asUnstructured(obj); err != nil {

@@ -65,11 +65,12 @@ func TestValidateParams(t *testing.T) {
 	}
 }
 
-// TestValidateSamples: every sample is valid, as a directory, with the
-// custom-resource sample's params typed from its CRD.
+// TestValidateSamples: every sample is valid, as a directory, without a
+// warning: the params of TenantPlacement, celsched's own kind, are typed
+// from its CRD, built into the CLI.
 func TestValidateSamples(t *testing.T) {
 	samples := filepath.Join("..", "..", "..", "config", "samples")
-	code, out := runCLI(t, "validate", "-f", samples, "--param-crd", filepath.Join(samples, "custom-params", "tenantplacement-crd.yaml"))
+	code, out := runCLI(t, "validate", "-f", samples)
 	if code != 0 || out != "11 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
@@ -294,7 +295,7 @@ func TestImpact(t *testing.T) {
 func TestImpactParams(t *testing.T) {
 	dir := filepath.Join("testdata", "impact", "params")
 	file := func(name string) string { return filepath.Join(dir, name) }
-	crd := filepath.Join("..", "..", "..", "config", "samples", "custom-params", "tenantplacement-crd.yaml")
+	crd := file("placement-crd.yaml")
 	cluster := []string{"impact", "--dump", file("cluster.yaml")}
 	live := append(slices.Clone(cluster), "--params", file("configmaps.yaml"), "--policies", file("tenant-zone.yaml"))
 	cases := map[string]struct {
@@ -305,6 +306,7 @@ func TestImpactParams(t *testing.T) {
 		"policy-draft":          {args: append(slices.Clone(cluster), "--dump", file("configmaps.yaml"), "-f", file("tenant-zone.yaml"))},
 		"params-files":          {args: append(slices.Clone(cluster), "--params", file("configmaps.yaml"), "-f", file("tenant-zone.yaml"))},
 		"custom-kind":           {args: append(slices.Clone(cluster), "--dump", crd, "--params", file("placements.yaml"), "-f", file("custom-kind.yaml"))},
+		"tenantplacement":       {args: append(slices.Clone(cluster), "--dump", file("tenantplacements.yaml"), "-f", file("tenantplacement-policy.yaml"))},
 		"params-draft":          {args: append(slices.Clone(live), "-f", file("ten-2-zone-a.yaml"))},
 		"params-draft-markdown": {args: append(slices.Clone(live), "-f", file("ten-2-zone-a.yaml"), "-o", "markdown")},
 		"delete-params":         {args: append(slices.Clone(live), "--delete-params", "ConfigMap/ten-1/place")},
@@ -324,16 +326,17 @@ func TestImpactParams(t *testing.T) {
 			t.Errorf("%s: want one error line on stderr and nothing on stdout, got:\n%s\n---\n%s", name, out.String(), errOut.String())
 		}
 		outputs[name] = out.String() + errOut.String()
-		if name != "params-files" && name != "custom-kind" {
+		if name != "params-files" && name != "custom-kind" && name != "tenantplacement" {
 			golden.Compare(t, filepath.Join(dir, name+".golden"), outputs[name])
 		}
 	}
-	// The same params from --dump, from --params, or as custom resources
-	// (but for the policy's name and message): the same verdicts.
+	// The same params from --dump, from --params, or as custom resources,
+	// celsched's TenantPlacement without its CRD (but for the policy's name
+	// and message): the same verdicts.
 	if outputs["params-files"] != outputs["policy-draft"] {
 		t.Errorf("--params and --dump disagree:\n%s\n---\n%s", outputs["params-files"], outputs["policy-draft"])
 	}
-	for _, name := range []string{"policy-draft", "custom-kind"} {
+	for _, name := range []string{"policy-draft", "custom-kind", "tenantplacement"} {
 		if !strings.Contains(outputs[name], "ten-2/y2  p-a   evicted-would-not-return") || strings.Count(outputs[name], "evicted-would-not-return  accepted") != 1 {
 			t.Errorf("%s: want ten-2/y2 and only it evicted-would-not-return, got:\n%s", name, outputs[name])
 		}

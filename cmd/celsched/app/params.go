@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -85,9 +84,9 @@ func paramObjectsIn(objs []*unstructured.Unstructured, kinds map[schema.GroupKin
 }
 
 // checkParamCRDs fails, for files, when a kind that a policy's paramKind
-// names is neither built into Kubernetes nor defined by one of the
-// CustomResourceDefinitions: its objects cannot be read without knowing
-// the kind.
+// names is neither built into Kubernetes, nor celsched's own
+// (TenantPlacement), nor defined by one of the CustomResourceDefinitions:
+// its objects cannot be read without knowing the kind.
 func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.Unstructured, where string) error {
 	defined := map[schema.GroupKind]bool{}
 	for _, o := range crds {
@@ -96,7 +95,7 @@ func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.U
 		defined[schema.GroupKind{Group: group, Kind: kind}] = true
 	}
 	for _, k := range sortedKinds(kinds) {
-		if clientgoscheme.Scheme.Recognizes(k.gvk) || defined[k.gvk.GroupKind()] {
+		if scheme.Recognizes(k.gvk) || defined[k.gvk.GroupKind()] {
 			continue
 		}
 		return fmt.Errorf("paramKind %s %s of SchedulingPolicy %s: its CustomResourceDefinition is not in %s; add it (kubectl get crd -o yaml) with the objects of the kind",
@@ -105,15 +104,15 @@ func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.U
 	return nil
 }
 
-// asUnstructured converts a typed object read from a file (a ConfigMap)
-// to the form params objects take.
+// asUnstructured converts a typed object read from a file (a ConfigMap, a
+// TenantPlacement) to the form params objects take.
 func asUnstructured(obj runtime.Object) (*unstructured.Unstructured, error) {
 	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	if err != nil {
 		return nil, err
 	}
 	u := &unstructured.Unstructured{Object: content}
-	if gvks, _, err := clientgoscheme.Scheme.ObjectKinds(obj); err == nil && len(gvks) > 0 {
+	if gvks, _, err := scheme.ObjectKinds(obj); err == nil && len(gvks) > 0 {
 		u.SetGroupVersionKind(gvks[0])
 	}
 	return u, nil

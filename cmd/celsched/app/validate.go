@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/celsched/celsched/config/crd"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -22,9 +23,10 @@ error with its file, YAML line, field path and CEL line and column. Documents
 of other kinds are skipped. It exits non-zero on any error: use it as a
 pre-commit hook or a CI step.
 
-params is typed for built-in param kinds (ConfigMap); for a custom resource,
-give its CustomResourceDefinition with --param-crd, so that a misspelt params
-field is an error; otherwise params is dyn, with a warning.`,
+params is typed for built-in param kinds (ConfigMap) and celsched's own
+(TenantPlacement); for another custom resource, give its
+CustomResourceDefinition with --param-crd, so that a misspelt params field is
+an error; otherwise params is dyn, with a warning.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(files) == 0 {
@@ -81,16 +83,20 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 	return nil
 }
 
-// readParamTypes reads CustomResourceDefinitions and types params from
-// their schemas.
+// readParamTypes types params from the schemas of celsched's own param
+// kinds and of the CustomResourceDefinitions of the files.
 func readParamTypes(s *streams, files []string) (engine.CRDParamTypes, error) {
 	types := engine.CRDParamTypes{}
+	shipped, err := crd.ParamKinds()
+	if err != nil {
+		return nil, err
+	}
 	crds, err := readObjects[*apiextensionsv1.CustomResourceDefinition](s, files, "CustomResourceDefinition")
 	if err != nil {
 		return nil, err
 	}
-	for _, crd := range crds {
-		if err := types.Add(crd); err != nil {
+	for _, c := range append(shipped, crds...) {
+		if err := types.Add(c); err != nil {
 			return nil, err
 		}
 	}
