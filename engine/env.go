@@ -46,6 +46,8 @@ type Environment struct {
 	// caches what it resolved.
 	schemas    resolver.SchemaResolver
 	paramKinds paramKindCache
+	// shippedParams types the param kinds celsched ships (TenantPlacement).
+	shippedParams CRDParamTypes
 }
 
 // NewEnvironment builds the environment for the API server's default
@@ -60,7 +62,11 @@ func NewEnvironment() (*Environment, error) {
 // exercise upgrade ratcheting.
 func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	schemas := resolver.NewDefinitionsSchemaResolver(openAPIDefinitions, clientgoscheme.Scheme)
-	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas}
+	shipped, err := shippedParamTypes()
+	if err != nil {
+		return nil, fmt.Errorf("typing celsched's own param kinds: %w", err)
+	}
+	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas, shippedParams: shipped}
 
 	objects := []struct {
 		variable string

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/config/crd"
 )
 
 // ParamsVar is the CEL variable holding a parameterized policy's params
@@ -333,10 +334,31 @@ func (e *Environment) paramsDeclType(spec *ParamSpec, paramTypes ParamTypes) (*a
 			return d.MaybeAssignTypeName("celsched.params"), ""
 		}
 	}
+	if d, ok := e.shippedParams.ParamType(spec.Kind); ok && d != nil {
+		return d.MaybeAssignTypeName("celsched.params"), ""
+	}
 	if b := e.builtinParam(spec.Kind); b != nil {
 		return b.decl, ""
 	}
 	return apiservercel.DynType, fmt.Sprintf("params is dyn: the schema of %s is not known to the compiler, so its fields are not checked here (the webhook checks them against the kind's CRD, as does celsched validate --param-crd FILE)", spec.Kind)
+}
+
+// shippedParamTypes types the param kinds that celsched ships
+// (TenantPlacement) from their CRDs, built into the binary (config/crd),
+// so that the scheduler, the webhook and the CLI type them alike without
+// reading a CRD.
+func shippedParamTypes() (CRDParamTypes, error) {
+	types := CRDParamTypes{}
+	crds, err := crd.ParamKinds()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range crds {
+		if err := types.Add(c); err != nil {
+			return nil, err
+		}
+	}
+	return types, nil
 }
 
 // paramKindCache is Environment.paramKinds: the built-in param kinds

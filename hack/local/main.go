@@ -209,9 +209,10 @@ var namespaces = map[string]map[string]string{
 	"research": {"team": "ml", "cost-center": "research"},
 	"payments": {"team": "payments", "cost-center": "finance"},
 	// no-spot-for-production is enforced in shop (a production
-	// namespace) and audits batch, whose job prefers the spot node.
+	// namespace) and audits batch (labelled spot-ok: its first override),
+	// whose job prefers the spot node.
 	"shop":    {"celsched.io/preferred-zone": "zone-b", "cost-center": "retail", "celsched.io/environment": "production"},
-	"batch":   {"cost-center": "data", "celsched.io/environment": "batch"},
+	"batch":   {"cost-center": "data", "celsched.io/environment": "batch", "celsched.io/spot-ok": "true"},
 	"sandbox": {},
 	// Tenants of tenant-zones-and-pools: team-a and team-b have their
 	// TenantPlacement (config/samples/tenant-placement-params.yaml),
