@@ -338,9 +338,15 @@ const (
 	// filterOnly runs PreEnqueue, PreFilter and Filter on every node:
 	// feasibility.
 	filterOnly
+	// released runs PreFilter and Filter on every node even when a
+	// PreEnqueue plugin holds the pod: the nodes it may have once released.
+	released
 	// scored runs PreScore and Score on the feasible nodes too.
 	scored
 )
+
+// stopsWhenHeld says whether a cycle stops where a PreEnqueue plugin holds the pod.
+func (s stage) stopsWhenHeld() bool { return s != released }
 
 // Schedule evaluates a pod as a scheduling cycle would: PreEnqueue to
 // Score, no binding. An empty schedulerName means the first profile.
@@ -351,6 +357,13 @@ func (e *Evaluator) Schedule(ctx context.Context, pod *corev1.Pod) (*Result, err
 // Feasible is Schedule without scoring: which nodes the pod may have.
 func (e *Evaluator) Feasible(ctx context.Context, pod *corev1.Pod) (*Result, error) {
 	return e.run(ctx, pod, nil, filterOnly)
+}
+
+// FeasibleOnceReleased is Feasible for a pod that its PreEnqueue plugins
+// release: PreEnqueue is evaluated (Result.PreEnqueue says whether it
+// holds the pod), and PreFilter and Filter run whatever it says.
+func (e *Evaluator) FeasibleOnceReleased(ctx context.Context, pod *corev1.Pod) (*Result, error) {
+	return e.run(ctx, pod, nil, released)
 }
 
 // AnyFeasible is Feasible that stops at the first feasible node: whether
@@ -411,8 +424,11 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 		if st := pl.PreEnqueue(ctx, pod); !st.IsSuccess() {
 			// Held: nothing else runs, as in the scheduler.
 			r.PreEnqueue = &Rejection{Plugin: pl.Name(), Message: st.Message()}
-			r.unevaluated(nodeInfos)
-			return nil
+			if until.stopsWhenHeld() {
+				r.unevaluated(nodeInfos)
+				return nil
+			}
+			break
 		}
 	}
 	state := framework.NewCycleState()
@@ -449,7 +465,7 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 			return nil
 		}
 	}
-	if len(feasible) == 0 || until < scored {
+	if len(feasible) == 0 || until != scored {
 		return nil
 	}
 	if st := fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {

@@ -353,13 +353,15 @@ type classFeasible struct {
 }
 
 // feasibility runs the framework for the class's pod with the policies
-// (s) and without (base).
+// (s) and without (base), past any PreEnqueue hold: a hold waits for a
+// change by design (a namespace's approval), and what analyze asks is
+// which nodes the pods may have once released.
 func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod) (*classFeasible, error) {
-	withPolicies, err := s.Feasible(ctx, pod)
+	withPolicies, err := s.FeasibleOnceReleased(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	builtin, err := base.Feasible(ctx, pod)
+	builtin, err := base.FeasibleOnceReleased(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
