@@ -32,7 +32,9 @@ const (
 // environment at the default compatibility version, cel.bind, and the pod,
 // node, namespace and nodeInfo variables typed from the Kubernetes OpenAPI
 // schemas. It is built once (it resolves large schemas) and shared; it is
-// immutable and safe for concurrent use.
+// safe for concurrent use. Its CEL declarations are immutable; what it
+// writes is its caches and numbering: the built-in param kinds resolved
+// (paramKinds) and the numbers of the memo tables (memo).
 type Environment struct {
 	envSet *environment.EnvSet
 
@@ -46,6 +48,10 @@ type Environment struct {
 	// caches what it resolved.
 	schemas    resolver.SchemaResolver
 	paramKinds paramKindCache
+
+	// memo numbers the memo slots and ids of everything compiled,
+	// listed or converted over this environment (memoNumbers).
+	memo *memoNumbers
 }
 
 // NewEnvironment builds the environment for the API server's default
@@ -60,7 +66,7 @@ func NewEnvironment() (*Environment, error) {
 // exercise upgrade ratcheting.
 func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	schemas := resolver.NewDefinitionsSchemaResolver(openAPIDefinitions, clientgoscheme.Scheme)
-	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas}
+	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas, memo: &memoNumbers{}}
 
 	objects := []struct {
 		variable string

@@ -131,3 +131,36 @@ func TestMemoSlots(t *testing.T) {
 		t.Errorf("%d memoized expressions share %d slots", len(exprs), len(slots))
 	}
 }
+
+// TestMemoNumbersPerEnvironment: the memo numbering belongs to the
+// Environment. Policies compiled over one Environment number their slots
+// and lists from it, and their list's outcomes are kept; a list of policies
+// compiled over two Environments, whose numbers may collide in a node's
+// memo, is not kept.
+func TestMemoNumbersPerEnvironment(t *testing.T) {
+	other, err := NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := func(env *Environment, name string) *CompiledPolicy {
+		t.Helper()
+		p := NewCompiler(env).Compile(builder.MakePolicy(name).Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'c'").Obj(), CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b, c := policy(testEnv(t), "a"), policy(testEnv(t), "b"), policy(other, "c")
+	if a.numbers != testEnv(t).memo || c.numbers != other.memo {
+		t.Fatal("a policy is not numbered by the Environment it was compiled over")
+	}
+	if a.filters[0].slot == b.filters[0].slot {
+		t.Errorf("two policies of one Environment share slot %d", a.filters[0].slot)
+	}
+	if l := NewSnapshot(a, b).List(PointFilter, []*CompiledPolicy{a, b}); !l.Kept() {
+		t.Error("the list of policies of one Environment is not kept")
+	}
+	if l := NewSnapshot(a, c).List(PointFilter, []*CompiledPolicy{a, c}); l.Kept() {
+		t.Error("the list of policies of two Environments is kept")
+	}
+}

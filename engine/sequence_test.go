@@ -304,7 +304,8 @@ type seqStats struct {
 // are indexes into seqMutations), through the memo and fresh, and fails
 // on the first difference.
 func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n int64, budget uint64, steps []byte, stats *seqStats) {
-	policy := compiler.Compile(seqPolicy(choices, str, n), CompileOptions{})
+	budgeted := &Compiler{env: compiler.env, costBudget: budget}
+	policy := budgeted.Compile(seqPolicy(choices, str, n), CompileOptions{})
 	if stats != nil {
 		stats.generated++
 	}
@@ -317,8 +318,6 @@ func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n
 			stats.memoized[e.memo]++
 		}
 	}
-	defer func(old uint64) { policyCostBudget = old }(policyCostBudget)
-	policyCostBudget = budget
 	env := compiler.env
 	w := newSeqWorld(t)
 	conv := NewConverter(env, 0)
