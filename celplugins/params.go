@@ -24,10 +24,10 @@ import (
 	"github.com/celsched/celsched/engine"
 )
 
-// kindRetry is how long a param kind that the API server does not serve
-// (its CRD is missing) is remembered as missing before the store looks it
-// up again.
-var kindRetry = 5 * time.Second
+// defaultKindRetry is how long a param kind that the API server does not
+// serve (its CRD is missing) is remembered as missing before the store
+// looks it up again.
+const defaultKindRetry = 5 * time.Second
 
 // ParamsStore is the scheduler's view of the params objects of
 // parameterized policies: one dynamic informer per param kind that a
@@ -67,10 +67,22 @@ type ParamsStore struct {
 	// retry, when set, looks the kinds that are not served up again
 	// (retryMissing).
 	retry *time.Timer
-	once  sync.Once
+	// kindRetry is how long a kind found not served stays so before the
+	// store looks it up again: defaultKindRetry when zero. Read and
+	// written under mu.
+	kindRetry time.Duration
+	once      sync.Once
 	// version changes after each change of what the store may answer
 	// (Version).
 	version atomic.Uint64
+}
+
+// retryAfter is kindRetry or its default; the caller holds s.mu.
+func (s *ParamsStore) retryAfter() time.Duration {
+	if s.kindRetry > 0 {
+		return s.kindRetry
+	}
+	return defaultKindRetry
 }
 
 // Version implements ParamsVersion: it changes after every params event,
@@ -133,7 +145,7 @@ func (s *ParamsStore) Sync(snapshot *engine.Snapshot) {
 		}
 	}
 	for gvk := range want {
-		if k, ok := s.kinds[gvk]; !ok || (k.err != nil && time.Since(k.checked) > kindRetry) {
+		if k, ok := s.kinds[gvk]; !ok || (k.err != nil && time.Since(k.checked) > s.retryAfter()) {
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}
@@ -154,7 +166,7 @@ func (s *ParamsStore) armRetry() {
 	}
 	for _, k := range s.kinds {
 		if k.err != nil {
-			s.retry = time.AfterFunc(kindRetry, s.retryMissing)
+			s.retry = time.AfterFunc(s.retryAfter(), s.retryMissing)
 			return
 		}
 	}
@@ -168,7 +180,7 @@ func (s *ParamsStore) retryMissing() {
 	defer s.mu.Unlock()
 	s.retry = nil
 	for gvk, k := range s.kinds {
-		if k.err != nil && time.Since(k.checked) >= kindRetry {
+		if k.err != nil && time.Since(k.checked) >= s.retryAfter() {
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}

@@ -215,13 +215,12 @@ func (m *laterMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*met
 // retry looks it up again and starts it once the kind is served, and its
 // objects are then resolved.
 func TestParamsStoreReadersStartNothing(t *testing.T) {
-	defer func(d time.Duration) { kindRetry = d }(kindRetry)
-	// A retry that cannot fire before it is stopped (a 1 ms one could,
-	// under -race and load), then short ones.
-	kindRetry = time.Hour
 	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
 	mapper := &laterMapper{RESTMapper: f.store.Mapper}
 	f.store.Mapper = mapper
+	// A retry that cannot fire before it is stopped (a 1 ms one could,
+	// under -race and load), then short ones.
+	f.store.kindRetry = time.Hour
 	f.upsert(tenantParamsPolicy("tenant"))
 	// Hold the store's retry, to see what the readers do alone.
 	f.store.mu.Lock()
@@ -230,7 +229,8 @@ func TestParamsStoreReadersStartNothing(t *testing.T) {
 		t.Fatal("Sync armed no retry of the kind that is not served")
 	}
 	f.store.retry = nil
-	kindRetry = time.Millisecond
+	const kindRetry = time.Millisecond
+	f.store.kindRetry = kindRetry
 	f.store.mu.Unlock()
 	lookups := mapper.lookups.Load()
 
