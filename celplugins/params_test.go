@@ -30,6 +30,10 @@ import (
 var (
 	configMapGVK = corev1.SchemeGroupVersion.WithKind("ConfigMap")
 	configMapGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+	// clusterPlacementGVK is a cluster-scoped param kind the fixture's API
+	// server serves.
+	clusterPlacementGVK = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "ClusterPlacement"}
+	clusterPlacementGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "clusterplacements"}
 )
 
 func paramsConfigMap(namespace, name, zones string) *unstructured.Unstructured {
@@ -42,9 +46,10 @@ func paramsConfigMap(namespace, name, zones string) *unstructured.Unstructured {
 	return u
 }
 
-// paramsFixture is a ParamsStore over a fake API server serving ConfigMaps,
-// fed by a registry holding the policies.
+// paramsFixture is a ParamsStore over a fake API server serving ConfigMaps
+// and ClusterPlacements, fed by a registry holding the policies.
 type paramsFixture struct {
+	env      *engine.Environment
 	store    *ParamsStore
 	registry *engine.Registry
 	client   *dynamicfake.FakeDynamicClient
@@ -61,10 +66,12 @@ func newParamsFixture(t *testing.T, objs ...runtime.Object) *paramsFixture {
 	}
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(configMapGVK, meta.RESTScopeNamespace)
+	mapper.Add(clusterPlacementGVK, meta.RESTScopeRoot)
 	f := &paramsFixture{
+		env:      env,
 		registry: engine.NewRegistry(engine.NewCompiler(env)),
 		client: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{configMapGVR: "ConfigMapList"}, objs...),
+			map[schema.GroupVersionResource]string{configMapGVR: "ConfigMapList", clusterPlacementGVR: "ClusterPlacementList"}, objs...),
 	}
 	f.store = &ParamsStore{Env: env, Client: f.client, Mapper: mapper, Logger: klog.Background(),
 		Changed: func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
