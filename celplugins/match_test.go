@@ -28,6 +28,7 @@ import (
 // resourceVersion is never kept; bound and deleted pods leave. (The params
 // objects: TestMatchParams.)
 func TestMatchShared(t *testing.T) {
+	t.Parallel()
 	ns := namespace("ns", "1", map[string]string{"team": "a"})
 	rt, registry := newTestRuntime(t, ns)
 	registry.Upsert(testPolicy("team-a", "1", "a", "node.metadata.labels['rack'] == 'r1'", 1))
@@ -114,6 +115,7 @@ func TestMatchShared(t *testing.T) {
 // TestMatchNotKeptPastBudget: a match whose evaluations ran out of the
 // cycle's time is not kept (a later cycle with time must evaluate it).
 func TestMatchNotKeptPastBudget(t *testing.T) {
+	t.Parallel()
 	rt, registry := newTestRuntime(t, namespace("ns", "1", nil))
 	registry.Upsert(builder.MakePolicy("any").Filter("f", "true").Obj())
 	p := pod("ns", "p", nil)
@@ -196,6 +198,7 @@ func (f *paramsFixture) write(t *testing.T, gvr schema.GroupVersionResource, obj
 // selector reads, gives the pod a new Match, made from the new objects. So
 // do a cluster-scoped kind's objects.
 func TestMatchParams(t *testing.T) {
+	t.Parallel()
 	cluster := &unstructured.Unstructured{}
 	cluster.SetGroupVersionKind(clusterPlacementGVK)
 	cluster.SetName("default")
@@ -314,6 +317,7 @@ func TestMatchParams(t *testing.T) {
 // watched yet, not served) is made again once that changes, and not
 // before.
 func TestMatchParamsKind(t *testing.T) {
+	t.Parallel()
 	// matcher prepares p's cycles on the fixture's runtime: next checks
 	// that the Match is new (or not) and kept, and returns it.
 	type matcher struct {
@@ -351,6 +355,7 @@ func TestMatchParamsKind(t *testing.T) {
 	}
 
 	t.Run("watched", func(t *testing.T) {
+		t.Parallel()
 		f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
 		m := &matcher{rt: paramsRuntime(t, f, namespace("team-a", "1", nil))}
 		// The registry has the policy; the store has not synced it yet.
@@ -367,6 +372,7 @@ func TestMatchParamsKind(t *testing.T) {
 	})
 
 	t.Run("served", func(t *testing.T) {
+		t.Parallel()
 		f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
 		mapper := &laterMapper{RESTMapper: f.store.Mapper}
 		f.store.Mapper = mapper

@@ -116,6 +116,7 @@ func tenantParamsPolicy(name string) *schedv1alpha1.SchedulingPolicy {
 }
 
 func TestParamsStore(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"), paramsConfigMap("team-b", "other", "b"))
 	f.upsert(tenantParamsPolicy("tenant"))
 	if !f.store.WaitForSync(t.Context()) {
@@ -184,6 +185,7 @@ func TestParamsStore(t *testing.T) {
 var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
 
 func TestParamsStoreKindNotServed(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t)
 	f.upsert(builder.MakePolicy("crd").Stored().ParamKind("example.com/v1", "TenantPlacement").ParamRef("p", "", "").Filter("f", "true").Obj())
 	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "TenantPlacement"}
@@ -222,6 +224,7 @@ func (m *laterMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*met
 // retry looks it up again and starts it once the kind is served, and its
 // objects are then resolved.
 func TestParamsStoreReadersStartNothing(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
 	mapper := &laterMapper{RESTMapper: f.store.Mapper}
 	f.store.Mapper = mapper
@@ -271,6 +274,7 @@ func TestParamsStoreReadersStartNothing(t *testing.T) {
 }
 
 func TestParamsStoreNotSynced(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t)
 	// Named by no policy: not watched yet, so not ready (never skipped).
 	spec := &engine.ParamSpec{Kind: configMapGVK, Name: "placement"}
@@ -306,6 +310,7 @@ func (a *fakeActivator) attach(rt *Runtime) {
 }
 
 func TestParamsChanged(t *testing.T) {
+	t.Parallel()
 	pods := []*corev1.Pod{
 		st.MakePod().Namespace("team-a").Name("pending").Obj(),
 		st.MakePod().Namespace("team-a").Name("bound").Node("n1").Obj(),
@@ -351,6 +356,7 @@ func TestParamsChanged(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			env, err := engine.NewEnvironment()
 			if err != nil {
 				t.Fatal(err)
@@ -374,6 +380,7 @@ func TestParamsChanged(t *testing.T) {
 // policy of that kind selects are requeued (those refused while it was
 // not listed), bound pods and pods no such policy selects are not.
 func TestParamsListed(t *testing.T) {
+	t.Parallel()
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 // policy went) nor one of another key or NodeInfo generation; and
 // concurrent stores and loads are safe (run under -race by make test).
 func TestMemoTable(t *testing.T) {
+	t.Parallel()
 	var table memoTable
 	a, b := &expr{slot: 3}, &expr{slot: 3}
 	length := func(e *expr) int {
@@ -89,6 +90,7 @@ func TestMemoTable(t *testing.T) {
 // reads; a policy that reads the pod's name keeps none per pod (every pod
 // has its own).
 func TestMemoKinds(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	for expression, want := range map[string]memoKind{
 		"node.metadata.name != ''":                                    memoNode,
@@ -112,6 +114,7 @@ func TestMemoKinds(t *testing.T) {
 // (variables, filters and their messageExpressions, scores) has a slot of
 // its own, so that no two share a node's memo list.
 func TestMemoSlots(t *testing.T) {
+	t.Parallel()
 	p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").
 		Variable("zone", "node.metadata.?labels[?'zone'].orValue('')").
 		FilterMsg("zone", "variables.zone != 'c'", "", "'not in zone ' + variables.zone").
@@ -138,6 +141,7 @@ func TestMemoSlots(t *testing.T) {
 // compiled over two Environments, whose numbers may collide in a node's
 // memo, is not kept.
 func TestMemoNumbersPerEnvironment(t *testing.T) {
+	t.Parallel()
 	other, err := NewEnvironment()
 	if err != nil {
 		t.Fatal(err)

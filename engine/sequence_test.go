@@ -399,6 +399,7 @@ var seqBudgets = []uint64{PolicyEvaluationCostBudget, 3, 20, 60, 200, 1000}
 // under several cost budgets: the memo never changes an outcome, and pods
 // with equal signatures get equal outcomes.
 func TestRememberedIsFresh(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	rng := rand.New(rand.NewPCG(20, 24))
 	strs := []string{"team-a", "a", "b", "web", "", "web-", "api-", "1"}
