@@ -8,6 +8,7 @@ import (
 )
 
 func TestDecodeArgs(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		args    runtime.Object
 		want    time.Duration
@@ -22,6 +23,7 @@ func TestDecodeArgs(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			got, err := DecodeArgs(tc.args)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err %v, want error %v", err, tc.wantErr)

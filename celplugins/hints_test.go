@@ -78,6 +78,7 @@ func unstructuredOf(t *testing.T, obj runtime.Object) *unstructured.Unstructured
 // a policy whose old or new selectors select it, and only reads: the
 // registry is what the feed made it.
 func TestPolicyHint(t *testing.T) {
+	t.Parallel()
 	ml := namespace("ml", "10", map[string]string{"team": "ml"})
 	p := pod("ml", "trainer", nil)
 	v1 := testPolicy("gpu", "5", "ml", "false", 1)
@@ -102,6 +103,7 @@ func TestPolicyHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt, registry := newTestRuntime(t, ml)
 			registry.Upsert(v1)
 			before := registry.Snapshot()
@@ -120,6 +122,7 @@ func TestPolicyHint(t *testing.T) {
 }
 
 func TestNamespaceHint(t *testing.T) {
+	t.Parallel()
 	old := namespace("ml", "10", map[string]string{"team": "ml"})
 	approved := namespace("ml", "11", map[string]string{"team": "ml", "gpu-approved": "true"})
 	annotated := old.DeepCopy()
@@ -136,6 +139,7 @@ func TestNamespaceHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt, _ := newTestRuntime(t, old) // the lister has not seen the update yet
 			got, err := rt.Requeue.NamespaceHint(klog.Background(), tc.pod, unstructuredOf(t, tc.oldObj), unstructuredOf(t, tc.newObj))
 			if err != nil {
@@ -164,6 +168,7 @@ func TestNamespaceHint(t *testing.T) {
 }
 
 func TestOwnLabelsHint(t *testing.T) {
+	t.Parallel()
 	p := pod("ml", "p", map[string]string{"app": "a"})
 	relabelled := pod("ml", "p", map[string]string{"app": "b"})
 	other := pod("ml", "q", map[string]string{"app": "b"})
@@ -177,6 +182,7 @@ func TestOwnLabelsHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			got, err := OwnLabelsHint(klog.Background(), p, tc.oldObj, tc.newObj)
 			if err != nil || got != tc.want {
 				t.Errorf("hint %v, %v; want %v", got, err, tc.want)
@@ -186,6 +192,7 @@ func TestOwnLabelsHint(t *testing.T) {
 }
 
 func TestNodeHint(t *testing.T) {
+	t.Parallel()
 	red := node("n1", "2", map[string]string{"color": "red"})
 	blue := node("n1", "1", map[string]string{"color": "blue"})
 	redAnnotated := red.DeepCopy()
@@ -207,6 +214,7 @@ func TestNodeHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt, registry := newTestRuntime(t, namespace("web", "1", nil))
 			registry.Upsert(testPolicy("colors", "1", "", tc.filter, 1))
 			var oldObj any
@@ -225,6 +233,7 @@ func TestNodeHint(t *testing.T) {
 }
 
 func TestPodHint(t *testing.T) {
+	t.Parallel()
 	p := pod("web", "p", map[string]string{"app": "a"})
 	assigned := pod("web", "running", nil)
 	assigned.Spec.NodeName = "n1"
@@ -246,6 +255,7 @@ func TestPodHint(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt, registry := newTestRuntime(t, namespace("web", "1", nil))
 			registry.Upsert(testPolicy("rules", "1", "", tc.filter, 1))
 			got, err := rt.Requeue.PodHint(klog.Background(), p, tc.oldObj, tc.newObj)
@@ -266,6 +276,7 @@ func TestPodHint(t *testing.T) {
 // and audit; no Match is kept. (They start no timer either: their evaluations run under a
 // hintContext, whose deadline needs none.)
 func TestHintsOnlyRead(t *testing.T) {
+	t.Parallel()
 	rt, registry := newTestRuntime(t, namespace("ns", "1", nil))
 	registry.Upsert(builder.MakePolicy("condition-fails").Ignore().Condition("c", "pod.metadata.labels['missing'] == 'x'").
 		Filter("f", "node.metadata.name != ''").Obj())

@@ -30,6 +30,7 @@ import (
 // handler's registration syncs only once the initial list is compiled; a
 // policy deleted and re-created under its name is the new object.
 func TestPolicyFeed(t *testing.T) {
+	t.Parallel()
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +159,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // scheduler's, which runs the namespace queueing hint) runs after the feed
 // has given the new version to Runtime.ObserveNamespace.
 func TestNamespaceFeed(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	var observed []string
 	feed := &PolicyFeed{Logger: klog.Background(), Namespace: func(ns *corev1.Namespace) {

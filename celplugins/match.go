@@ -13,10 +13,12 @@ import (
 // Match is what the policies in force make of a pod: the pod converted for
 // the engine, and the policies that apply to it sorted by what they do. It
 // depends on nothing but its key (matchKey: the pod's version, its
-// namespace's version, the policy snapshot and the params objects' version)
-// and is never written after it is made, so that the scheduling cycles of
-// the pod and the queueing hints share one conversion and one match
-// (Inputs.Match).
+// namespace's version, the policy snapshot) and the versions of what its
+// pod's params bindings read of the params store (params: the param kinds,
+// and the object named or the namespace's objects that each paramRef
+// looked up), and is never written after it is made, so that the
+// scheduling cycles of the pod and the queueing hints share one conversion
+// and one match (Inputs.Match).
 type Match struct {
 	Pod *engine.PodInput
 	// Filters and Scores are the matching policies with filters and with
@@ -45,6 +47,11 @@ type Match struct {
 	wouldReject []engine.Decision
 
 	key matchKey
+	// params are the versions of the parts of the params store that the
+	// bindings read (none without a store, or without a parameterized
+	// policy that selects the pod): a params object written elsewhere
+	// leaves the Match in place.
+	params paramsReads
 }
 
 // matchKey is everything a Match depends on. A pod without a
@@ -58,23 +65,41 @@ type matchKey struct {
 	nsUID             ktypes.UID
 	nsResourceVersion string
 	snapshot          *engine.Snapshot
-	// params is the params objects' version (ParamsVersion), 0 without a
-	// params store.
-	params uint64
 }
 
-// ParamsVersion is implemented by a params resolver whose answers can
-// change (the ParamsStore): the version changes after every change of what
-// Resolve, Namespace or KindError may answer, so that a Match made before
-// it is not reused after.
-type ParamsVersion interface {
-	Version() uint64
+// versionedParams is a params resolver whose answers change (the
+// ParamsStore): resolve and namespace are Resolve and Namespace that
+// record in reads the version of each part of the resolver they read,
+// loaded before they read it, so that a Match knows when it is out of date
+// (paramsReads.current).
+type versionedParams interface {
+	engine.ParamsResolver
+	resolve(spec *engine.ParamSpec, pod *corev1.Pod, reads *paramsReads) ([]*engine.Params, error)
+	namespace(spec *engine.ParamSpec, pod *corev1.Pod, reads *paramsReads) string
+}
+
+// recordingParams is the params resolver of a Match being made: the
+// resolver's answers, with the versions of what they read recorded for the
+// Match. Bound reads nothing a Match depends on (a bound copy is one per
+// policy and params object version).
+type recordingParams struct {
+	versionedParams
+	reads *paramsReads
+}
+
+func (r *recordingParams) Resolve(spec *engine.ParamSpec, pod *corev1.Pod) ([]*engine.Params, error) {
+	return r.resolve(spec, pod, r.reads)
+}
+
+func (r *recordingParams) Namespace(spec *engine.ParamSpec, pod *corev1.Pod) string {
+	return r.namespace(spec, pod, r.reads)
 }
 
 // matches are the last Match of each pod that had a scheduling cycle, so
 // that its next cycle and the queueing hints of the events that may make
 // it schedulable reuse it. Key: pod UID (the entry holds the full
-// matchKey, checked on every read). Bound: the pods that had a cycle and
+// matchKey and the versions of the params it read, checked on every
+// read). Bound: the pods that had a cycle and
 // are neither bound nor deleted, the scheduling queue's unschedulable and
 // backoff pods, each holding its pod's converted value. Written by Prepare
 // (a cycle's match, when complete); entries leave when their pod is bound
@@ -94,9 +119,6 @@ func (in *Inputs) key(pod *corev1.Pod, ns *corev1.Namespace, snapshot *engine.Sn
 	if ns != nil {
 		k.nsUID, k.nsResourceVersion = ns.UID, ns.ResourceVersion
 	}
-	if v, ok := in.Params.(ParamsVersion); ok {
-		k.params = v.Version()
-	}
 	return k, true
 }
 
@@ -111,9 +133,11 @@ func (in *Inputs) Match(ctx context.Context, pod *corev1.Pod) (*Match, error) {
 // match is Match, and says whether the Match returned is new and may be
 // kept (its key is complete and its evaluations ran to their end).
 func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Match, bool, error) {
-	// The key is read before anything the match reads, so that a change
-	// that lands meanwhile gives a later key than the Match holds: a kept
-	// Match is never newer than its key says, only older (and then missed).
+	// The key is read before anything the match reads, and the version of
+	// each part of the params store before that part (paramsReads), so
+	// that a change that lands meanwhile gives a later key or version than
+	// the Match holds: a kept Match is never newer than its key and
+	// versions say, only older (and then missed).
 	ns, err := in.podNamespace(pod)
 	if err != nil {
 		return nil, false, err
@@ -121,7 +145,7 @@ func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Match, bool, err
 	snapshot := in.Policies.Snapshot()
 	key, keyed := in.key(pod, ns, snapshot)
 	if keyed {
-		if v, ok := in.matches.byPod.Load(pod.UID); ok && v.(*Match).key == key {
+		if v, ok := in.matches.byPod.Load(pod.UID); ok && v.(*Match).key == key && v.(*Match).params.current() {
 			return v.(*Match), false, nil
 		}
 	}
@@ -129,8 +153,16 @@ func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Match, bool, err
 	if err != nil {
 		return nil, false, err
 	}
+	// The bindings made while matching record what they read; then the
+	// Match's PodInput resolves as the Inputs do, recording nothing (it is
+	// read concurrently once the Match is out).
+	var reads paramsReads
+	if versioned, ok := in.Params.(versionedParams); ok {
+		podIn.Params = &recordingParams{versionedParams: versioned, reads: &reads}
+	}
 	m := newMatch(ctx, snapshot, podIn)
-	m.key = key
+	podIn.Params = in.Params
+	m.key, m.params = key, reads
 	return m, keyed && ctx.Err() == nil, nil
 }
 

@@ -24,10 +24,10 @@ import (
 	"github.com/celsched/celsched/engine"
 )
 
-// kindRetry is how long a param kind that the API server does not serve
-// (its CRD is missing) is remembered as missing before the store looks it
-// up again.
-var kindRetry = 5 * time.Second
+// defaultKindRetry is how long a param kind that the API server does not
+// serve (its CRD is missing) is remembered as missing before the store
+// looks it up again.
+const defaultKindRetry = 5 * time.Second
 
 // ParamsStore is the scheduler's view of the params objects of
 // parameterized policies: one dynamic informer per param kind that a
@@ -42,6 +42,13 @@ var kindRetry = 5 * time.Second
 // PolicyFeed calls after each policy event, as the registry is written, and
 // the retry of kinds found not served, which Sync arms. The plugins only
 // read it (Resolve, Bound, Namespace, KindError start nothing).
+//
+// What an answer read has a version (paramsReads): a Match records the
+// versions of the parts of the store its pod's bindings read, and is kept
+// while none of them moves. The parts are a param kind as a whole
+// (paramKind.version), the objects of one namespace of the kind or one
+// object (paramKind.scopes), and, for a kind not watched yet, the set of
+// kinds watched (watched).
 type ParamsStore struct {
 	Env    *engine.Environment
 	Client dynamic.Interface
@@ -62,21 +69,28 @@ type ParamsStore struct {
 
 	mu    sync.Mutex
 	kinds map[schema.GroupVersionKind]*paramKind
+	// watched moves, under mu, after a kind is added to kinds: a read
+	// that found its kind not watched yet depends on it.
+	watched atomic.Uint64
 	// stopped is closed by Stop: informers started after it stop at once.
 	stopped chan struct{}
 	// retry, when set, looks the kinds that are not served up again
 	// (retryMissing).
 	retry *time.Timer
-	once  sync.Once
-	// version changes after each change of what the store may answer
-	// (Version).
-	version atomic.Uint64
+	// kindRetry is how long a kind found not served stays so before the
+	// store looks it up again: defaultKindRetry when zero. Read and
+	// written under mu.
+	kindRetry time.Duration
+	once      sync.Once
 }
 
-// Version implements ParamsVersion: it changes after every params event,
-// after a kind's objects are listed or cannot be, and after a kind is
-// started or stopped.
-func (s *ParamsStore) Version() uint64 { return s.version.Load() }
+// retryAfter is kindRetry or its default; the caller holds s.mu.
+func (s *ParamsStore) retryAfter() time.Duration {
+	if s.kindRetry > 0 {
+		return s.kindRetry
+	}
+	return defaultKindRetry
+}
 
 // paramKind is the informer of one param kind, and the CEL values of its
 // objects.
@@ -93,8 +107,96 @@ type paramKind struct {
 	// manager may not read the kind: see RBAC for param kinds), *error.
 	listErr atomic.Pointer[error]
 
+	// version moves when what the store answers of the kind as a whole
+	// may change: after its objects are listed (the informer synced), a
+	// list or watch fails (listErr), and when the kind is retired
+	// (stopped, or replaced by a new look-up). Retiring moves it under
+	// the store's mu, where readers load it (ParamsStore.kind).
+	version atomic.Uint64
+	// scopes are the versions of the parts of the kind that reads looked
+	// at: each moves on every event of an object in it. Key: a
+	// paramsScope (a namespace's objects, or one object). Bound: the
+	// namespaces and objects that the pods' paramRefs looked up while the
+	// kind is watched. Invalidated with the kind: a new paramKind starts
+	// empty, and retiring this one moves version, which every reader of a
+	// scope recorded too. An entry is made at 0 by the first read that
+	// records it (scope) and moved by the informer's events (changed);
+	// a scope no read recorded is not tracked, since nothing depends on
+	// it.
+	scopes sync.Map // paramsScope -> *atomic.Uint64
+
 	// values are the converted objects by namespace/name: *paramsValue.
 	values sync.Map
+}
+
+// paramsScope is a part of a kind's objects that a read looks at: those of
+// a namespace ("" for a cluster-scoped kind) when name is empty (a
+// paramRef's selector), else the one object of that name.
+type paramsScope struct {
+	namespace, name string
+}
+
+// scope returns the version of a part of the kind, tracked from now on.
+func (k *paramKind) scope(namespace, name string) *atomic.Uint64 {
+	key := paramsScope{namespace: namespace, name: name}
+	if v, ok := k.scopes.Load(key); ok {
+		return v.(*atomic.Uint64)
+	}
+	v, _ := k.scopes.LoadOrStore(key, new(atomic.Uint64))
+	return v.(*atomic.Uint64)
+}
+
+// touch moves the versions of the parts of the kind that hold an object:
+// its namespace's objects and itself. The informer has already stored the
+// event's object, so that a read that loads a version before reading the
+// objects never records a version newer than what it read.
+func (k *paramKind) touch(namespace, name string) {
+	for _, key := range []paramsScope{{namespace: namespace}, {namespace: namespace, name: name}} {
+		if v, ok := k.scopes.Load(key); ok {
+			v.(*atomic.Uint64).Add(1)
+		}
+	}
+}
+
+// retire moves the kind's version when the store stops watching it or
+// replaces it; the caller holds the store's mu.
+func (k *paramKind) retire() { k.version.Add(1) }
+
+// paramsReads are the versions of the parts of a ParamsStore that the
+// bindings of a Match read, each loaded before the part was read: while
+// every one is current, the store answers those reads as it did, so a
+// Match never holds answers newer than its versions say, only older (and
+// it is then made again).
+type paramsReads []paramsRead
+
+type paramsRead struct {
+	version *atomic.Uint64
+	at      uint64
+}
+
+// add records a part's version now, unless the part is recorded already
+// (the earlier version is kept: if the part moved in between, the reads
+// are not current). A nil receiver records nothing.
+func (r *paramsReads) add(version *atomic.Uint64) {
+	if r == nil {
+		return
+	}
+	for _, x := range *r {
+		if x.version == version {
+			return
+		}
+	}
+	*r = append(*r, paramsRead{version: version, at: version.Load()})
+}
+
+// current says whether no part read has moved since.
+func (r paramsReads) current() bool {
+	for _, x := range r {
+		if x.version.Load() != x.at {
+			return false
+		}
+	}
+	return true
 }
 
 // paramsValue is one object version's CEL value and the policies bound to
@@ -128,16 +230,26 @@ func (s *ParamsStore) Sync(snapshot *engine.Snapshot) {
 			if k.stop != nil {
 				close(k.stop)
 			}
+			k.retire()
 			delete(s.kinds, gvk)
 			s.Logger.V(2).Info("Stopped watching a param kind", "kind", gvk)
 		}
 	}
+	added := false
 	for gvk := range want {
-		if k, ok := s.kinds[gvk]; !ok || (k.err != nil && time.Since(k.checked) > kindRetry) {
+		k, ok := s.kinds[gvk]
+		switch {
+		case !ok:
+			s.kinds[gvk] = s.start(gvk)
+			added = true
+		case k.err != nil && time.Since(k.checked) > s.retryAfter():
+			k.retire()
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}
-	s.version.Add(1)
+	if added {
+		s.watched.Add(1)
+	}
 	s.armRetry()
 }
 
@@ -154,7 +266,7 @@ func (s *ParamsStore) armRetry() {
 	}
 	for _, k := range s.kinds {
 		if k.err != nil {
-			s.retry = time.AfterFunc(kindRetry, s.retryMissing)
+			s.retry = time.AfterFunc(s.retryAfter(), s.retryMissing)
 			return
 		}
 	}
@@ -168,11 +280,11 @@ func (s *ParamsStore) retryMissing() {
 	defer s.mu.Unlock()
 	s.retry = nil
 	for gvk, k := range s.kinds {
-		if k.err != nil && time.Since(k.checked) >= kindRetry {
+		if k.err != nil && time.Since(k.checked) >= s.retryAfter() {
+			k.retire()
 			s.kinds[gvk] = s.start(gvk)
 		}
 	}
-	s.version.Add(1)
 	s.armRetry()
 }
 
@@ -199,7 +311,7 @@ func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
 	if err := k.informer.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 		cache.DefaultWatchErrorHandler(ctx, r, err)
 		k.listErr.Store(&err)
-		s.version.Add(1)
+		k.version.Add(1)
 	}); err != nil {
 		k.err = fmt.Errorf("watching paramKind %s: %w", gvk, err)
 		return k
@@ -209,7 +321,7 @@ func (s *ParamsStore) start(gvk schema.GroupVersionKind) *paramKind {
 	go k.informer.RunWithContext(ctx)
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), k.informer.HasSynced) {
-			s.version.Add(1)
+			k.version.Add(1)
 			if s.Listed != nil {
 				s.Listed(gvk)
 			}
@@ -248,7 +360,8 @@ func (s *ParamsStore) Stop() {
 	}
 }
 
-// changed forgets an object's old value and tells Changed.
+// changed forgets an object's old value, moves the versions of the parts
+// of the kind that hold it, and tells Changed.
 func (s *ParamsStore) changed(k *paramKind, oldObj, newObj any) {
 	var oldU, newU *unstructured.Unstructured
 	if o, ok := tombstoned[*unstructured.Unstructured](oldObj); ok {
@@ -260,7 +373,12 @@ func (s *ParamsStore) changed(k *paramKind, oldObj, newObj any) {
 	if newU == nil && oldU != nil {
 		k.values.Delete(oldU.GetNamespace() + "/" + oldU.GetName())
 	}
-	s.version.Add(1)
+	if oldU != nil {
+		k.touch(oldU.GetNamespace(), oldU.GetName())
+	}
+	if newU != nil && (oldU == nil || newU.GetNamespace() != oldU.GetNamespace() || newU.GetName() != oldU.GetName()) {
+		k.touch(newU.GetNamespace(), newU.GetName())
+	}
 	if s.Changed != nil {
 		s.Changed(k.gvk, oldU, newU)
 	}
@@ -288,7 +406,7 @@ func (s *ParamsStore) WaitForSync(ctx context.Context) bool {
 // engine.ErrParamsNotReady while they are not listed yet; nil once they
 // are.
 func (s *ParamsStore) KindError(gvk schema.GroupVersionKind) error {
-	k, err := s.kind(gvk)
+	k, err := s.kind(gvk, nil)
 	if err != nil {
 		return err
 	}
@@ -301,30 +419,47 @@ func (s *ParamsStore) KindError(gvk schema.GroupVersionKind) error {
 	return nil
 }
 
-// kind returns the watched kind. It only reads: a kind found not served is
-// looked up again by the store's retry (retryMissing), not here.
-func (s *ParamsStore) kind(gvk schema.GroupVersionKind) (*paramKind, error) {
+// kind returns the watched kind, and records in reads the version of the
+// answer, loaded under the lock that retiring a kind or adding one takes:
+// the kind's, or the set of kinds' when it is not watched. It only reads:
+// a kind found not served is looked up again by the store's retry
+// (retryMissing), not here.
+func (s *ParamsStore) kind(gvk schema.GroupVersionKind, reads *paramsReads) (*paramKind, error) {
 	s.init()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, ok := s.kinds[gvk]
 	if !ok {
-		// A policy the feed has not synced yet: cannot happen, the feed
-		// syncs before the policy is in the registry's snapshot.
+		// A policy that the feed has not synced yet: the registry has it,
+		// the store's Sync comes next.
+		reads.add(&s.watched)
 		return nil, fmt.Errorf("%w: paramKind %s is not watched yet", engine.ErrParamsNotReady, gvk)
 	}
+	reads.add(&k.version)
 	return k, k.err
 }
 
 // Namespace implements engine.ParamsResolver.
 func (s *ParamsStore) Namespace(spec *engine.ParamSpec, pod *corev1.Pod) string {
-	k, err := s.kind(spec.Kind)
+	return s.namespace(spec, pod, nil)
+}
+
+// namespace is Namespace, recording in reads what it read.
+func (s *ParamsStore) namespace(spec *engine.ParamSpec, pod *corev1.Pod, reads *paramsReads) string {
+	k, err := s.kind(spec.Kind, reads)
 	return spec.LookupNamespace(pod, err != nil || k.namespaced)
 }
 
 // Resolve implements engine.ParamsResolver from the informers' caches.
 func (s *ParamsStore) Resolve(spec *engine.ParamSpec, pod *corev1.Pod) ([]*engine.Params, error) {
-	k, err := s.kind(spec.Kind)
+	return s.resolve(spec, pod, nil)
+}
+
+// resolve is Resolve, recording in reads the version of each part of the
+// store it reads before reading it: the kind, then the object named or the
+// namespace's objects (a selector).
+func (s *ParamsStore) resolve(spec *engine.ParamSpec, pod *corev1.Pod, reads *paramsReads) ([]*engine.Params, error) {
+	k, err := s.kind(spec.Kind, reads)
 	if err != nil {
 		return nil, err
 	}
@@ -335,6 +470,10 @@ func (s *ParamsStore) Resolve(spec *engine.ParamSpec, pod *corev1.Pod) ([]*engin
 		return nil, fmt.Errorf("%w: the objects of paramKind %s are not listed yet", engine.ErrParamsNotReady, spec.Kind)
 	}
 	ns := spec.LookupNamespace(pod, k.namespaced)
+	if reads != nil {
+		// spec.Name is empty with a selector: the namespace's objects.
+		reads.add(k.scope(ns, spec.Name))
+	}
 	var objs []any
 	if spec.Selector == nil {
 		key := spec.Name
@@ -391,7 +530,7 @@ func (k *paramKind) value(env *engine.Environment, u *unstructured.Unstructured)
 // Bound implements engine.ParamsResolver: the policy bound to the params
 // version, made once per policy and params version.
 func (s *ParamsStore) Bound(policy *engine.CompiledPolicy, params *engine.Params) *engine.CompiledPolicy {
-	k, err := s.kind(params.Kind)
+	k, err := s.kind(params.Kind, nil)
 	if err != nil {
 		return policy.WithParams(params)
 	}

@@ -30,6 +30,10 @@ import (
 var (
 	configMapGVK = corev1.SchemeGroupVersion.WithKind("ConfigMap")
 	configMapGVR = corev1.SchemeGroupVersion.WithResource("configmaps")
+	// clusterPlacementGVK is a cluster-scoped param kind the fixture's API
+	// server serves.
+	clusterPlacementGVK = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "ClusterPlacement"}
+	clusterPlacementGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "clusterplacements"}
 )
 
 func paramsConfigMap(namespace, name, zones string) *unstructured.Unstructured {
@@ -42,9 +46,10 @@ func paramsConfigMap(namespace, name, zones string) *unstructured.Unstructured {
 	return u
 }
 
-// paramsFixture is a ParamsStore over a fake API server serving ConfigMaps,
-// fed by a registry holding the policies.
+// paramsFixture is a ParamsStore over a fake API server serving ConfigMaps
+// and ClusterPlacements, fed by a registry holding the policies.
 type paramsFixture struct {
+	env      *engine.Environment
 	store    *ParamsStore
 	registry *engine.Registry
 	client   *dynamicfake.FakeDynamicClient
@@ -61,10 +66,12 @@ func newParamsFixture(t *testing.T, objs ...runtime.Object) *paramsFixture {
 	}
 	mapper := meta.NewDefaultRESTMapper(nil)
 	mapper.Add(configMapGVK, meta.RESTScopeNamespace)
+	mapper.Add(clusterPlacementGVK, meta.RESTScopeRoot)
 	f := &paramsFixture{
+		env:      env,
 		registry: engine.NewRegistry(engine.NewCompiler(env)),
 		client: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{configMapGVR: "ConfigMapList"}, objs...),
+			map[schema.GroupVersionResource]string{configMapGVR: "ConfigMapList", clusterPlacementGVR: "ClusterPlacementList"}, objs...),
 	}
 	f.store = &ParamsStore{Env: env, Client: f.client, Mapper: mapper, Logger: klog.Background(),
 		Changed: func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
@@ -109,6 +116,7 @@ func tenantParamsPolicy(name string) *schedv1alpha1.SchedulingPolicy {
 }
 
 func TestParamsStore(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"), paramsConfigMap("team-b", "other", "b"))
 	f.upsert(tenantParamsPolicy("tenant"))
 	if !f.store.WaitForSync(t.Context()) {
@@ -177,6 +185,7 @@ func TestParamsStore(t *testing.T) {
 var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
 
 func TestParamsStoreKindNotServed(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t)
 	f.upsert(builder.MakePolicy("crd").Stored().ParamKind("example.com/v1", "TenantPlacement").ParamRef("p", "", "").Filter("f", "true").Obj())
 	gvk := schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "TenantPlacement"}
@@ -215,13 +224,13 @@ func (m *laterMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*met
 // retry looks it up again and starts it once the kind is served, and its
 // objects are then resolved.
 func TestParamsStoreReadersStartNothing(t *testing.T) {
-	defer func(d time.Duration) { kindRetry = d }(kindRetry)
-	// A retry that cannot fire before it is stopped (a 1 ms one could,
-	// under -race and load), then short ones.
-	kindRetry = time.Hour
+	t.Parallel()
 	f := newParamsFixture(t, paramsConfigMap("team-a", "placement", "a"))
 	mapper := &laterMapper{RESTMapper: f.store.Mapper}
 	f.store.Mapper = mapper
+	// A retry that cannot fire before it is stopped (a 1 ms one could,
+	// under -race and load), then short ones.
+	f.store.kindRetry = time.Hour
 	f.upsert(tenantParamsPolicy("tenant"))
 	// Hold the store's retry, to see what the readers do alone.
 	f.store.mu.Lock()
@@ -230,7 +239,8 @@ func TestParamsStoreReadersStartNothing(t *testing.T) {
 		t.Fatal("Sync armed no retry of the kind that is not served")
 	}
 	f.store.retry = nil
-	kindRetry = time.Millisecond
+	const kindRetry = time.Millisecond
+	f.store.kindRetry = kindRetry
 	f.store.mu.Unlock()
 	lookups := mapper.lookups.Load()
 
@@ -264,6 +274,7 @@ func TestParamsStoreReadersStartNothing(t *testing.T) {
 }
 
 func TestParamsStoreNotSynced(t *testing.T) {
+	t.Parallel()
 	f := newParamsFixture(t)
 	// Named by no policy: not watched yet, so not ready (never skipped).
 	spec := &engine.ParamSpec{Kind: configMapGVK, Name: "placement"}
@@ -299,6 +310,7 @@ func (a *fakeActivator) attach(rt *Runtime) {
 }
 
 func TestParamsChanged(t *testing.T) {
+	t.Parallel()
 	pods := []*corev1.Pod{
 		st.MakePod().Namespace("team-a").Name("pending").Obj(),
 		st.MakePod().Namespace("team-a").Name("bound").Node("n1").Obj(),
@@ -344,6 +356,7 @@ func TestParamsChanged(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			env, err := engine.NewEnvironment()
 			if err != nil {
 				t.Fatal(err)
@@ -367,6 +380,7 @@ func TestParamsChanged(t *testing.T) {
 // policy of that kind selects are requeued (those refused while it was
 // not listed), bound pods and pods no such policy selects are not.
 func TestParamsListed(t *testing.T) {
+	t.Parallel()
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -44,6 +45,12 @@ type Runtime struct {
 	Requeue *Requeuer
 
 	once sync.Once
+	// lastCause is the error the cycles' contexts end with at their
+	// deadline (budgetCause). Key: the budget. Bound: one, the last
+	// budget's. Invalidated by a cycle with another budget, which
+	// replaces it. Written by Prepare; equal budgets make equal errors, so
+	// concurrent writers race harmlessly.
+	lastCause atomic.Pointer[budgetError]
 }
 
 // NewRuntime returns a runtime over policies and a converter.

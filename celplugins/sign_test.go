@@ -23,6 +23,7 @@ import (
 // change); a policy that may apply and reads nodeInfo.pods, the pod's name
 // or the whole pod makes the plugins decline to sign.
 func TestSignPod(t *testing.T) {
+	t.Parallel()
 	replica := func(name, tier string) *corev1.Pod {
 		return st.MakePod().Namespace("ns").Name(name).UID(name).SchedulerName("celsched").
 			Label("app", "web").Label("tier", tier).Obj()
@@ -99,6 +100,7 @@ func TestSignPod(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{tc.policy}, plugintest.Namespace("ns", nil))
 			sign := func(pod *corev1.Pod) string {
 				t.Helper()
@@ -135,6 +137,7 @@ func TestSignPod(t *testing.T) {
 // signatures (kube-scheduler keeps a signature while the pod waits; both
 // pods are evaluated against the params in force when they are scheduled).
 func TestSignPodStaysTrue(t *testing.T) {
+	t.Parallel()
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)

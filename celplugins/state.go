@@ -82,7 +82,7 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	if budget <= 0 {
 		budget = DefaultEvaluationBudget
 	}
-	cycleCtx, release := context.WithTimeoutCause(ctx, budget, budgetCause(budget))
+	cycleCtx, release := context.WithTimeoutCause(ctx, budget, rt.budgetCause(budget))
 	m, fresh, err := rt.Inputs.match(cycleCtx, pod)
 	if err != nil {
 		release()
@@ -121,23 +121,28 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	return c, nil
 }
 
-// lastCause is the cause of the last budget's deadline, kept because the
-// budget hardly ever changes: one error for every cycle.
-var lastCause atomic.Pointer[budgetError]
-
+// budgetError is the error a context with a time budget ends with at its
+// deadline (budgetCause), with its budget.
 type budgetError struct {
 	budget time.Duration
 	err    error
 }
 
-// budgetCause returns the error a cycle's context ends with at its
+// budgetCause returns the error a context with the budget ends with at its
 // deadline.
 func budgetCause(budget time.Duration) error {
-	if last := lastCause.Load(); last != nil && last.budget == budget {
+	return fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget)
+}
+
+// budgetCause is the package's budgetCause, kept for the last budget
+// (Runtime.lastCause): the budget hardly ever changes, so every cycle
+// shares one error.
+func (rt *Runtime) budgetCause(budget time.Duration) error {
+	if last := rt.lastCause.Load(); last != nil && last.budget == budget {
 		return last.err
 	}
-	err := fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget)
-	lastCause.Store(&budgetError{budget: budget, err: err})
+	err := budgetCause(budget)
+	rt.lastCause.Store(&budgetError{budget: budget, err: err})
 	return err
 }
 

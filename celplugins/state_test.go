@@ -12,6 +12,7 @@ import (
 // state only; a clone of it (kube-scheduler clones the state for nominated
 // pods and preemption) or another cycle's state is not answered from it.
 func TestLastState(t *testing.T) {
+	t.Parallel()
 	var last LastState[*Cycle]
 	state, other := framework.NewCycleState(), framework.NewCycleState()
 	if _, ok := last.Get(state); ok {
@@ -42,6 +43,7 @@ func TestLastState(t *testing.T) {
 // PreFilter (no policy with filters or scores applies) stops its budget's
 // timer at once; one that filters keeps its context until the deadline.
 func TestPrepareReleasesUnusedBudget(t *testing.T) {
+	t.Parallel()
 	rt, registry := newTestRuntime(t, namespace("web", "1", map[string]string{"team": "web"}), namespace("other", "1", nil))
 	registry.Upsert(testPolicy("web-only", "1", "web", "true", 1))
 	idle, err := rt.Prepare(context.Background(), pod("other", "p", nil), time.Minute)

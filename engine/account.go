@@ -14,10 +14,6 @@ import "slices"
 // once, spends. The budget is checked after each rule, in the same place
 // whether the rule ran or was remembered.
 
-// policyCostBudget is PolicyEvaluationCostBudget; tests lower it to reach
-// it with cheap expressions.
-var policyCostBudget = PolicyEvaluationCostBudget
-
 // costRecord is what computing an expression on one input cost: its own
 // program's cost (the measured cost when tracked, the estimated worst case
 // otherwise) and the variables it read, each with its own program's cost.

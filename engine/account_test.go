@@ -16,6 +16,7 @@ import (
 // cost budget fails the same for every pod on a node, whether its filters
 // were evaluated (the first pod) or remembered (the next ones).
 func TestRememberedCostCharged(t *testing.T) {
+	t.Parallel()
 	b := builder.MakePolicy("expensive")
 	for k := range 18 {
 		b.Filter(fmt.Sprintf("f%d", k), fmt.Sprintf("lists.range(100000).all(i, i >= -%d) && node.metadata.name != ''", k))
@@ -47,6 +48,7 @@ func TestRememberedCostCharged(t *testing.T) {
 // error naming themselves, every time, in every goroutine, although the
 // variable's error is one memo entry (run with -race).
 func TestErrorsAreValues(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").Ignore().
 		Variable("rack", "node.metadata.labels['rack']").
 		Filter("a", "variables.rack != 'x'").

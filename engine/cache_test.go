@@ -41,6 +41,7 @@ func outcomeOf(d Decision, scores []float64) outcome {
 // gives exactly the verdicts, messages, errors and scores of evaluating
 // without it (the same node without a resourceVersion is never cached).
 func TestCachedAgreesWithUncached(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	compiler := NewCompiler(env)
 	conv := NewConverter(env, 0)

@@ -19,11 +19,15 @@ import (
 // Compiler compiles SchedulingPolicy objects. It is safe for concurrent use.
 type Compiler struct {
 	env *Environment
+	// costBudget is the runtime cost budget of one policy evaluation given
+	// to the policies compiled: PolicyEvaluationCostBudget; tests lower it
+	// to reach it with cheap expressions.
+	costBudget uint64
 }
 
 // NewCompiler returns a compiler over the given environment.
 func NewCompiler(env *Environment) *Compiler {
-	return &Compiler{env: env}
+	return &Compiler{env: env, costBudget: PolicyEvaluationCostBudget}
 }
 
 // CompileOptions say which CEL environment an expression compiles against.
@@ -119,6 +123,14 @@ type CompiledPolicy struct {
 	rules         *enforcementRules
 	enforcedWaves map[string]bool
 	rolloutKey    string
+	// numbers is the compiling Environment's memo numbering: the slots of
+	// the expressions come from it, and so do those of the lists of
+	// policies compiled over it (Snapshot.List).
+	numbers *memoNumbers
+	// costBudget is the runtime cost budget of one evaluation of the
+	// policy (PolicyEvaluationCostBudget unless the Compiler says
+	// otherwise).
+	costBudget uint64
 }
 
 // expr is one compiled expression.
@@ -259,6 +271,8 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		FailurePolicy:   spec.FailurePolicy,
 		variableIndex:   map[string]int{},
 		texts:           &rejectionTexts{},
+		numbers:         c.env.memo,
+		costBudget:      c.costBudget,
 	}
 	out.Selectors, out.Errors = NewSelectors(spec)
 	var paramErrs field.ErrorList
@@ -300,7 +314,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 	}
 	if out.Err() == nil {
 		out.memoizeFor()
-		memoSlots.assignSlots(out)
+		out.numbers.slots.assignSlots(out)
 	}
 	return out
 }

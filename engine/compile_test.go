@@ -21,6 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of testdata/co
 // one per line with field path and CEL line and column, to NAME.golden.
 // `go test ./engine -run TestCompileGolden -update` rewrites the golden files.
 func TestCompileGolden(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("testdata", "compile", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no test policies: %v", err)
@@ -29,6 +30,7 @@ func TestCompileGolden(t *testing.T) {
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			data, err := os.ReadFile(file)
 			if err != nil {
 				t.Fatal(err)
@@ -69,6 +71,7 @@ func TestCompileGolden(t *testing.T) {
 // __namespace__) has the length the API server validates, so a message
 // naming it compiles, as one naming the pod does.
 func TestNamespaceFieldEstimate(t *testing.T) {
+	t.Parallel()
 	for _, expression := range []string{"'tenant ' + pod.metadata.namespace", "pod.metadata.namespace + '/' + pod.metadata.name"} {
 		p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").FilterMsg("f", "true", "", expression).Obj(), CompileOptions{})
 		if err := p.Err(); err != nil {

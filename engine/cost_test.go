@@ -41,6 +41,7 @@ func bigNode(name string) *corev1.Node {
 // time with its estimated cost, or cut off at runtime by its cost limit;
 // both errors name the expression's field.
 func TestExpensiveExpressionsAreStopped(t *testing.T) {
+	t.Parallel()
 	const field = "spec.filters[0].expression"
 	tests := map[string]struct {
 		expression string
@@ -121,6 +122,7 @@ func TestExpensiveExpressionsAreStopped(t *testing.T) {
 // TestOrdinaryRulesStayBounded: pricing functions by their input does not
 // make ordinary rules tracked (slower) or warned.
 func TestOrdinaryRulesStayBounded(t *testing.T) {
+	t.Parallel()
 	tests := map[string]struct {
 		policy      *builder.PolicyWrapper
 		wantTracked []bool // per filter, then per score
@@ -150,6 +152,7 @@ func TestOrdinaryRulesStayBounded(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			p := compiler.Compile(tc.policy.Obj(), CompileOptions{})
 			if err := p.Err(); err != nil {
 				t.Fatal(err)
@@ -183,6 +186,7 @@ func TestOrdinaryRulesStayBounded(t *testing.T) {
 // worst-case estimate, so that an untracked (bounded) program is bounded in
 // fact.
 func TestEstimateBoundsRuntimeCost(t *testing.T) {
+	t.Parallel()
 	const (
 		a   = "node.metadata.annotations['big']"
 		b   = "node.metadata.annotations['big2']"
@@ -272,6 +276,7 @@ func TestEstimateBoundsRuntimeCost(t *testing.T) {
 // before it runs (an indexOf of an 80 KiB string in a 160 KiB one takes
 // seconds), and what the evaluation is charged is what ran.
 func TestRefusedCallIsNotRun(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	node, err := conv.Node(bigNode("big"), nil)
 	if err != nil {
@@ -298,6 +303,7 @@ func TestRefusedCallIsNotRun(t *testing.T) {
 // as the scheduler's Filter runs, each see their own cost (the program
 // reuses its cost states; meaningful under -race).
 func TestTrackedConcurrent(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	env, ast := checkedExpr(t, "nodeInfo.pods.all(p, p.name.size() > 0 && p.labels[?'app'].orValue('') == 'web')")
 	prg, err := newTrackedProgram(env, ast, PerExpressionCostLimit)
@@ -344,6 +350,7 @@ func TestTrackedConcurrent(t *testing.T) {
 // TestCallPrices: what the functions whose work grows with their input
 // cost at runtime, from their arguments.
 func TestCallPrices(t *testing.T) {
+	t.Parallel()
 	long := types.String(strings.Repeat("a", 160*1024))
 	needle := types.String(strings.Repeat("a", 80*1024) + "b")
 	list := func(n int) ref.Val {
@@ -381,6 +388,7 @@ func TestCallPrices(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			if got := priceBefore(tc.function)(tc.args); got != tc.want {
 				t.Errorf("%s costs %d, want %d", tc.function, got, tc.want)
 			}

@@ -38,6 +38,7 @@ type decided struct {
 // still decides (as in ValidatingAdmissionPolicy); under Audit nothing
 // acts, and the decision is what would have acted.
 func TestDecisionMatrix(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	ctx := context.Background()
 	pod := podInput(t, conv, nil, nil)
@@ -120,6 +121,7 @@ func TestDecisionMatrix(t *testing.T) {
 			for _, failure := range []schedv1alpha1.FailurePolicyType{schedv1alpha1.Fail, schedv1alpha1.Ignore} {
 				name := pointName + "/" + string(enforcement) + "/" + string(failure)
 				t.Run(name, func(t *testing.T) {
+					t.Parallel()
 					b := builder.MakePolicy("p")
 					if enforcement == schedv1alpha1.Audit {
 						b = b.Audit()
@@ -151,6 +153,7 @@ func decidedOf(d *Decision, matches bool, raw []float64) decided {
 // TestDecisionString: what a pod's owner reads, per verdict and point, on
 // one line and without the node's name.
 func TestDecisionString(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	p := compiler.Compile(builder.MakePolicy("p").Filter("r", "true").Obj(), CompileOptions{})
 	broken := builder.MakePolicy("broken").Filter("f", "node.metadata.lables == {}").Filter("g", "1").Obj()
@@ -173,6 +176,7 @@ func TestDecisionString(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			got := tc.d.String()
 			if name == "long message is cut" {
 				if len(got) != MaxMessageLength {
@@ -194,6 +198,7 @@ type errorString string
 func (e errorString) Error() string { return string(e) }
 
 func TestTruncate(t *testing.T) {
+	t.Parallel()
 	cases := map[string]struct {
 		in   string
 		n    int
@@ -216,6 +221,7 @@ func TestTruncate(t *testing.T) {
 // for the log and the policy's status, keeps it. CEL's own errors, which
 // name parts of the expression, stay visible.
 func TestPodMessagesHideData(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	node := makeNode("n", nil)
 	node.Annotations = map[string]string{"addr": "tenant-b-secret-value", "version": "tenant-b-secret-value"}
@@ -266,6 +272,7 @@ func TestPodMessagesHideData(t *testing.T) {
 // rule and message, at most maxRejectionTexts of them are kept, and every
 // one reads the same whether it was kept or not.
 func TestRejectionTextsBounded(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").Filter("f", "true").Obj())
 	for round := range 2 {
 		for i := range 2 * maxRejectionTexts {

@@ -35,6 +35,7 @@ func overridePolicy() *schedv1alpha1.SchedulingPolicy {
 // enforcements are apart, so that an outcome remembered for an Audit pod
 // never serves an enforced one.
 func TestEnforcementOverrides(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	registry := NewRegistry(NewCompiler(env))
 	p := registry.Upsert(overridePolicy())
@@ -100,6 +101,7 @@ func TestEnforcementOverrides(t *testing.T) {
 // selects every namespace is a warning; a policy without overrides is
 // itself for every namespace.
 func TestEnforcementOverridesCompile(t *testing.T) {
+	t.Parallel()
 	c := NewCompiler(testEnv(t))
 	bad := overridePolicy()
 	bad.Spec.EnforcementOverrides[1].NamespaceSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "env", Operator: "Near"}}

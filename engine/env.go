@@ -32,7 +32,9 @@ const (
 // environment at the default compatibility version, cel.bind, and the pod,
 // node, namespace and nodeInfo variables typed from the Kubernetes OpenAPI
 // schemas. It is built once (it resolves large schemas) and shared; it is
-// immutable and safe for concurrent use.
+// safe for concurrent use. Its CEL declarations are immutable; what it
+// writes is its caches and numbering: the built-in param kinds resolved
+// (paramKinds) and the numbers of the memo tables (memo).
 type Environment struct {
 	envSet *environment.EnvSet
 
@@ -48,6 +50,10 @@ type Environment struct {
 	paramKinds paramKindCache
 	// shippedParams types the param kinds celsched ships (TenantPlacement).
 	shippedParams CRDParamTypes
+
+	// memo numbers the memo slots and ids of everything compiled,
+	// listed or converted over this environment (memoNumbers).
+	memo *memoNumbers
 }
 
 // NewEnvironment builds the environment for the API server's default
@@ -66,7 +72,7 @@ func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("typing celsched's own param kinds: %w", err)
 	}
-	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas, shippedParams: shipped}
+	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas, shippedParams: shipped, memo: &memoNumbers{}}
 
 	objects := []struct {
 		variable string

@@ -573,8 +573,8 @@ func (l *lazy) eval(node *NodeInput, e *expr) (ref.Val, error) {
 	} else {
 		val, cost, err = l.evaluation(node).eval(e)
 	}
-	if spent := l.account.charge(&cost); err == nil && spent > policyCostBudget {
-		err = fmt.Errorf("%w of %d", ErrCostBudgetExceeded, policyCostBudget)
+	if spent := l.account.charge(&cost); err == nil && spent > l.policy.costBudget {
+		err = fmt.Errorf("%w of %d", ErrCostBudgetExceeded, l.policy.costBudget)
 	}
 	if err != nil {
 		return nil, err

@@ -43,6 +43,7 @@ func nodeInput(t *testing.T, conv *Converter, name string, nodeLabels map[string
 type rejection struct{ Rule, Message string }
 
 func TestFilter(t *testing.T) {
+	t.Parallel()
 	zoneFilter := "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in ['a', 'b']"
 	tests := map[string]struct {
 		policy     *schedv1alpha1.SchedulingPolicy
@@ -121,6 +122,7 @@ func TestFilter(t *testing.T) {
 	conv := NewConverter(testEnv(t), 0)
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			p := compileOK(t, tc.policy)
 			pod := podInput(t, conv, nil, map[string]string{"team": "ml"})
 			node := nodeInput(t, conv, "n1", tc.nodeLabels, tc.info)
@@ -154,6 +156,7 @@ func TestFilter(t *testing.T) {
 }
 
 func TestVariablesEvaluatedOnce(t *testing.T) {
+	t.Parallel()
 	// The variable costs a lot; if it were evaluated per reference, the
 	// evaluation cost would be three times as large.
 	p := compileOK(t, builder.MakePolicy("p").Variable("n", "nodeInfo.pods.filter(p, p.name.startsWith('x')).size()").
@@ -184,6 +187,7 @@ func TestVariablesEvaluatedOnce(t *testing.T) {
 }
 
 func TestScore(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").
 		Score("free-cpu", "nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu']", 2, schedv1alpha1.MinMax).
 		Score("spot", "node.metadata.labels[?'spot'].orValue('') == 'true' ? 100.0 : 0.0", 1, schedv1alpha1.None).
@@ -209,6 +213,7 @@ func TestScore(t *testing.T) {
 }
 
 func TestScoreNotFinite(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").Score("nan", "0.0 / 0.0", 1, schedv1alpha1.MinMax).Obj())
 	conv := NewConverter(testEnv(t), 0)
 	err := p.Score(context.Background(), podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil), make([]float64, 1)).Err
@@ -221,6 +226,7 @@ func TestScoreNotFinite(t *testing.T) {
 // first read of `pod`, once per PodInput: node-only policies never pay for
 // it, and what a pod-reading rule sees is the pod.
 func TestPodConvertedOnlyWhenRead(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	nodeOnly := compileOK(t, builder.MakePolicy("node-only").Filter("zone", "node.metadata.labels[?'zone'].orValue('') != 'blocked'").Obj())
 	podReading := compileOK(t, builder.MakePolicy("pod-reading").Filter("app", "pod.metadata.labels[?'app'].orValue('') == 'web'").Obj())

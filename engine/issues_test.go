@@ -35,6 +35,7 @@ func undeclared(n, limit int) string {
 // most MaxQuotedExpression bytes of the expression; short expressions read
 // as cel-go writes them.
 func TestCompileErrorText(t *testing.T) {
+	t.Parallel()
 	long := undeclared(1000, 5120)
 	tests := map[string]struct {
 		expression string
@@ -91,6 +92,7 @@ and at least 97 more errors`,
 	compiler := NewCompiler(testEnv(t))
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			p := compiler.Compile(builder.MakePolicy("p").Filter("f", tc.expression).Obj(), CompileOptions{})
 			var got []string
 			for _, e := range p.Errors {
@@ -106,6 +108,7 @@ and at least 97 more errors`,
 // TestCompileStops: a compile stops at MaxErrors errors, or when its
 // context is done, and its last error says so.
 func TestCompileStops(t *testing.T) {
+	t.Parallel()
 	policy := builder.MakePolicy("p")
 	for i := range 5 {
 		policy.Filter(fmt.Sprintf("f%d", i), "nope")
@@ -137,6 +140,7 @@ func TestCompileStops(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			p := compiler.CompileContext(tc.ctx, policy.Obj(), CompileOptions{MaxErrors: tc.maxErrors})
 			var got []string
 			for _, e := range p.Errors {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"sync/atomic"
 )
 
 // PolicyList is the policies whose filters (or scores) a scheduling cycle
@@ -33,9 +32,6 @@ type PolicyList struct {
 	id       uint64
 	nodeOnly bool
 }
-
-// listIDs numbers the lists whose plain passes are kept as ids.
-var listIDs atomic.Uint64
 
 // plainPass is the outcome of a list whose every policy passed plainly:
 // read-only.
@@ -83,10 +79,13 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 		return l // a snapshot applied in that many ways: lists are not kept
 	}
 	if l.memoizable(point) {
+		// Numbered by the policies' Environment (memoizable checked that
+		// they share one), whose Converters hold the tables.
+		numbers := policies[0].numbers
 		l.nodeOnly = !l.readsPod && !l.nodeInfo
-		l.id = listIDs.Add(1)
-		l.memo = &expr{memo: memoNode, slot: memoSlots.get()}
-		runtime.AddCleanup(l, func(slot int) { memoSlots.put([]int{slot}) }, l.memo.slot)
+		l.id = numbers.lists.Add(1)
+		l.memo = &expr{memo: memoNode, slot: numbers.slots.get()}
+		runtime.AddCleanup(l, func(slot int) { numbers.slots.put([]int{slot}) }, l.memo.slot)
 	}
 	actual, _ := s.lists.LoadOrStore(key.String(), l)
 	return actual.(*PolicyList)
@@ -97,8 +96,10 @@ func (s *Snapshot) List(point Point, policies []*CompiledPolicy) *PolicyList {
 func (l *PolicyList) memoizable(point Point) bool {
 	for _, p := range l.Policies {
 		// A parameterized policy's copies bound to different params
-		// objects have the same name: its outcome is not kept.
-		if p.Err() != nil || p.params != nil {
+		// objects have the same name: its outcome is not kept. Nor is that
+		// of policies compiled over different Environments, whose slots
+		// and ids are numbered apart.
+		if p.Err() != nil || p.params != nil || p.numbers == nil || p.numbers != l.Policies[0].numbers {
 			return false
 		}
 		var exprs []*expr

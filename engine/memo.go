@@ -197,9 +197,20 @@ func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
 	}
 }
 
-// memoSlots hands out the slots of the memoized expressions of every
-// policy compiled in the process, and of the policy lists (PolicyList).
-var memoSlots slotAllocator
+// memoNumbers hands out the numbers that name things in the nodes' memo
+// tables: the slots of memoized expressions and of policy lists, the ids of
+// the lists whose plain passes a table keeps (memoTable.passes) and the ids
+// of converted params objects (memoID.params). An Environment owns one:
+// the policies compiled over it, the lists of their snapshots and the
+// params objects it converts share the memo tables of the Converters over
+// it, where their numbers must not collide. Written by compilation
+// (assignSlots), Snapshot.List and ParamsValue; slots come back when their
+// owner is garbage collected, ids are never reused.
+type memoNumbers struct {
+	slots slotAllocator
+	// lists and params are the last list and params ids handed out.
+	lists, params atomic.Uint64
+}
 
 // slotAllocator hands out memo slots.
 type slotAllocator struct {

@@ -15,6 +15,7 @@ import (
 // policy went) nor one of another key or NodeInfo generation; and
 // concurrent stores and loads are safe (run under -race by make test).
 func TestMemoTable(t *testing.T) {
+	t.Parallel()
 	var table memoTable
 	a, b := &expr{slot: 3}, &expr{slot: 3}
 	length := func(e *expr) int {
@@ -89,6 +90,7 @@ func TestMemoTable(t *testing.T) {
 // reads; a policy that reads the pod's name keeps none per pod (every pod
 // has its own).
 func TestMemoKinds(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	for expression, want := range map[string]memoKind{
 		"node.metadata.name != ''":                                    memoNode,
@@ -112,6 +114,7 @@ func TestMemoKinds(t *testing.T) {
 // (variables, filters and their messageExpressions, scores) has a slot of
 // its own, so that no two share a node's memo list.
 func TestMemoSlots(t *testing.T) {
+	t.Parallel()
 	p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").
 		Variable("zone", "node.metadata.?labels[?'zone'].orValue('')").
 		FilterMsg("zone", "variables.zone != 'c'", "", "'not in zone ' + variables.zone").
@@ -129,5 +132,39 @@ func TestMemoSlots(t *testing.T) {
 	}
 	if len(slots) != len(exprs) {
 		t.Errorf("%d memoized expressions share %d slots", len(exprs), len(slots))
+	}
+}
+
+// TestMemoNumbersPerEnvironment: the memo numbering belongs to the
+// Environment. Policies compiled over one Environment number their slots
+// and lists from it, and their list's outcomes are kept; a list of policies
+// compiled over two Environments, whose numbers may collide in a node's
+// memo, is not kept.
+func TestMemoNumbersPerEnvironment(t *testing.T) {
+	t.Parallel()
+	other, err := NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := func(env *Environment, name string) *CompiledPolicy {
+		t.Helper()
+		p := NewCompiler(env).Compile(builder.MakePolicy(name).Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'c'").Obj(), CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a, b, c := policy(testEnv(t), "a"), policy(testEnv(t), "b"), policy(other, "c")
+	if a.numbers != testEnv(t).memo || c.numbers != other.memo {
+		t.Fatal("a policy is not numbered by the Environment it was compiled over")
+	}
+	if a.filters[0].slot == b.filters[0].slot {
+		t.Errorf("two policies of one Environment share slot %d", a.filters[0].slot)
+	}
+	if l := NewSnapshot(a, b).List(PointFilter, []*CompiledPolicy{a, b}); !l.Kept() {
+		t.Error("the list of policies of one Environment is not kept")
+	}
+	if l := NewSnapshot(a, c).List(PointFilter, []*CompiledPolicy{a, c}); l.Kept() {
+		t.Error("the list of policies of two Environments is kept")
 	}
 }

@@ -15,6 +15,7 @@ import (
 // its bound, and
 // concurrent reads and writes are safe (run under -race by make test).
 func TestNodeCache(t *testing.T) {
+	t.Parallel()
 	c := &nodeCache{max: 100}
 	node := func(name, rv string) *corev1.Node {
 		n := &corev1.Node{}
@@ -84,6 +85,7 @@ func TestNodeCache(t *testing.T) {
 // the same name is not), and the slot lets go of an entry the cache
 // replaces or forgets.
 func TestNodeCacheByObject(t *testing.T) {
+	t.Parallel()
 	c := &nodeCache{max: 100}
 	v1 := &corev1.Node{}
 	v1.Name, v1.UID, v1.ResourceVersion = "n", "uid-n", "1"

@@ -9,6 +9,7 @@ import (
 )
 
 func TestNormalizeScores(t *testing.T) {
+	t.Parallel()
 	tests := map[string]struct {
 		raw  []float64
 		n    schedv1alpha1.ScoreNormalization
@@ -27,6 +28,7 @@ func TestNormalizeScores(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			if diff := cmp.Diff(tc.want, NormalizeScores(tc.raw, tc.n)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -35,6 +37,7 @@ func TestNormalizeScores(t *testing.T) {
 }
 
 func TestCombineScores(t *testing.T) {
+	t.Parallel()
 	tests := map[string]struct {
 		normalized [][]int64
 		weights    []int32
@@ -48,6 +51,7 @@ func TestCombineScores(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			if diff := cmp.Diff(tc.want, CombineScores(tc.normalized, tc.weights)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
@@ -271,16 +270,13 @@ func (p *CompiledPolicy) paramsValue() ref.Val {
 	return p.params.val
 }
 
-// paramsIDs numbers the params objects converted.
-var paramsIDs atomic.Uint64
-
 // ParamsValue converts a params object once: typed from its kind's schema
 // when the kind is built into Kubernetes (as the compiler types it), as
 // plain maps and lists otherwise.
 func (e *Environment) ParamsValue(obj *unstructured.Unstructured) (*Params, error) {
 	gvk := obj.GroupVersionKind()
 	out := &Params{Kind: gvk, Namespace: obj.GetNamespace(), Name: obj.GetName(), UID: obj.GetUID(), ResourceVersion: obj.GetResourceVersion(),
-		id: paramsIDs.Add(1)}
+		id: e.memo.params.Add(1)}
 	if conv := e.builtinParams(gvk); conv != nil {
 		out.val = conv.convert(obj.Object)
 		return out, nil

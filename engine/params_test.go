@@ -52,6 +52,7 @@ func staticParams(t testing.TB, objs ...*unstructured.Unstructured) *StaticParam
 }
 
 func TestParamsCompile(t *testing.T) {
+	t.Parallel()
 	crdTypes := CRDParamTypes{}
 	if err := crdTypes.Add(tenantCRD()); err != nil {
 		t.Fatal(err)
@@ -113,6 +114,7 @@ func TestParamsCompile(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			c := NewCompiler(testEnv(t)).Compile(tc.policy, CompileOptions{ParamTypes: tc.types})
 			var gotErr string
 			if len(c.Errors) > 0 {
@@ -166,6 +168,7 @@ type paramsOutcome struct {
 }
 
 func TestParamsDecisions(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	zoneA := nodeInputFor(t, conv, "a1", "a")
 	zoneC := nodeInputFor(t, conv, "c1", "c")
@@ -262,6 +265,7 @@ func nodeInputFor(t *testing.T, conv *Converter, name, zone string) *NodeInput {
 // or through a variable, depends on the params object too, so its results
 // on a node version are kept per params object version.
 func TestParamsMemoizedPerParams(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
 		Variable("zones", "params.data['zones'].split(',')").
 		Filter("direct", tenantFilter).
@@ -297,6 +301,7 @@ func TestParamsMemoizedPerParams(t *testing.T) {
 }
 
 func TestParamsPreEnqueueHoldsWhenMissing(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
 		PreEnqueue("approved", "params.data[?'approved'].orValue('') == 'true'", "namespace is not approved").Obj())
 	conv := NewConverter(testEnv(t), 0)
@@ -311,6 +316,7 @@ func TestParamsPreEnqueueHoldsWhenMissing(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			in, err := conv.Pod(makePod("team-a", "p", nil), makeNamespace("team-a", nil))
 			if err != nil {
 				t.Fatal(err)
@@ -328,6 +334,7 @@ func TestParamsPreEnqueueHoldsWhenMissing(t *testing.T) {
 }
 
 func TestParamsDynCost(t *testing.T) {
+	t.Parallel()
 	p := NewCompiler(testEnv(t)).Compile(builder.MakePolicy("p").ParamKind("example.com/v1", "TenantPlacement").ParamRef("x", "", "").
 		Filter("f", "'a' in params.spec.zones").Obj(), CompileOptions{})
 	if err := p.Err(); err != nil {
@@ -339,6 +346,7 @@ func TestParamsDynCost(t *testing.T) {
 // variable) is evaluated once per params version, and a new version is
 // evaluated anew.
 func TestParamsOnlyMemo(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").ParamKind("v1", "ConfigMap").ParamRef("placement", "", "").
 		Variable("zones", "params.data['zones'].split(',')").
 		Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in variables.zones").Obj())

@@ -29,6 +29,7 @@ func manyPods(n int) *NodeInfo {
 // by the per-expression limit with a clear error, quickly, and the error
 // names policy, rule and field.
 func TestRuntimeCostLimit(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("loops").
 		Filter("quadratic", "nodeInfo.pods.all(a, nodeInfo.pods.all(b, a.name != ''))").Obj())
 	conv := NewConverter(testEnv(t), 0)
@@ -51,6 +52,7 @@ func TestRuntimeCostLimit(t *testing.T) {
 // the budget of 1e7 with real loops takes tens of seconds with cel-go's cost
 // tracker, so the evaluation starts just under it.)
 func TestPolicyCostBudget(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("budget").
 		Filter("loop", "nodeInfo.pods.all(p, p.name != '')").
 		Filter("label", zoneFilter).Obj())
@@ -88,12 +90,14 @@ func TestPolicyCostBudget(t *testing.T) {
 // TestCancellation: a cancelled context stops evaluation with the context's
 // cause, for bounded and tracked programs alike.
 func TestCancellation(t *testing.T) {
+	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	for name, expression := range map[string]string{
 		"bounded": "node.metadata.name != ''",
 		"tracked": "nodeInfo.pods.all(a, nodeInfo.pods.all(b, a.name != ''))",
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			p := compileOK(t, builder.MakePolicy("p").Stored().Filter("f", expression).Obj())
 			ctx, cancel := context.WithCancelCause(context.Background())
 			cause := errors.New("scheduling cycle aborted")
@@ -110,6 +114,7 @@ func TestCancellation(t *testing.T) {
 // program and requires the same values: the bounded planner must not change
 // the language.
 func TestBoundedAndTrackedAgree(t *testing.T) {
+	t.Parallel()
 	env := testEnv(t)
 	conv := NewConverter(env, 0)
 	pod := podInput(t, conv, map[string]string{"app": "web"}, map[string]string{"team": "ml", "cost-center": "42"})
@@ -187,6 +192,7 @@ func asError(v ref.Val, _ uint64, err error) (ref.Val, error) {
 
 // TestScopeErrors checks the scoping rules through the compiler's API.
 func TestScopeErrors(t *testing.T) {
+	t.Parallel()
 	tests := map[string]struct {
 		policy *schedv1alpha1.SchedulingPolicy
 		want   string // the only error, "" for none
@@ -218,6 +224,7 @@ func TestScopeErrors(t *testing.T) {
 	compiler := NewCompiler(testEnv(t))
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			got := compiler.Compile(tc.policy, CompileOptions{})
 			var fields []string
 			for _, e := range got.Errors {
@@ -237,6 +244,7 @@ func TestScopeErrors(t *testing.T) {
 // TestStoredExpressionsRatchet: an expression unchanged from the stored
 // policy compiles against the stored-expressions environment.
 func TestStoredExpressionsRatchet(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	previous := builder.MakePolicy("p").Stored().Filter("f", "true").Obj()
 	updated := builder.MakePolicy("p").Stored().Filter("f", "true").Filter("g", "false").Obj()
@@ -254,6 +262,7 @@ func TestStoredExpressionsRatchet(t *testing.T) {
 // version of the same object and generation is not compiled again; a policy
 // deleted and re-created under its name is the new object.
 func TestRegistry(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	r := NewRegistry(compiler)
 	a := builder.MakePolicy("a").Stored().Filter("f", "true").Obj()
@@ -303,6 +312,7 @@ func TestRegistry(t *testing.T) {
 
 // TestRegistryConcurrent runs readers against writers (meaningful under -race).
 func TestRegistryConcurrent(t *testing.T) {
+	t.Parallel()
 	r := NewRegistry(NewCompiler(testEnv(t)))
 	conv := NewConverter(testEnv(t), 0)
 	pod := podInput(t, conv, nil, nil)
@@ -334,6 +344,7 @@ func TestRegistryConcurrent(t *testing.T) {
 }
 
 func TestMatch(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	conv := NewConverter(testEnv(t), 0)
 	policies := []*schedv1alpha1.SchedulingPolicy{

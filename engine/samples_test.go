@@ -7,6 +7,7 @@ import (
 // TestSamplesCompile checks that every sample policy compiles without error
 // or warning, against both the new- and the stored-expressions environment.
 func TestSamplesCompile(t *testing.T) {
+	t.Parallel()
 	c := NewCompiler(testEnv(t))
 	for name, policy := range loadSamples(t) {
 		for _, stored := range []bool{false, true} {

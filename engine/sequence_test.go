@@ -304,7 +304,8 @@ type seqStats struct {
 // are indexes into seqMutations), through the memo and fresh, and fails
 // on the first difference.
 func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n int64, budget uint64, steps []byte, stats *seqStats) {
-	policy := compiler.Compile(seqPolicy(choices, str, n), CompileOptions{})
+	budgeted := &Compiler{env: compiler.env, costBudget: budget}
+	policy := budgeted.Compile(seqPolicy(choices, str, n), CompileOptions{})
 	if stats != nil {
 		stats.generated++
 	}
@@ -317,8 +318,6 @@ func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n
 			stats.memoized[e.memo]++
 		}
 	}
-	defer func(old uint64) { policyCostBudget = old }(policyCostBudget)
-	policyCostBudget = budget
 	env := compiler.env
 	w := newSeqWorld(t)
 	conv := NewConverter(env, 0)
@@ -400,6 +399,7 @@ var seqBudgets = []uint64{PolicyEvaluationCostBudget, 3, 20, 60, 200, 1000}
 // under several cost budgets: the memo never changes an outcome, and pods
 // with equal signatures get equal outcomes.
 func TestRememberedIsFresh(t *testing.T) {
+	t.Parallel()
 	compiler := NewCompiler(testEnv(t))
 	rng := rand.New(rand.NewPCG(20, 24))
 	strs := []string{"team-a", "a", "b", "web", "", "web-", "api-", "1"}

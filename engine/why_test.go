@@ -12,6 +12,7 @@ import (
 )
 
 func TestWhy(t *testing.T) {
+	t.Parallel()
 	zone := "topology.kubernetes.io/zone"
 	tests := map[string]struct {
 		expression string
@@ -49,6 +50,7 @@ func TestWhy(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			b := builder.MakePolicy("p").Variable("want", "'a'")
 			if tc.preEnqueue {
 				b = b.PreEnqueue("r", tc.expression, "")
@@ -78,6 +80,7 @@ func TestWhy(t *testing.T) {
 
 // TestWhyIsBounded: many sub-expressions and long values are cut.
 func TestWhyIsBounded(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 500)
 	var terms []string
 	for range 30 {
@@ -105,6 +108,7 @@ func TestWhyIsBounded(t *testing.T) {
 // TestWhyNeedsExplain: a policy compiled as the scheduler compiles it keeps
 // no checked expressions, and gets no explanation.
 func TestWhyNeedsExplain(t *testing.T) {
+	t.Parallel()
 	p := compileOK(t, builder.MakePolicy("p").Filter("r", "node.metadata.name == 'x'").Obj())
 	conv := NewConverter(testEnv(t), 0)
 	got, err := (&Why{}).Filter(context.Background(), p, podInput(t, conv, nil, nil), nodeInput(t, conv, "n", nil, nil), "r")

@@ -33,6 +33,7 @@ import (
 // change, Unschedulable for a filter reading nodeInfo (preemption may
 // help), Success when a filter passes, fails under Ignore or only audits.
 func TestStatusCodes(t *testing.T) {
+	t.Parallel()
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Label("app", "db").Obj()
 	node := st.MakeNode().Name("n1").Label("zone", "c").Obj()
 	placement := &unstructured.Unstructured{Object: map[string]any{"data": map[string]any{"zones": "a,b"}}}
@@ -129,6 +130,7 @@ func TestStatusCodes(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
 			rt.Inputs.Params = tc.params
 			pl := &Filter{rt: rt}
@@ -154,6 +156,7 @@ func TestStatusCodes(t *testing.T) {
 // TestFilterWithoutPreFilter: Filter without its PreFilter's state is an
 // Error, not a rejection.
 func TestFilterWithoutPreFilter(t *testing.T) {
+	t.Parallel()
 	pl := &Filter{rt: plugintest.Runtime(t, nil)}
 	ni := framework.NewNodeInfo()
 	ni.SetNode(st.MakeNode().Name("n1").Obj())
@@ -175,6 +178,8 @@ var statusCmp = cmp.Comparer(func(a, b *fwk.Status) bool {
 // recorded as the slow rule; evaluations after it in the cycle are not run
 // and fail closed under their own policy's Fail.
 func TestTimeBudget(t *testing.T) {
+	// Not parallel: the budget runs out 20ms into Filter, a window that
+	// tests running beside it could use up before the slow rule starts.
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
 	slow := "lists.range(300000).all(i, i >= 0)" // runs far longer than a millisecond
 	cases := map[string]struct {
@@ -230,6 +235,7 @@ func TestTimeBudget(t *testing.T) {
 // texts per cycle; the other nodes get the rule's static message, so the
 // pod's folded condition stays small whatever the cluster's size.
 func TestMessagesBounded(t *testing.T) {
+	t.Parallel()
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
 	policy := builder.MakePolicy("p").FilterMsg("no", "false", "not here",
 		"node.metadata.name + ': ' + node.metadata.annotations[?'big'].orValue('')").Obj()
@@ -344,6 +350,7 @@ func BenchmarkFilterPodFieldPolicy(b *testing.B) {
 // included; and a pod that reads the same as an earlier one reads the
 // outcome.
 func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
+	t.Parallel()
 	nodeOnly := []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("a").FilterMsg("l0", "node.metadata.?labels[?'l0'].orValue('') != 'blocked'", "", "'blocked on ' + node.metadata.name").Obj(),
 		builder.MakePolicy("b").Filter("l1", "node.metadata.?labels[?'l1'].orValue('') != 'blocked'").Obj(),
@@ -379,6 +386,7 @@ func TestListOutcomeAgreesWithEvaluation(t *testing.T) {
 		}, kept: func(p, _ int) bool { return p >= 2 }, namespaces: []string{"team-a", "team-b"}},
 	} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			pl := &Filter{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil),
 				plugintest.Namespace("team-a", nil), plugintest.Namespace("team-b", nil))}
 			pl.args.EvaluationBudget.Duration = time.Minute
@@ -456,9 +464,11 @@ func auditEvents(pl *Filter, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeI
 // rejects gets one RejectionDetail event per scheduling cycle with the
 // false rule's sub-expressions on a node; without it, none.
 func TestExplainRejections(t *testing.T) {
+	t.Parallel()
 	policy := builder.MakePolicy("zones").Filter("zone", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') in ['a', 'b']").Obj()
 	for _, explain := range []bool{true, false} {
 		t.Run(fmt.Sprint("explainRejections=", explain), func(t *testing.T) {
+			t.Parallel()
 			rt := plugintest.Runtime(t, nil, plugintest.Namespace("ns", nil))
 			pl := &Filter{rt: rt}
 			if explain {
@@ -506,6 +516,7 @@ func TestExplainRejections(t *testing.T) {
 // gets its own tenant's verdict on every node (run with -race, as make
 // test does).
 func TestConcurrentCyclesAndHints(t *testing.T) {
+	t.Parallel()
 	policies := []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("tenant").Ignore().Variable("rack", "node.metadata.labels['rack']").
 			Filter("rack", "variables.rack != 'x'").
@@ -563,9 +574,11 @@ func TestConcurrentCyclesAndHints(t *testing.T) {
 // one cycle in metrics.TimingSample and observes their CEL time once per
 // timed cycle, at Reserve.
 func TestCycleDurationSampled(t *testing.T) {
+	t.Parallel()
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
 	policy := builder.MakePolicy("filter-timed").Filter("zone", "node.metadata.?labels[?'zone'].orValue('') != 'x'").Obj()
 	pl := &Filter{rt: plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))}
+	pl.args.EvaluationBudget.Duration = time.Minute // no cut-off, even under -race
 	histogram := metrics.CycleDuration.WithLabelValues("filter-timed", "filter").(prometheus.Histogram)
 	observed := func() (uint64, float64) {
 		m := &dto.Metric{}
@@ -574,6 +587,9 @@ func TestCycleDurationSampled(t *testing.T) {
 		}
 		return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 	}
+	// The histogram is the process's: what an earlier run (-count) left
+	// in it is not this run's.
+	n0, sum0 := observed()
 	for i := range 2 * metrics.TimingSample {
 		state := framework.NewCycleState()
 		if _, status := pl.PreFilter(context.Background(), state, pod, nil); !status.IsSuccess() {
@@ -590,7 +606,7 @@ func TestCycleDurationSampled(t *testing.T) {
 		}
 		pl.Reserve(context.Background(), state, pod, "timed-0")
 	}
-	if n, sum := observed(); n != 2 || sum <= 0 {
-		t.Errorf("%d observations summing to %v s after %d cycles, want 2 with the evaluations' time", n, sum, 2*metrics.TimingSample)
+	if n, sum := observed(); n-n0 != 2 || sum <= sum0 {
+		t.Errorf("%d observations summing to %v s after %d cycles, want 2 with the evaluations' time", n-n0, sum-sum0, 2*metrics.TimingSample)
 	}
 }

@@ -19,6 +19,7 @@ import (
 // of the queue until an event the plugin registered requeues it), with the
 // policy, rule and message; a passing, ignored or audited rule lets it in.
 func TestStatusCodes(t *testing.T) {
+	t.Parallel()
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Label("app", "db").Obj()
 	unresolvable := func(msg string) *fwk.Status { return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg) }
 	cases := map[string]struct {
@@ -61,6 +62,7 @@ func TestStatusCodes(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			pl := &PreEnqueue{
 				rt:       plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil)),
 				queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[hold]()),

@@ -37,6 +37,18 @@ type Score struct {
 	// state is the state PreScore last wrote, for Score to find without
 	// reading the CycleState per node.
 	state celplugins.LastState[*scoreState]
+
+	// rawBuffers are the raw value tables (*[]float64) of the plugin's
+	// finished cycles, for the next ones: a table is nodes x rules floats
+	// (tens of KiB on a large cluster), allocated per cycle otherwise.
+	// PreScore takes one (rawTable), NormalizeScore returns its cycle's
+	// (release); the garbage collector empties the pool.
+	rawBuffers sync.Pool
+	// normalizeBuffers are NormalizeScore's buffers (*normalizeBuffer) of
+	// the plugin's finished cycles, for the next ones: each is a slice
+	// over the scored nodes, allocated per cycle otherwise. Taken and
+	// returned by NormalizeScore.
+	normalizeBuffers sync.Pool
 }
 
 var (
@@ -79,14 +91,9 @@ type scoreState struct {
 	next atomic.Int64
 }
 
-// rawBuffers are the raw value tables of finished cycles, for the next
-// ones: a table is nodes x rules floats (tens of KiB on a large cluster),
-// allocated per cycle otherwise. NormalizeScore returns its cycle's.
-var rawBuffers sync.Pool
-
 // rawTable returns a zeroed table of n values.
-func rawTable(n int) []float64 {
-	if b, ok := rawBuffers.Get().(*[]float64); ok && cap(*b) >= n {
+func (pl *Score) rawTable(n int) []float64 {
+	if b, ok := pl.rawBuffers.Get().(*[]float64); ok && cap(*b) >= n {
 		t := (*b)[:n]
 		clear(t)
 		return t
@@ -96,11 +103,11 @@ func rawTable(n int) []float64 {
 
 // release returns the state's raw values to rawBuffers; the state reads no
 // raw value after.
-func (s *scoreState) release() {
+func (pl *Score) release(s *scoreState) {
 	raw := s.raw
 	s.raw, s.rows = nil, 0
 	if cap(raw) > 0 {
-		rawBuffers.Put(&raw)
+		pl.rawBuffers.Put(&raw)
 	}
 }
 
@@ -141,7 +148,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: !p.Enforced()})
 		}
 	}
-	s.raw, s.rows = rawTable(len(nodes)*len(s.rules)), int64(len(nodes))
+	s.raw, s.rows = pl.rawTable(len(nodes)*len(s.rules)), int64(len(nodes))
 	state.Write(stateKey, s)
 	pl.state.Remember(state, s)
 	return nil
@@ -236,11 +243,11 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 		return fwk.AsStatus(err)
 	}
 	s.tally.Flush()
-	b, _ := normalizeBuffers.Get().(*normalizeBuffer)
+	b, _ := pl.normalizeBuffers.Get().(*normalizeBuffer)
 	if b == nil {
 		b = &normalizeBuffer{}
 	}
-	defer normalizeBuffers.Put(b)
+	defer pl.normalizeBuffers.Put(b)
 	rows, seen := sized(&b.rows, len(scores)), sized(&b.seen, int(s.next.Load()))
 	for i, ns := range scores {
 		// The row Score wrote the node's raw values in.
@@ -252,7 +259,7 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 		rows[i] = int(row)
 	}
 	enforced, audit := s.combine(rows, false, b, &b.enforced), s.combine(rows, true, b, &b.audit)
-	s.release()
+	pl.release(s)
 	for i := range scores {
 		scores[i].Score = 0
 		if enforced != nil {
@@ -302,11 +309,6 @@ func (s *scoreState) combine(rows []int, audit bool, b *normalizeBuffer, out *[]
 	}
 	return combiner.Mean()
 }
-
-// normalizeBuffers are NormalizeScore's buffers of finished cycles, for
-// the next ones: each is a slice over the scored nodes, allocated per
-// cycle otherwise.
-var normalizeBuffers sync.Pool
 
 // normalizeBuffer is what NormalizeScore needs per node.
 type normalizeBuffer struct {

@@ -22,6 +22,7 @@ import (
 )
 
 func TestCombine(t *testing.T) {
+	t.Parallel()
 	// Policy 0 has two rules (spot: None, weight 3; pods: MinMaxReverse,
 	// weight 1); policy 1 (Audit) one rule. Both rules of policy 0 failed on
 	// node 2 (failurePolicy Ignore): NaN.
@@ -61,6 +62,7 @@ func TestCombine(t *testing.T) {
 // backoff); under Ignore the rule scores 0 on that node and the other
 // nodes are normalized without it.
 func TestStatusCodes(t *testing.T) {
+	t.Parallel()
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Label("app", "db").Obj()
 	nodes := []fwk.NodeInfo{nodeInfo("n1", "1"), nodeInfo("n2", "3"), nodeInfo("n3", "")}
 	rackScore := "double(node.metadata.labels['rack'])" // fails on n3, which has no rack
@@ -95,6 +97,7 @@ func TestStatusCodes(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			pl := &Score{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))}
 			ctx := context.Background()
 			state := framework.NewCycleState()
@@ -122,6 +125,7 @@ func TestStatusCodes(t *testing.T) {
 // params objects scores each node with both, as two policies would: the
 // node's score is the mean of the two.
 func TestParamsScoresCombine(t *testing.T) {
+	t.Parallel()
 	pod := st.MakePod().Namespace("ns").Name("p").SchedulerName("celsched").Obj()
 	nodes := []fwk.NodeInfo{nodeInfo("n1", "1"), nodeInfo("n2", "3"), nodeInfo("n3", "")}
 	policy := builder.MakePolicy("preferred-rack").ParamKind("v1", "ConfigMap").
@@ -150,10 +154,13 @@ func TestParamsScoresCombine(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("ns", nil))
-			if rt.Inputs.Params, err = engine.NewStaticParams(env, tc.params); err != nil {
+			params, err := engine.NewStaticParams(env, tc.params)
+			if err != nil {
 				t.Fatal(err)
 			}
+			rt.Inputs.Params = params
 			pl := &Score{rt: rt}
 			ctx := context.Background()
 			state := framework.NewCycleState()
@@ -241,6 +248,7 @@ func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
 // kept (engine.PolicyList) gives exactly the scores of the same nodes
 // evaluated afresh (no resourceVersion), and the second pod reads them.
 func TestScoreListAgreesWithEvaluation(t *testing.T) {
+	t.Parallel()
 	policies := []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
 		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
@@ -261,7 +269,15 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 	ctx := context.Background()
 	scores := func(pod *corev1.Pod, nodes []fwk.NodeInfo) []int64 {
 		t.Helper()
+		// The pod's cycle as CELFilter's PreFilter leaves it, with a budget
+		// that no load on the machine uses up (without one, PreScore would
+		// prepare it with DefaultEvaluationBudget).
+		c, err := pl.rt.Prepare(ctx, pod, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
 		state := framework.NewCycleState()
+		state.Write(celplugins.StateKey, c)
 		if status := pl.PreScore(ctx, state, pod, nodes); !status.IsSuccess() {
 			t.Fatal(status)
 		}

@@ -16,6 +16,7 @@ func violation(pod string) schedv1alpha1.AuditViolation {
 // TestAuditLog: deltas add up across takes and failed writes, keep the
 // newest violations first, and restart with a new generation.
 func TestAuditLog(t *testing.T) {
+	t.Parallel()
 	var log Log
 	gen1 := &engine.CompiledPolicy{Name: "p", Generation: 1}
 	for i, pod := range []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f"} {
@@ -72,6 +73,7 @@ func TestAuditLog(t *testing.T) {
 // per-policy deltas are unchanged; without it nothing is kept per
 // namespace.
 func TestAuditLogByNamespace(t *testing.T) {
+	t.Parallel()
 	var log Log
 	p := &engine.CompiledPolicy{Name: "p", Generation: 1}
 	log.record(p, "a", []schedv1alpha1.AuditViolation{violation("a/x")})
