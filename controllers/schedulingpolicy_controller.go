@@ -106,7 +106,12 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		switch {
 		case err == nil:
 		case errors.Is(err, engine.ErrParamsNotReady):
-			// Listing: look again soon (a list error is not an event).
+			// Listing: not ready until listed (the policy follows its
+			// failurePolicy meanwhile); look again soon (a list error is
+			// not an event).
+			condition.Status = metav1.ConditionFalse
+			condition.Reason = schedv1alpha1.ReasonParamsListing
+			condition.Message = engine.Truncate(fmt.Sprintf("%v; until they are, the policy follows its failurePolicy (%s) for every pod it matches", err, compiled.FailurePolicy), maxConditionMessage)
 			result.RequeueAfter = paramsListing
 		default:
 			condition.Status = metav1.ConditionFalse

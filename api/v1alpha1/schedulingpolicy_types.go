@@ -466,6 +466,11 @@ const (
 	// granted them): the policy rejects or holds the pods it matches until
 	// it can.
 	ReasonParamsNotReadable = "ParamsNotReadable"
+	// ReasonParamsListing is Ready's reason (status False) while the
+	// scheduler lists the objects of the policy's paramKind for the first
+	// time: until then the policy follows its failurePolicy for the pods it
+	// matches, so it is not ready yet.
+	ReasonParamsListing = "ParamsListing"
 	// ConditionSlow is True, with reason TimeBudgetExceeded, when a rule of
 	// the policy's current generation was cut off by the CEL time budget of
 	// a pod's scheduling cycle: the message names the rule. It is removed
