@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -312,7 +313,8 @@ func applySamples(ctx context.Context, c client.Client, dir string) ([]string, e
 	return names, nil
 }
 
-// waitReady waits until the manager reports every policy compiled.
+// waitReady waits until the manager reports every policy compiled, and
+// the params of the parameterized ones listed.
 func waitReady(ctx context.Context, c client.Client, names []string) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		for _, name := range names {
@@ -321,6 +323,9 @@ func waitReady(ctx context.Context, c client.Client, names []string) error {
 				return false, err
 			}
 			if p.Status.ObservedGeneration != p.Generation || len(p.Status.Conditions) == 0 {
+				return false, nil
+			}
+			if ready := meta.FindStatusCondition(p.Status.Conditions, schedv1alpha1.ConditionReady); ready != nil && ready.Reason == schedv1alpha1.ReasonParamsListing {
 				return false, nil
 			}
 		}
