@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/celsched/celsched/api/manifest"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 )
@@ -65,11 +66,11 @@ func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, e
 	if err := checkOutput(o.output); err != nil {
 		return nil, err
 	}
-	policies, err := readPolicies(s, o.policies)
+	policies, err := manifest.ReadPolicies(s.in, o.policies)
 	if err != nil {
 		return nil, inputError(err)
 	}
-	pods, err := readObjects[*corev1.Pod](s, []string{o.pod}, "Pod")
+	pods, err := manifest.ReadObjects[*corev1.Pod](s.in, []string{o.pod}, "Pod")
 	if err != nil {
 		return nil, inputError(err)
 	}
@@ -80,19 +81,19 @@ func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, e
 	if pod.Namespace == "" {
 		pod.Namespace = corev1.NamespaceDefault
 	}
-	nodes, err := readObjects[*corev1.Node](s, o.nodes, "Node")
+	nodes, err := manifest.ReadObjects[*corev1.Node](s.in, o.nodes, "Node")
 	if err != nil {
 		return nil, inputError(err)
 	}
-	namespaces, err := readObjects[*corev1.Namespace](s, o.namespaces, "Namespace")
+	namespaces, err := manifest.ReadObjects[*corev1.Namespace](s.in, o.namespaces, "Namespace")
 	if err != nil {
 		return nil, inputError(err)
 	}
-	onNodes, err := readObjects[*corev1.Pod](s, o.podsOnNodes, "Pod")
+	onNodes, err := manifest.ReadObjects[*corev1.Pod](s.in, o.podsOnNodes, "Pod")
 	if err != nil {
 		return nil, inputError(err)
 	}
-	params, err := readParams(s, o.params)
+	params, err := manifest.ReadUnstructured(s.in, o.params)
 	if err != nil {
 		return nil, inputError(err)
 	}

@@ -18,6 +18,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/celsched/celsched/api/manifest"
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
@@ -81,7 +82,7 @@ func runExplain(ctx context.Context, s *streams, o *explainOptions, arg string) 
 	if err != nil {
 		return nil, err
 	}
-	drafts, err := readPolicies(s, o.drafts)
+	drafts, err := manifest.ReadPolicies(s.in, o.drafts)
 	if err != nil {
 		return nil, inputError(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/celsched/celsched/api/manifest"
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
@@ -180,26 +181,26 @@ func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Repor
 // policies, and the other objects (params objects,
 // CustomResourceDefinitions) as they are.
 func readDrafts(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy, []*unstructured.Unstructured, error) {
-	docs, err := readDocuments(files, s.in)
+	docs, err := manifest.ReadDocuments(files, s.in)
 	if err != nil {
 		return nil, nil, err
 	}
 	var policies []*schedv1alpha1.SchedulingPolicy
-	var others []*document
+	var others []*manifest.Document
 	for _, d := range docs {
-		if !d.isPolicy() {
-			if apiVersion, kind := d.kind(); apiVersion != "" && kind != "" { // not a kustomization.yaml
+		if !d.IsPolicy() {
+			if apiVersion, kind := d.Kind(); apiVersion != "" && kind != "" { // not a kustomization.yaml
 				others = append(others, d)
 			}
 			continue
 		}
-		p, err := d.policy()
+		p, err := d.Policy()
 		if err != nil {
 			return nil, nil, err
 		}
 		policies = append(policies, p)
 	}
-	objs, err := decodeUnstructured(others)
+	objs, err := manifest.DecodeUnstructured(others)
 	return policies, objs, err
 }
 
@@ -207,13 +208,13 @@ func readDrafts(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy, 
 // CustomResourceDefinitions found.
 func readDump(s *streams, o *impactOptions, in *impact.Input) ([]*unstructured.Unstructured, error) {
 	var err error
-	if in.Nodes, err = readObjects[*corev1.Node](s, o.nodes, "Node"); err != nil {
+	if in.Nodes, err = manifest.ReadObjects[*corev1.Node](s.in, o.nodes, "Node"); err != nil {
 		return nil, inputError(err)
 	}
-	if in.Pods, err = readObjects[*corev1.Pod](s, o.pods, "Pod"); err != nil {
+	if in.Pods, err = manifest.ReadObjects[*corev1.Pod](s.in, o.pods, "Pod"); err != nil {
 		return nil, inputError(err)
 	}
-	if in.Namespaces, err = readObjects[*corev1.Namespace](s, o.namespaces, "Namespace"); err != nil {
+	if in.Namespaces, err = manifest.ReadObjects[*corev1.Namespace](s.in, o.namespaces, "Namespace"); err != nil {
 		return nil, inputError(err)
 	}
 	var candidates []*unstructured.Unstructured // params objects, and CRDs
@@ -226,14 +227,14 @@ func readDump(s *streams, o *impactOptions, in *impact.Input) ([]*unstructured.U
 		candidates = slices.DeleteFunc(others, func(u *unstructured.Unstructured) bool { return !isCRD(u) })
 	}
 	if len(o.params) > 0 {
-		params, err := readParams(s, o.params)
+		params, err := manifest.ReadUnstructured(s.in, o.params)
 		if err != nil {
 			return nil, inputError(err)
 		}
 		candidates = append(candidates, params...)
 	}
 	if len(o.dump) > 0 {
-		objs, err := readObjects[runtime.Object](s, o.dump, "object")
+		objs, err := manifest.ReadObjects[runtime.Object](s.in, o.dump, "object")
 		if err != nil {
 			return nil, inputError(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
+	"github.com/celsched/celsched/api/manifest"
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
@@ -196,20 +197,20 @@ func LoadSuites(paths []string) ([]*Suite, error) {
 }
 
 func loadSuites(s *streams, paths []string) ([]*Suite, error) {
-	docs, err := readDocuments(paths, s.in)
+	docs, err := manifest.ReadDocuments(paths, s.in)
 	if err != nil {
 		return nil, err
 	}
 	var suites []*Suite
 	for _, d := range docs {
-		if apiVersion, kind := d.kind(); kind != testKind || apiVersion != testAPIVersion {
+		if apiVersion, kind := d.Kind(); kind != testKind || apiVersion != testAPIVersion {
 			continue
 		}
 		spec := &PolicyTest{}
-		if err := d.decode(spec); err != nil {
+		if err := d.Decode(spec); err != nil {
 			return nil, err
 		}
-		suite, err := loadSuite(s, d.file, spec)
+		suite, err := loadSuite(s, d.File, spec)
 		if err != nil {
 			return nil, err
 		}
@@ -228,7 +229,7 @@ func loadSuite(s *streams, file string, spec *PolicyTest) (*Suite, error) {
 		suite.PolicyFiles = append(suite.PolicyFiles, filepath.Join(dir, p))
 	}
 	var err error
-	if suite.Policies, err = readPolicies(s, suite.PolicyFiles); err != nil {
+	if suite.Policies, err = manifest.ReadPolicies(s.in, suite.PolicyFiles); err != nil {
 		return nil, err
 	}
 	if suite.Nodes, err = inlineObjects[*corev1.Node](s, dir, spec.Nodes, "Node"); err != nil {
@@ -403,7 +404,7 @@ func inlineObjects[T runtime.Object](s *streams, dir string, entries []json.RawM
 			File string `json:"file"`
 		}
 		if err := json.Unmarshal(raw, &ref); err == nil && ref.File != "" {
-			objs, err := readObjects[T](s, []string{filepath.Join(dir, ref.File)}, kind)
+			objs, err := manifest.ReadObjects[T](s.in, []string{filepath.Join(dir, ref.File)}, kind)
 			if err != nil {
 				return nil, err
 			}
@@ -414,7 +415,7 @@ func inlineObjects[T runtime.Object](s *streams, dir string, entries []json.RawM
 		if err := yamlv3.Unmarshal(raw, &node); err != nil || len(node.Content) == 0 {
 			return nil, fmt.Errorf("%s entry %d: %v", kind, i, err)
 		}
-		obj, err := decodeOne[T](fmt.Sprintf("%s entry %d", kind, i), node.Content[0], raw, kind)
+		obj, err := manifest.DecodeOne[T](fmt.Sprintf("%s entry %d", kind, i), node.Content[0], raw, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -432,14 +433,14 @@ func inlineParams(s *streams, dir string, entries []json.RawMessage) ([]*unstruc
 			File string `json:"file"`
 		}
 		if err := json.Unmarshal(raw, &ref); err == nil && ref.File != "" {
-			objs, err := readParams(s, []string{filepath.Join(dir, ref.File)})
+			objs, err := manifest.ReadUnstructured(s.in, []string{filepath.Join(dir, ref.File)})
 			if err != nil {
 				return nil, err
 			}
 			out = append(out, objs...)
 			continue
 		}
-		obj, err := unstructuredOf(raw, fmt.Sprintf("params entry %d", i), 1)
+		obj, err := manifest.Unstructured(raw, fmt.Sprintf("params entry %d", i), 1)
 		if err != nil {
 			return nil, err
 		}

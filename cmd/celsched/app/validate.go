@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
+	"github.com/celsched/celsched/api/manifest"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -39,7 +40,7 @@ field is an error; otherwise params is dyn, with a warning.`,
 }
 
 func runValidate(s *streams, files, paramCRDs []string) error {
-	docs, err := readDocuments(files, s.in)
+	docs, err := manifest.ReadDocuments(files, s.in)
 	if err != nil {
 		return inputError(err)
 	}
@@ -53,11 +54,11 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 	}
 	var policies, failed int
 	for _, d := range docs {
-		if !d.isPolicy() {
+		if !d.IsPolicy() {
 			continue
 		}
 		policies++
-		p, err := d.policy()
+		p, err := d.Policy()
 		if err != nil {
 			fmt.Fprintln(s.out, err)
 			failed++
@@ -65,10 +66,10 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 		}
 		compiled := compiler.Compile(p, engine.CompileOptions{ParamTypes: paramTypes})
 		for _, e := range compiled.Errors {
-			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: %s\n", d.file, d.line(e.Field), p.Name, indentRest(e.Error()))
+			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: %s\n", d.File, d.Line(e.Field), p.Name, indentRest(e.Error()))
 		}
 		for _, w := range compiled.Warnings {
-			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: warning: %s: %s\n", d.file, d.line(w.FieldRef), p.Name, w.FieldRef, w.Warning)
+			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: warning: %s: %s\n", d.File, d.Line(w.FieldRef), p.Name, w.FieldRef, w.Warning)
 		}
 		if len(compiled.Errors) > 0 {
 			failed++
@@ -85,7 +86,7 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 // their schemas.
 func readParamTypes(s *streams, files []string) (engine.CRDParamTypes, error) {
 	types := engine.CRDParamTypes{}
-	crds, err := readObjects[*apiextensionsv1.CustomResourceDefinition](s, files, "CustomResourceDefinition")
+	crds, err := manifest.ReadObjects[*apiextensionsv1.CustomResourceDefinition](s.in, files, "CustomResourceDefinition")
 	if err != nil {
 		return nil, err
 	}
