@@ -9,11 +9,9 @@ package impact
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +23,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/cmd/celsched/pool"
 )
 
 // Input is the cluster and the change.
@@ -253,7 +252,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 
 	results := make([]*PodImpact, len(evaluate))
-	err = parallel(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
+	err = pool.Run(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
 		var err error
 		results[i], err = c.evaluatePod(ctx, evaluate[i])
 		if err != nil || !in.Why || results[i] == nil {
@@ -538,36 +537,4 @@ func classify(now, draft Outcome) Change {
 	default: // held now, unschedulable with the draft
 		return Released
 	}
-}
-
-// parallel runs f for 0..n-1 on at most workers goroutines (0:
-// GOMAXPROCS), and returns the first error, after which the others stop.
-func parallel(ctx context.Context, workers, n int, f func(context.Context, int) error) error {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(workers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(ctx, i); err != nil {
-					cancel(err)
-				}
-			}
-		}()
-	}
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-		}
-	}
-	close(next)
-	wg.Wait()
-	return context.Cause(ctx)
 }
