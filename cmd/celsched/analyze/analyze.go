@@ -9,14 +9,12 @@ package analyze
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,6 +29,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/cmd/celsched/pool"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -144,20 +143,18 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		batch := classes[start:min(start+workers, len(classes))]
 		verdicts := make([]*dryrun.Verdicts, len(batch))
 		applies := make([][]string, len(batch))
-		errs := make([]error, len(batch))
-		var wg sync.WaitGroup
-		for i, c := range batch {
-			wg.Go(func() {
-				if applies[i], errs[i] = s.Applies(ctx, c.pod); errs[i] != nil {
-					return
-				}
-				if verdicts[i], errs[i] = s.Verdicts(ctx, c.pod); errs[i] != nil {
-					errs[i] = fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, errs[i])
-				}
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		err := pool.Run(ctx, workers, len(batch), func(ctx context.Context, i int) error {
+			c := batch[i]
+			var err error
+			if applies[i], err = s.Applies(ctx, c.pod); err != nil {
+				return err
+			}
+			if verdicts[i], err = s.Verdicts(ctx, c.pod); err != nil {
+				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+			}
+			return nil
+		})
+		if err != nil {
 			return nil, err
 		}
 		for i, c := range batch {
