@@ -19,34 +19,23 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/pool"
+	"github.com/celsched/celsched/cmd/celsched/source"
 	"github.com/celsched/celsched/engine"
 )
 
-// Input is the cluster and its policies.
+// Input is the cluster and its policies (source.Input's Nodes,
+// Namespaces, Pods, Policies, Params, Objects and Config: the pods of the
+// configuration's profiles are analyzed).
 type Input struct {
-	Nodes      []*corev1.Node
-	Namespaces []*corev1.Namespace
-	// Pods are the cluster's pods, pending and bound.
-	Pods     []*corev1.Pod
-	Policies []*schedv1alpha1.SchedulingPolicy
-	// Params are the params objects of parameterized policies.
-	Params []*unstructured.Unstructured
-	// Objects are other objects built-in plugins read (volumes).
-	Objects []kruntime.Object
-	// Config is the scheduler configuration (defaulted); the pods of its
-	// profiles are analyzed.
-	Config *schedulerconfig.KubeSchedulerConfiguration
+	source.Input
 	// MinFeasible is the number of feasible nodes under which a class of
 	// pods is reported (capacity); 0 means 1.
 	MinFeasible int
@@ -112,7 +101,10 @@ const EvaluationBudget = time.Minute
 // Run analyzes the policy set.
 func Run(ctx context.Context, in Input) (*Report, error) {
 	r := &Report{Findings: []Finding{}, Summary: Summary{Nodes: len(in.Nodes), Policies: len(in.Policies), ByKind: map[Kind]int{}}}
-	pods, bound := r.pods(in)
+	profilePods := in.ProfilePods()
+	pods, bound := profilePods.Placed, profilePods.OnNodes
+	r.Summary.Pods = len(pods)
+	r.Notes = append(r.Notes, profilePods.Notes()...)
 	namespaces := dryrun.WithNamespaces(in.Namespaces, pods...)
 	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
 	cluster.EvaluationBudget = EvaluationBudget
@@ -184,35 +176,6 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		r.Summary.ByKind[f.Kind]++
 	}
 	return r, nil
-}
-
-// pods returns the pods to analyze (of the profiles, not terminated),
-// and the bound ones (which take room on their nodes).
-func (r *Report) pods(in Input) (analyzed, bound []*corev1.Pod) {
-	profiles := sets.New[string]()
-	for _, p := range in.Config.Profiles {
-		profiles.Insert(p.SchedulerName)
-	}
-	for i, p := range in.Pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		p = p.DeepCopy()
-		if p.UID == "" {
-			p.UID = ktypes.UID(fmt.Sprintf("analyze-%d", i))
-		}
-		if p.Spec.NodeName != "" {
-			bound = append(bound, p)
-		}
-		if p.Spec.SchedulerName == "" {
-			p.Spec.SchedulerName = corev1.DefaultSchedulerName
-		}
-		if profiles.Has(p.Spec.SchedulerName) && p.DeletionTimestamp == nil {
-			analyzed = append(analyzed, p)
-		}
-	}
-	r.Summary.Pods = len(analyzed)
-	return analyzed, bound
 }
 
 // class is pods that every policy treats alike.

@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
 // Version is set by the Makefile with -ldflags.
@@ -47,7 +49,8 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	}
 	fmt.Fprintln(s.err, "error:", err)
 	var usage *usageErr
-	if errors.As(err, &usage) {
+	var input *source.InputError
+	if errors.As(err, &usage) || errors.As(err, &input) {
 		return 2
 	}
 	return 1

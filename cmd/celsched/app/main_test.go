@@ -360,6 +360,9 @@ func TestAnalyze(t *testing.T) {
 		"fail-on-absent": {args: append(slices.Clone(dump), "--fail-on", "no-feasible-node", "--policies", filepath.Join(dir, "policies-ok.yaml")), full: true},
 		"unknown-kind":   {args: []string{"--fail-on", "stranded"}, wantCode: 2},
 		"min-feasible-0": {args: []string{"--min-feasible", "0"}, wantCode: 2},
+		// Unreadable input: one line, exit 2.
+		"wrong-kind":        {args: []string{"--nodes", filepath.Join("testdata", "eval", "pod-trainer.yaml")}, wantCode: 2},
+		"unknown-dump-kind": {args: []string{"--dump", filepath.Join(dir, "deployment.yaml")}, wantCode: 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

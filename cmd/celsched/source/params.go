@@ -1,4 +1,4 @@
-package app
+package source
 
 import (
 	"context"
@@ -88,7 +88,7 @@ func paramObjectsIn(objs []*unstructured.Unstructured, kinds map[schema.GroupKin
 // names is neither built into Kubernetes nor defined by one of the
 // CustomResourceDefinitions: its objects cannot be read without knowing
 // the kind.
-func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.Unstructured, where string) error {
+func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.Unstructured) error {
 	defined := map[schema.GroupKind]bool{}
 	for _, o := range crds {
 		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
@@ -99,8 +99,8 @@ func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.U
 		if clientgoscheme.Scheme.Recognizes(k.gvk) || defined[k.gvk.GroupKind()] {
 			continue
 		}
-		return fmt.Errorf("paramKind %s %s of SchedulingPolicy %s: its CustomResourceDefinition is not in %s; add it (kubectl get crd -o yaml) with the objects of the kind",
-			k.gvk.GroupVersion(), k.gvk.Kind, k.policy, where)
+		return fmt.Errorf("paramKind %s %s of SchedulingPolicy %s: its CustomResourceDefinition is in none of the files read; add it (kubectl get crd -o yaml) with the objects of the kind",
+			k.gvk.GroupVersion(), k.gvk.Kind, k.policy)
 	}
 	return nil
 }
