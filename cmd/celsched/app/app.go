@@ -43,9 +43,14 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
+	}
+	// The error names the command the user ran: one of a script's
+	// several celsched commands, or kubectl celsched's.
+	if cmd != nil && cmd != root {
+		err = fmt.Errorf("%s: %w", cmd.CommandPath(), err)
 	}
 	fmt.Fprintln(s.err, "error:", err)
 	var usage *usageErr
