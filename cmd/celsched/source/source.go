@@ -29,9 +29,10 @@ import (
 type Input struct {
 	Nodes      []*corev1.Node
 	Namespaces []*corev1.Namespace
-	// Pods are the cluster's pods that have not terminated, pending and
-	// bound, of every scheduler. Read live for a Source.Pod, they are the
-	// pods on nodes only: what the scheduler's cache holds.
+	// Pods are the cluster's pods, pending and bound, of every scheduler:
+	// live, those that have not terminated (files may hold terminated
+	// ones, which ProfilePods leaves out). Read live for a Source.Pod,
+	// they are the pods on nodes only: what the scheduler's cache holds.
 	Pods []*corev1.Pod
 	// Pod is the pod the report is about (Source.Pod); it is not among
 	// Pods.
