@@ -77,7 +77,7 @@ func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generatio
 	c := &count{pp: pp, snapshot: snapshot, enforced: snapshot.With(compiled.WithWaveEnforced(wave)), pods: pods, classes: map[string]bool{}}
 	defer c.close()
 	for _, pod := range pods {
-		if !pending(pod, profiles) || !pp.inWave(pod, policy, wave) {
+		if celplugins.ProfilePod(pod, profiles) != celplugins.PodPending || !pp.inWave(pod, policy, wave) {
 			continue
 		}
 		stranded, err := c.strands(ctx, pod)
@@ -220,17 +220,4 @@ func Class(snapshot *engine.Snapshot, pod *corev1.Pod) (string, bool) {
 		return "", false
 	}
 	return string(data), true
-}
-
-// pending says whether the pod waits for one of the profiles.
-func pending(pod *corev1.Pod, profiles []string) bool {
-	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return false
-	}
-	name := pod.Spec.SchedulerName
-	if name == "" {
-		name = corev1.DefaultSchedulerName
-	}
-	return slices.Contains(profiles, name)
 }

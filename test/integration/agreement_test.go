@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
 
+	"github.com/celsched/celsched/api/policytest"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 )
@@ -37,7 +38,7 @@ const caseLabel = "celsched.io/agreement-case"
 // earlier cases, which the scheduler may not have forgotten yet, change
 // nothing.
 func TestDryRunAgreesWithScheduler(t *testing.T) {
-	suites, err := cli.LoadSuites([]string{filepath.Join(repoRoot, "config", "samples", "tests")})
+	suites, err := policytest.Load(nil, []string{filepath.Join(repoRoot, "config", "samples", "tests")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +47,7 @@ func TestDryRunAgreesWithScheduler(t *testing.T) {
 	n := 0
 	for _, suite := range suites {
 		t.Run(suite.Name, func(t *testing.T) {
-			if slices.ContainsFunc(suite.Cases, func(tc *cli.Case) bool { return len(tc.Params) > 0 }) {
+			if slices.ContainsFunc(suite.Cases, func(tc *policytest.Case) bool { return len(tc.Params) > 0 }) {
 				grantConfigMapParams(t)
 			}
 			for _, p := range suite.Policies {
@@ -68,7 +69,7 @@ func TestDryRunAgreesWithScheduler(t *testing.T) {
 	}
 }
 
-func agree(t *testing.T, suite *cli.Suite, tc *cli.Case, id string) {
+func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string) {
 	ctx := t.Context()
 	dir := t.TempDir()
 
@@ -201,7 +202,7 @@ func rejection(r *dryrun.Report, node string) string {
 }
 
 // caseNamespaces are the namespaces of the case's pods.
-func caseNamespaces(suite *cli.Suite, tc *cli.Case) []string {
+func caseNamespaces(suite *policytest.Suite, tc *policytest.Case) []string {
 	names := []string{tc.Pod.Namespace}
 	for _, p := range suite.PodsOnNodes {
 		if !slices.Contains(names, p.Namespace) {
@@ -215,7 +216,7 @@ func caseNamespaces(suite *cli.Suite, tc *cli.Case) []string {
 // the case gives it (none but its name label when the case has none), and
 // returns it as stored. Namespaces are left behind: envtest has no
 // namespace controller to finish deleting them.
-func ensureNamespace(t *testing.T, tc *cli.Case, name string) *corev1.Namespace {
+func ensureNamespace(t *testing.T, tc *policytest.Case, name string) *corev1.Namespace {
 	t.Helper()
 	labels := map[string]string{corev1.LabelMetadataName: name}
 	if i := slices.IndexFunc(tc.Namespaces, func(ns *corev1.Namespace) bool { return ns.Name == name }); i >= 0 {

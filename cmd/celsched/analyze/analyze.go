@@ -9,7 +9,6 @@ package analyze
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -17,37 +16,26 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/cmd/celsched/pool"
+	"github.com/celsched/celsched/cmd/celsched/source"
 	"github.com/celsched/celsched/engine"
 )
 
-// Input is the cluster and its policies.
+// Input is the cluster and its policies (source.Input's Nodes,
+// Namespaces, Pods, Policies, Params, Objects and Config: the pods of the
+// configuration's profiles are analyzed).
 type Input struct {
-	Nodes      []*corev1.Node
-	Namespaces []*corev1.Namespace
-	// Pods are the cluster's pods, pending and bound.
-	Pods     []*corev1.Pod
-	Policies []*schedv1alpha1.SchedulingPolicy
-	// Params are the params objects of parameterized policies.
-	Params []*unstructured.Unstructured
-	// Objects are other objects built-in plugins read (volumes).
-	Objects []kruntime.Object
-	// Config is the scheduler configuration (defaulted); the pods of its
-	// profiles are analyzed.
-	Config *schedulerconfig.KubeSchedulerConfiguration
+	source.Input
 	// MinFeasible is the number of feasible nodes under which a class of
 	// pods is reported (capacity); 0 means 1.
 	MinFeasible int
@@ -117,7 +105,10 @@ const EvaluationBudget = time.Minute
 // Run analyzes the policy set.
 func Run(ctx context.Context, in Input) (*Report, error) {
 	r := &Report{Findings: []Finding{}, Summary: Summary{Nodes: len(in.Nodes), Policies: len(in.Policies), ByKind: map[Kind]int{}}}
-	pods, bound := r.pods(in)
+	profilePods := in.ProfilePods()
+	pods, bound := profilePods.Placed, profilePods.OnNodes
+	r.Summary.Pods = len(pods)
+	r.Notes = append(r.Notes, profilePods.Notes()...)
 	namespaces := dryrun.WithNamespaces(in.Namespaces, pods...)
 	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
 	cluster.EvaluationBudget = EvaluationBudget
@@ -157,24 +148,21 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		verdicts := make([]*dryrun.Verdicts, len(batch))
 		feasible := make([]*classFeasible, len(batch))
 		applies := make([][]string, len(batch))
-		errs := make([]error, len(batch))
-		var wg sync.WaitGroup
-		for i, c := range batch {
-			wg.Go(func() {
-				if applies[i], errs[i] = s.Applies(ctx, c.pod); errs[i] != nil {
-					return
-				}
-				if verdicts[i], errs[i] = s.Verdicts(ctx, c.pod); errs[i] != nil {
-					errs[i] = fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, errs[i])
-					return
-				}
-				if feasible[i], errs[i] = feasibility(ctx, s, base, c.pod); errs[i] != nil {
-					errs[i] = fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, errs[i])
-				}
-			})
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		err := pool.Run(ctx, workers, len(batch), func(ctx context.Context, i int) error {
+			c := batch[i]
+			var err error
+			if applies[i], err = s.Applies(ctx, c.pod); err != nil {
+				return err
+			}
+			if verdicts[i], err = s.Verdicts(ctx, c.pod); err != nil {
+				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+			}
+			if feasible[i], err = feasibility(ctx, s, base, c.pod); err != nil {
+				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+			}
+			return nil
+		})
+		if err != nil {
 			return nil, err
 		}
 		for i, c := range batch {
@@ -204,35 +192,6 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		r.Summary.ByKind[f.Kind]++
 	}
 	return r, nil
-}
-
-// pods returns the pods to analyze (of the profiles, not terminated),
-// and the bound ones (which take room on their nodes).
-func (r *Report) pods(in Input) (analyzed, bound []*corev1.Pod) {
-	profiles := sets.New[string]()
-	for _, p := range in.Config.Profiles {
-		profiles.Insert(p.SchedulerName)
-	}
-	for i, p := range in.Pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		p = p.DeepCopy()
-		if p.UID == "" {
-			p.UID = ktypes.UID(fmt.Sprintf("analyze-%d", i))
-		}
-		if p.Spec.NodeName != "" {
-			bound = append(bound, p)
-		}
-		if p.Spec.SchedulerName == "" {
-			p.Spec.SchedulerName = corev1.DefaultSchedulerName
-		}
-		if profiles.Has(p.Spec.SchedulerName) && p.DeletionTimestamp == nil {
-			analyzed = append(analyzed, p)
-		}
-	}
-	r.Summary.Pods = len(analyzed)
-	return analyzed, bound
 }
 
 // class is pods that every policy treats alike.

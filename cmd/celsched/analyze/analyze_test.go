@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/celsched/celsched/cmd/celsched/source"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/test/builder"
 )
@@ -39,7 +40,7 @@ func TestRunCountsViolations(t *testing.T) {
 		t.Fatal("the generated cluster has no violations to find")
 	}
 	run := func() *Report {
-		r, err := Run(context.Background(), Input{Nodes: c.Nodes, Namespaces: c.Namespaces, Pods: c.Pods, Policies: c.Live, Config: cfg})
+		r, err := Run(context.Background(), Input{Input: source.Input{Nodes: c.Nodes, Namespaces: c.Namespaces, Pods: c.Pods, Policies: c.Live, Config: cfg}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,29 +9,26 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/celsched/celsched/cmd/celsched/analyze"
-	"github.com/celsched/celsched/cmd/celsched/impact"
-	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
 type analyzeOptions struct {
-	// cluster are the input flags, as impact's.
-	cluster        impactOptions
-	failOn         []string
-	config, output string
-	minFeasible    int
+	source      source.Source
+	failOn      []string
+	output      string
+	minFeasible int
 }
 
 func newAnalyzeCommand(s *streams) *cobra.Command {
-	o := analyzeOptions{cluster: impactOptions{kube: genericclioptions.NewConfigFlags(true)}}
+	o := analyzeOptions{source: source.Source{Stdin: s.in, Kube: genericclioptions.NewConfigFlags(true)}}
 	cmd := &cobra.Command{
 		Use:   "analyze [--nodes F --pods F --namespaces F --policies F --params F | --dump F] [--fail-on KINDS] [-o table|json|yaml|markdown]",
 		Short: "What the policy set in force means as a whole for the cluster",
 		Long: `analyze checks the SchedulingPolicies in force against the cluster, the
-kubeconfig's or a dump in files (as impact reads them, params included).
+kubeconfig's or a dump in files, params objects included.
 It groups the pods of the scheduler's profiles into classes (pods every
 policy treats alike, and each namespace's plain pod that a policy applies
 to), evaluates every policy on every node for each class, and reports:
@@ -63,7 +60,7 @@ the answer.
   celsched analyze --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			report, err := runAnalyze(cmd.Context(), s, &o)
+			report, err := runAnalyze(cmd.Context(), &o)
 			if err != nil {
 				return err
 			}
@@ -74,16 +71,9 @@ the answer.
 		},
 	}
 	f := cmd.Flags()
-	o.cluster.kube.AddFlags(f)
-	f.StringSliceVar(&o.cluster.nodes, "nodes", nil, "offline: node files (documents or a List)")
-	f.StringSliceVar(&o.cluster.pods, "pods", nil, "offline: pod files, pending and bound")
-	f.StringSliceVar(&o.cluster.namespaces, "namespaces", nil, "offline: namespace files")
-	f.StringSliceVar(&o.cluster.policies, "policies", nil, "offline: the SchedulingPolicy files or directories in force (instead of those of --dump)")
-	f.StringSliceVar(&o.cluster.params, "params", nil, "offline: files of params objects of parameterized policies (and their CustomResourceDefinitions)")
-	f.StringSliceVar(&o.cluster.dump, "dump", nil, "offline: files of Nodes, Pods, Namespaces, SchedulingPolicies, params objects and volume objects, or Lists of them")
+	addClusterFlags(f, &o.source)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit 1 when a finding has one of these kinds: "+kindNames())
 	f.IntVar(&o.minFeasible, "min-feasible", 1, "report classes of pods with fewer feasible nodes than this (capacity)")
-	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json, yaml or markdown")
 	return cmd
 }
@@ -96,7 +86,7 @@ func kindNames() string {
 	return strings.Join(names, ", ")
 }
 
-func runAnalyze(ctx context.Context, s *streams, o *analyzeOptions) (*analyze.Report, error) {
+func runAnalyze(ctx context.Context, o *analyzeOptions) (*analyze.Report, error) {
 	if err := checkOutput(o.output, "markdown"); err != nil {
 		return nil, err
 	}
@@ -108,24 +98,11 @@ func runAnalyze(ctx context.Context, s *streams, o *analyzeOptions) (*analyze.Re
 	if o.minFeasible < 1 {
 		return nil, usageError("--min-feasible: want 1 or more")
 	}
-	cfg, err := defaultconfig.Load(o.config)
+	in, err := o.source.Read(ctx)
 	if err != nil {
-		return nil, inputError(err)
-	}
-	in := &impact.Input{}
-	if o.cluster.offline() {
-		var crds []*unstructured.Unstructured
-		if crds, err = readDump(s, &o.cluster, in); err != nil {
-			return nil, err
-		}
-		if err := checkParamCRDs(paramKinds(in.Live), crds, "--dump, --params or --policies"); err != nil {
-			return nil, inputError(err)
-		}
-	} else if err := readCluster(ctx, o.cluster.kube, in); err != nil {
 		return nil, err
 	}
-	r, err := analyze.Run(ctx, analyze.Input{Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods, Policies: in.Live,
-		Params: in.Params, Objects: in.Objects, Config: cfg, MinFeasible: o.minFeasible})
+	r, err := analyze.Run(ctx, analyze.Input{Input: *in, MinFeasible: o.minFeasible})
 	if err != nil {
 		return nil, err
 	}

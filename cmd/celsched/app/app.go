@@ -13,6 +13,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
+
+	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
 // Version is set by the Makefile with -ldflags.
@@ -41,13 +43,19 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
 	}
+	// The error names the command the user ran: one of a script's
+	// several celsched commands, or kubectl celsched's.
+	if cmd != nil && cmd != root {
+		err = fmt.Errorf("%s: %w", cmd.CommandPath(), err)
+	}
 	fmt.Fprintln(s.err, "error:", err)
 	var usage *usageErr
-	if errors.As(err, &usage) {
+	var input *source.InputError
+	if errors.As(err, &usage) || errors.As(err, &input) {
 		return 2
 	}
 	return 1

@@ -14,17 +14,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
 type evalOptions struct {
-	policies, nodes, namespaces, podsOnNodes, params []string
-	pod, config, output                              string
-	why                                              bool
+	// source is files only, a scenario: the params objects are taken as
+	// they are.
+	source source.Source
+	output string
+	why    bool
 }
 
 func newEvalCommand(s *streams) *cobra.Command {
-	var o evalOptions
+	o := evalOptions{source: source.Source{Stdin: s.in, Files: source.Files{Scenario: true}}}
 	cmd := &cobra.Command{
 		Use:   "eval -f POLICIES --pod POD.yaml --nodes NODES.yaml [--namespace NS.yaml] [--pods-on-nodes PODS.yaml] [--params PARAMS.yaml]",
 		Short: "Evaluate a pod against policies and nodes, offline",
@@ -35,10 +37,10 @@ preEnqueue verdict, each node's verdict and the plugin that rejected it, every
 CEL filter and score rule per node, the feasible nodes and the ranking.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.pod == "" || len(o.nodes) == 0 {
+			if o.source.Pod == "" || len(o.source.Files.Nodes) == 0 {
 				return usageError("--pod and --nodes are required")
 			}
-			report, err := runEval(cmd.Context(), s, &o)
+			report, err := runEval(cmd.Context(), &o)
 			if err != nil {
 				return err
 			}
@@ -46,13 +48,13 @@ CEL filter and score rule per node, the feasible nodes and the ranking.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVarP(&o.policies, "filename", "f", nil, "SchedulingPolicy files or directories")
-	f.StringVar(&o.pod, "pod", "", "the pod (one document)")
-	f.StringSliceVar(&o.nodes, "nodes", nil, "node files (documents or a List)")
-	f.StringSliceVar(&o.namespaces, "namespace", nil, "namespace files (the pod's namespace; default: one with only its name label)")
-	f.StringSliceVar(&o.podsOnNodes, "pods-on-nodes", nil, "files of pods already on the nodes (spec.nodeName set)")
-	f.StringSliceVar(&o.params, "params", nil, "files of params objects of parameterized policies (ConfigMaps, custom resources)")
-	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
+	f.StringSliceVarP(&o.source.Files.Policies, "filename", "f", nil, "SchedulingPolicy files or directories")
+	f.StringVar(&o.source.Pod, "pod", "", "the pod (one document)")
+	f.StringSliceVar(&o.source.Files.Nodes, "nodes", nil, "node files (documents or a List)")
+	f.StringSliceVar(&o.source.Files.Namespaces, "namespace", nil, "namespace files (the pod's namespace; default: one with only its name label)")
+	f.StringSliceVar(&o.source.Files.Pods, "pods-on-nodes", nil, "files of pods already on the nodes (spec.nodeName set)")
+	f.StringSliceVar(&o.source.Files.Params, "params", nil, "files of params objects of parameterized policies (ConfigMaps, custom resources)")
+	f.StringVar(&o.source.Config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.BoolVar(&o.why, "why", false, whyUsage)
 	return cmd
@@ -61,50 +63,21 @@ CEL filter and score rule per node, the feasible nodes and the ranking.`,
 // whyUsage describes --why of eval and explain.
 const whyUsage = "for each rule that is false or fails, show its sub-expressions and their values"
 
-func runEval(ctx context.Context, s *streams, o *evalOptions) (*dryrun.Report, error) {
+func runEval(ctx context.Context, o *evalOptions) (*dryrun.Report, error) {
 	if err := checkOutput(o.output); err != nil {
 		return nil, err
 	}
-	policies, err := readPolicies(s, o.policies)
-	if err != nil {
-		return nil, inputError(err)
-	}
-	pods, err := readObjects[*corev1.Pod](s, []string{o.pod}, "Pod")
-	if err != nil {
-		return nil, inputError(err)
-	}
-	if len(pods) != 1 {
-		return nil, inputError(fmt.Errorf("%s: want exactly one Pod, found %d", o.pod, len(pods)))
-	}
-	pod := pods[0]
-	if pod.Namespace == "" {
-		pod.Namespace = corev1.NamespaceDefault
-	}
-	nodes, err := readObjects[*corev1.Node](s, o.nodes, "Node")
-	if err != nil {
-		return nil, inputError(err)
-	}
-	namespaces, err := readObjects[*corev1.Namespace](s, o.namespaces, "Namespace")
-	if err != nil {
-		return nil, inputError(err)
-	}
-	onNodes, err := readObjects[*corev1.Pod](s, o.podsOnNodes, "Pod")
-	if err != nil {
-		return nil, inputError(err)
-	}
-	params, err := readParams(s, o.params)
-	if err != nil {
-		return nil, inputError(err)
-	}
-	cfg, err := defaultconfig.Load(o.config)
-	if err != nil {
-		return nil, inputError(err)
-	}
-	report, err := dryrun.Run(ctx, dryrun.Input{Policies: policies, Pod: pod, Namespaces: namespaces, Nodes: nodes, Pods: onNodes, Config: cfg, Params: params, Why: o.why})
+	in, err := o.source.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if off := offNodes(onNodes, nodes); len(off) > 0 {
+	report, err := dryrun.Run(ctx, dryrun.Input{Policies: in.Policies, Pod: in.Pod, Namespaces: in.Namespaces, Nodes: in.Nodes, Pods: in.Pods,
+		Config: in.Config, Params: in.Params, Why: o.why})
+	if err != nil {
+		return nil, err
+	}
+	report.Notes = append(in.Notes, report.Notes...)
+	if off := offNodes(in.Pods, in.Nodes); len(off) > 0 {
 		report.Notes = append(report.Notes, fmt.Sprintf("ignored pods of --pods-on-nodes that are on none of the nodes: %s", strings.Join(off, ", ")))
 	}
 	return report, nil

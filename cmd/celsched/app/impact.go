@@ -10,40 +10,26 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
-	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
 type impactOptions struct {
-	kube                              *genericclioptions.ConfigFlags
-	drafts, deletions, failOn         []string
-	deleteParams                      []string
-	nodes, pods, namespaces, policies []string
-	dump, params                      []string
-	config, output                    string
-	prune, why                        bool
+	source            source.Source
+	deletions, failOn []string
+	deleteParams      []string
+	output            string
+	prune, why        bool
 	// maxPods bounds the pods listed by -o markdown.
 	maxPods int
 }
 
-// offline says whether the cluster comes from files.
-func (o *impactOptions) offline() bool {
-	return len(o.nodes)+len(o.pods)+len(o.namespaces)+len(o.policies)+len(o.dump)+len(o.params) > 0
-}
-
 func newImpactCommand(s *streams) *cobra.Command {
-	o := impactOptions{kube: genericclioptions.NewConfigFlags(true)}
+	o := impactOptions{source: source.Source{Stdin: s.in, Kube: genericclioptions.NewConfigFlags(true)}}
 	cmd := &cobra.Command{
 		Use:   "impact -f DRAFTS... [--delete NAME]... [--delete-params KIND/NAMESPACE/NAME]... [--nodes F --pods F --namespaces F --policies F --params F | --dump F]",
 		Short: "What a change of policies or of their params does to every pending and bound pod of a cluster",
@@ -72,7 +58,7 @@ change. Changes: ` + changeNames() + `.
   celsched impact -f draft.yaml --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			report, err := runImpact(cmd.Context(), s, &o)
+			report, err := runImpact(cmd.Context(), &o)
 			if err != nil {
 				return err
 			}
@@ -83,19 +69,12 @@ change. Changes: ` + changeNames() + `.
 		},
 	}
 	f := cmd.Flags()
-	o.kube.AddFlags(f)
-	f.StringSliceVarP(&o.drafts, "filename", "f", nil, "draft files or directories: SchedulingPolicies and params objects, added to or replacing the live ones")
+	f.StringSliceVarP(&o.source.Drafts, "filename", "f", nil, "draft files or directories: SchedulingPolicies and params objects, added to or replacing the live ones")
 	f.StringSliceVar(&o.deletions, "delete", nil, "names of live SchedulingPolicies the change deletes")
 	f.StringSliceVar(&o.deleteParams, "delete-params", nil, "live params objects the change deletes: KIND[.GROUP]/NAMESPACE/NAME, or KIND[.GROUP]/NAME")
 	f.BoolVar(&o.prune, "prune", false, "the drafts are the whole set of policies: live policies that are not among them are deleted (GitOps)")
-	f.StringSliceVar(&o.nodes, "nodes", nil, "offline: node files (documents or a List)")
-	f.StringSliceVar(&o.pods, "pods", nil, "offline: pod files, pending and bound")
-	f.StringSliceVar(&o.namespaces, "namespaces", nil, "offline: namespace files")
-	f.StringSliceVar(&o.policies, "policies", nil, "offline: the live SchedulingPolicy files or directories (instead of those of --dump)")
-	f.StringSliceVar(&o.params, "params", nil, "offline: files of the live params objects of parameterized policies (ConfigMaps, custom resources and their CustomResourceDefinitions)")
-	f.StringSliceVar(&o.dump, "dump", nil, "offline: files of Nodes, Pods, Namespaces, SchedulingPolicies, params objects (and their CustomResourceDefinitions) and volume objects, or Lists of them")
+	addClusterFlags(f, &o.source)
 	f.StringSliceVar(&o.failOn, "fail-on", nil, "exit 1 when a pod has one of these changes: "+changeNames())
-	f.StringVar(&o.config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json, yaml or markdown (a pull-request comment)")
 	f.IntVar(&o.maxPods, "max-pods", 50, "-o markdown: list at most this many changed pods (the rest are counted)")
 	f.BoolVar(&o.why, "why", false, "for pods the draft holds or refuses their node: the false rules' sub-expressions and their values")
@@ -112,11 +91,11 @@ func changeNames() string {
 	return strings.Join(names, ", ")
 }
 
-func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Report, error) {
+func runImpact(ctx context.Context, o *impactOptions) (*impact.Report, error) {
 	if err := checkOutput(o.output, "markdown"); err != nil {
 		return nil, err
 	}
-	if len(o.drafts) == 0 && len(o.deletions) == 0 && len(o.deleteParams) == 0 {
+	if len(o.source.Drafts) == 0 && len(o.deletions) == 0 && len(o.deleteParams) == 0 {
 		return nil, usageError("-f (draft policies or params objects), --delete or --delete-params is required")
 	}
 	for _, c := range o.failOn {
@@ -124,7 +103,7 @@ func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Repor
 			return nil, usageError(fmt.Sprintf("--fail-on %q: want one of %s", c, changeNames()))
 		}
 	}
-	in := &impact.Input{Deletions: o.deletions}
+	in := impact.Input{Deletions: o.deletions, Why: o.why}
 	for _, d := range o.deleteParams {
 		k, err := dryrun.ParseParamsKey(d)
 		if err != nil {
@@ -132,186 +111,21 @@ func runImpact(ctx context.Context, s *streams, o *impactOptions) (*impact.Repor
 		}
 		in.ParamsDeletions = append(in.ParamsDeletions, k)
 	}
-	drafts, others, err := readDrafts(s, o.drafts)
-	if err != nil {
-		return nil, inputError(err)
-	}
-	if len(o.drafts) > 0 && len(drafts)+len(others) == 0 {
-		return nil, usageError(fmt.Sprintf("no SchedulingPolicy or params object in %s", strings.Join(o.drafts, ", ")))
-	}
-	in.Drafts = drafts
-	if in.Config, err = defaultconfig.Load(o.config); err != nil {
-		return nil, inputError(err)
-	}
-	in.Why = o.why
-	var crds []*unstructured.Unstructured
-	if o.offline() {
-		crds, err = readDump(s, o, in)
-	} else {
-		err = readCluster(ctx, o.kube, in)
-	}
+	read, err := o.source.Read(ctx)
 	if err != nil {
 		return nil, err
 	}
-	kinds := paramKinds(in.Live, in.Drafts)
-	params, draftCRDs, other := paramObjectsIn(others, kinds)
-	in.ParamsDrafts = params
-	if len(other) > 0 {
-		in.Notes = append(in.Notes, "-f: objects of kinds that are neither SchedulingPolicies nor the paramKind of a policy are left out: "+joinKinds(other))
-	}
-	if o.offline() {
-		if err := checkParamCRDs(kinds, append(crds, draftCRDs...), "--dump, --params or -f"); err != nil {
-			return nil, inputError(err)
-		}
-	}
+	in.Input = *read
 	if o.prune {
-		in.Deletions = append(in.Deletions, pruned(in.Live, in.Drafts, in.Deletions)...)
+		in.Deletions = append(in.Deletions, pruned(in.Policies, in.Drafts, in.Deletions)...)
 	}
-	if _, _, err := dryrun.ApplyDrafts(in.Live, in.Drafts, in.Deletions); err != nil {
+	if _, _, err := dryrun.ApplyDrafts(in.Policies, in.Drafts, in.Deletions); err != nil {
 		return nil, inputError(err)
 	}
 	if _, _, err := dryrun.ApplyParamsDrafts(in.Params, in.ParamsDrafts, in.ParamsDeletions); err != nil {
 		return nil, inputError(err)
 	}
-	return impact.Run(ctx, *in)
-}
-
-// readDrafts reads files of SchedulingPolicies (-f, --policies): the
-// policies, and the other objects (params objects,
-// CustomResourceDefinitions) as they are.
-func readDrafts(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy, []*unstructured.Unstructured, error) {
-	docs, err := readDocuments(files, s.in)
-	if err != nil {
-		return nil, nil, err
-	}
-	var policies []*schedv1alpha1.SchedulingPolicy
-	var others []*document
-	for _, d := range docs {
-		if !d.isPolicy() {
-			if apiVersion, kind := d.kind(); apiVersion != "" && kind != "" { // not a kustomization.yaml
-				others = append(others, d)
-			}
-			continue
-		}
-		p, err := d.policy()
-		if err != nil {
-			return nil, nil, err
-		}
-		policies = append(policies, p)
-	}
-	objs, err := decodeUnstructured(others)
-	return policies, objs, err
-}
-
-// readDump reads the cluster from files, and returns the
-// CustomResourceDefinitions found.
-func readDump(s *streams, o *impactOptions, in *impact.Input) ([]*unstructured.Unstructured, error) {
-	var err error
-	if in.Nodes, err = readObjects[*corev1.Node](s, o.nodes, "Node"); err != nil {
-		return nil, inputError(err)
-	}
-	if in.Pods, err = readObjects[*corev1.Pod](s, o.pods, "Pod"); err != nil {
-		return nil, inputError(err)
-	}
-	if in.Namespaces, err = readObjects[*corev1.Namespace](s, o.namespaces, "Namespace"); err != nil {
-		return nil, inputError(err)
-	}
-	var candidates []*unstructured.Unstructured // params objects, and CRDs
-	if len(o.policies) > 0 {
-		// A directory of policies may hold the CRDs of their params kinds.
-		var others []*unstructured.Unstructured
-		if in.Live, others, err = readDrafts(s, o.policies); err != nil {
-			return nil, inputError(err)
-		}
-		candidates = slices.DeleteFunc(others, func(u *unstructured.Unstructured) bool { return !isCRD(u) })
-	}
-	if len(o.params) > 0 {
-		params, err := readParams(s, o.params)
-		if err != nil {
-			return nil, inputError(err)
-		}
-		candidates = append(candidates, params...)
-	}
-	if len(o.dump) > 0 {
-		objs, err := readObjects[runtime.Object](s, o.dump, "object")
-		if err != nil {
-			return nil, inputError(err)
-		}
-		for _, obj := range objs {
-			switch obj := obj.(type) {
-			case *corev1.Node:
-				in.Nodes = append(in.Nodes, obj)
-			case *corev1.Pod:
-				in.Pods = append(in.Pods, obj)
-			case *corev1.Namespace:
-				in.Namespaces = append(in.Namespaces, obj)
-			case *schedv1alpha1.SchedulingPolicy:
-				if len(o.policies) == 0 { // --policies takes precedence
-					in.Live = append(in.Live, obj)
-				}
-			case *corev1.PersistentVolumeClaim, *corev1.PersistentVolume, *storagev1.StorageClass, *storagev1.CSINode:
-				in.Objects = append(in.Objects, obj)
-			case *corev1.ConfigMap, *schedv1alpha1.TenantPlacement, *apiextensionsv1.CustomResourceDefinition, *unstructured.Unstructured:
-				u, ok := obj.(*unstructured.Unstructured)
-				if !ok {
-					if u, err = asUnstructured(obj); err != nil {
-						return nil, inputError(err)
-					}
-				}
-				candidates = append(candidates, u)
-			default:
-				return nil, inputError(fmt.Errorf("--dump: a %s is not one of the kinds impact reads (Node, Pod, Namespace, SchedulingPolicy, PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, and params objects)",
-					obj.GetObjectKind().GroupVersionKind().Kind))
-			}
-		}
-	}
-	if len(in.Nodes) == 0 {
-		return nil, usageError("no nodes: give --nodes or --dump with Nodes (or no file flags, to read the kubeconfig's cluster)")
-	}
-	kinds := paramKinds(in.Live, in.Drafts)
-	params, crds, other := paramObjectsIn(candidates, kinds)
-	in.Params = params
-	// A dump holds ConfigMaps that no policy reads; any other kind that
-	// is not a params kind is a mistake.
-	other = slices.DeleteFunc(other, func(k string) bool { return k == "ConfigMap" })
-	if len(other) > 0 {
-		return nil, inputError(fmt.Errorf("--dump, --params: objects of kinds that impact does not read and no policy's paramKind names: %s", joinKinds(other)))
-	}
-	return crds, nil
-}
-
-// readCluster reads the cluster of the kubeconfig, in pages: the params
-// objects of every kind that a live or drafted policy names too.
-func readCluster(ctx context.Context, kube *genericclioptions.ConfigFlags, in *impact.Input) error {
-	c, err := newClient(kube)
-	if err != nil {
-		return err
-	}
-	if in.Nodes, err = listAll[*corev1.Node](ctx, c, &corev1.NodeList{}); err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
-	}
-	if in.Namespaces, err = listAll[*corev1.Namespace](ctx, c, &corev1.NamespaceList{}); err != nil {
-		return fmt.Errorf("listing namespaces: %w", err)
-	}
-	if in.Pods, err = listAll[*corev1.Pod](ctx, c, &corev1.PodList{}, client.MatchingFieldsSelector{Selector: notTerminated()}); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
-	}
-	if in.Live, err = listAll[*schedv1alpha1.SchedulingPolicy](ctx, c, &schedv1alpha1.SchedulingPolicyList{}); err != nil {
-		return fmt.Errorf("listing SchedulingPolicies: %w", err)
-	}
-	// Every namespace's params (paramRef.namespace's when set): the
-	// policies look in each pod's namespace.
-	params, notes, err := listParams(ctx, c, append(slices.Clone(in.Live), in.Drafts...), func(ref *schedv1alpha1.ParamRef) string { return ref.Namespace })
-	if err != nil {
-		return err
-	}
-	in.Params, in.Notes = params, append(in.Notes, notes...)
-	if slices.ContainsFunc(in.Pods, hasClaims) {
-		if in.Objects, err = volumeLists(ctx, c, &corev1.PersistentVolumeClaimList{}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return impact.Run(ctx, in)
 }
 
 // pruned names the live policies that neither a draft nor a deletion
@@ -325,18 +139,6 @@ func pruned(live, drafts []*schedv1alpha1.SchedulingPolicy, deletions []string) 
 		}
 	}
 	return out
-}
-
-func hasClaims(p *corev1.Pod) bool {
-	return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.PersistentVolumeClaim != nil })
-}
-
-// notTerminated selects the pods that are not Succeeded or Failed.
-func notTerminated() fields.Selector {
-	return fields.AndSelectors(
-		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
-	)
 }
 
 // failOn returns an error (exit code 1) when a pod has one of the changes.

@@ -194,7 +194,7 @@ func TestBrokenSampleFails(t *testing.T) {
 		"feasible: want [b-gpu], got []\n",
 		"  b-gpu: rejected by CELFilter: node(s) rejected by SchedulingPolicy ml-on-gpu-nodes, rule gpu-node: node has no GPU\n",
 		"3 passed, 1 failed\n",
-		"error: 1 of 4 cases failed\n",
+		"error: celsched test: 1 of 4 cases failed\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -345,7 +345,7 @@ func TestImpactParams(t *testing.T) {
 
 // TestAnalyze runs analyze on a small dump whose policies show every kind
 // of finding (testdata/analyze): goldens for the table, Markdown and JSON,
-// --fail-on, and bad input.
+// --fail-on, and bad input (errors name the command: celsched analyze).
 func TestAnalyze(t *testing.T) {
 	dir := filepath.Join("testdata", "analyze")
 	dump := []string{"analyze", "--dump", filepath.Join(dir, "cluster.yaml"), "--min-feasible", "2"}
@@ -363,6 +363,10 @@ func TestAnalyze(t *testing.T) {
 		"fail-on-absent": {args: append(slices.Clone(dump), "--fail-on", "no-feasible-node", "--policies", filepath.Join(dir, "policies-ok.yaml")), full: true},
 		"unknown-kind":   {args: []string{"--fail-on", "stranded"}, wantCode: 2},
 		"min-feasible-0": {args: []string{"--min-feasible", "0"}, wantCode: 2},
+		// Unreadable input: one line, exit 2, naming analyze, the
+		// command run.
+		"wrong-kind":        {args: []string{"--nodes", filepath.Join("testdata", "eval", "pod-trainer.yaml")}, wantCode: 2},
+		"unknown-dump-kind": {args: []string{"--dump", filepath.Join(dir, "deployment.yaml")}, wantCode: 2},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/celsched/source"
 	"github.com/celsched/celsched/controllers"
 )
 
@@ -48,7 +49,7 @@ Event, and removes the annotation.`,
 		Short: "Print the rollout's phase and each wave's phase, times and counts",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := newClient(kube)
+			c, err := source.NewClient(kube)
 			if err != nil {
 				return err
 			}
@@ -70,7 +71,7 @@ Event, and removes the annotation.`,
 			Short: action.short,
 			Args:  cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := newClient(kube)
+				c, err := source.NewClient(kube)
 				if err != nil {
 					return err
 				}

@@ -2,11 +2,9 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"encoding/xml"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,78 +12,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
-	yamlv3 "go.yaml.in/yaml/v3"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/api/policytest"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
-)
-
-// PolicyTest is a test suite file (docs/testing-policies.md).
-type PolicyTest struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name string `json:"name"`
-	} `json:"metadata"`
-	// Policies are files or directories, relative to the suite file.
-	Policies    []string          `json:"policies"`
-	Nodes       []json.RawMessage `json:"nodes,omitempty"`
-	Namespaces  []json.RawMessage `json:"namespaces,omitempty"`
-	PodsOnNodes []json.RawMessage `json:"podsOnNodes,omitempty"`
-	// Params are the params objects of parameterized policies, inline or
-	// {file: path}.
-	Params []json.RawMessage `json:"params,omitempty"`
-	Cases  []TestCase        `json:"cases"`
-}
-
-// TestCase is one pod and what the scheduler should do with it.
-type TestCase struct {
-	Name      string            `json:"name"`
-	Pod       json.RawMessage   `json:"pod"`
-	Namespace json.RawMessage   `json:"namespace,omitempty"`
-	Nodes     []json.RawMessage `json:"nodes,omitempty"`
-	// Params, when given, replace the suite's params objects.
-	Params []json.RawMessage `json:"params,omitempty"`
-	Expect Expectation       `json:"expect"`
-}
-
-// Expectation is what a case checks; unset fields are not checked.
-type Expectation struct {
-	// PreEnqueue is Held or Queued.
-	PreEnqueue string `json:"preEnqueue,omitempty"`
-	// HoldMessage is a regular expression the hold message must match.
-	HoldMessage string `json:"holdMessage,omitempty"`
-	// Feasible are the feasible nodes, in any order.
-	Feasible *[]string `json:"feasible,omitempty"`
-	// Top is the node with the highest score (unique).
-	Top string `json:"top,omitempty"`
-	// Ranking is the feasible nodes from the highest score down.
-	Ranking []string `json:"ranking,omitempty"`
-	// Rejected maps a node to a regular expression its rejection message
-	// ("<plugin>: <message>") must match.
-	Rejected map[string]string `json:"rejected,omitempty"`
-	// CompileError is a regular expression a policy's compile error must
-	// match.
-	CompileError string `json:"compileError,omitempty"`
-	// Params maps a parameterized policy to the params objects it was
-	// evaluated with ("ConfigMap team-a/placement"), in name order; an
-	// empty list: none was found.
-	Params map[string][]string `json:"params,omitempty"`
-	// Enforcement maps a policy to its enforcement for the pod, as
-	// "Enforce" or "Audit", followed, for a policy with
-	// enforcementOverrides, by the field it comes from in parentheses:
-	// "Audit (spec.enforcementOverrides[0])".
-	Enforcement map[string]string `json:"enforcement,omitempty"`
-}
-
-const (
-	testAPIVersion = "celsched.io/v1alpha1"
-	testKind       = "PolicyTest"
 )
 
 func newTestCommand(s *streams) *cobra.Command {
@@ -113,7 +44,7 @@ type caseResult struct {
 }
 
 func runTests(ctx context.Context, s *streams, paths []string, junit string) error {
-	suites, err := loadSuites(s, paths)
+	suites, err := policytest.Load(s.in, paths)
 	if err != nil {
 		return inputError(err)
 	}
@@ -125,7 +56,7 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 	for _, suite := range suites {
 		for i, tc := range suite.Cases {
 			start := time.Now()
-			r, err := dryrun.Run(ctx, tc.Input(suite, cfg))
+			r, err := dryrun.Run(ctx, caseInput(suite, tc, cfg))
 			if err != nil {
 				return inputError(fmt.Errorf("%s: cases[%d] (%s): %w", suite.File, i, tc.Name, err))
 			}
@@ -151,7 +82,7 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 		}
 	}
 	if len(results) == 0 {
-		return inputError(fmt.Errorf("no %s suites in %s", testKind, strings.Join(paths, ", ")))
+		return inputError(fmt.Errorf("no %s suites in %s", policytest.Kind, strings.Join(paths, ", ")))
 	}
 	fmt.Fprintf(s.out, "%d passed, %d failed\n", len(results)-failed, failed)
 	if failed > 0 {
@@ -160,131 +91,14 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 	return nil
 }
 
-// Suite is a PolicyTest suite with its files read and its objects decoded.
-type Suite struct {
-	Name, File string
-	// PolicyFiles are the suite's policy files and directories.
-	PolicyFiles []string
-	Policies    []*schedv1alpha1.SchedulingPolicy
-	Nodes       []*corev1.Node
-	Namespaces  []*corev1.Namespace
-	PodsOnNodes []*corev1.Pod
-	Params      []*unstructured.Unstructured
-	Cases       []*Case
-}
-
-// Case is a test case with its objects decoded: Namespaces and Nodes are
-// the suite's with the case's own applied.
-type Case struct {
-	Name       string
-	Pod        *corev1.Pod
-	Namespaces []*corev1.Namespace
-	Nodes      []*corev1.Node
-	Params     []*unstructured.Unstructured
-	Expect     Expectation
-}
-
-// Input is the dry-run input of the case.
-func (c *Case) Input(s *Suite, cfg *schedulerconfig.KubeSchedulerConfiguration) dryrun.Input {
+// caseInput is the dry-run input of a suite's case.
+func caseInput(s *policytest.Suite, c *policytest.Case, cfg *schedulerconfig.KubeSchedulerConfiguration) dryrun.Input {
 	return dryrun.Input{Policies: s.Policies, Pod: c.Pod, Namespaces: c.Namespaces, Nodes: c.Nodes, Pods: s.PodsOnNodes, Config: cfg, Params: c.Params}
-}
-
-// LoadSuites reads the PolicyTest suites of files and directories (what
-// `celsched test` runs).
-func LoadSuites(paths []string) ([]*Suite, error) {
-	return loadSuites(&streams{}, paths)
-}
-
-func loadSuites(s *streams, paths []string) ([]*Suite, error) {
-	docs, err := readDocuments(paths, s.in)
-	if err != nil {
-		return nil, err
-	}
-	var suites []*Suite
-	for _, d := range docs {
-		if apiVersion, kind := d.kind(); kind != testKind || apiVersion != testAPIVersion {
-			continue
-		}
-		spec := &PolicyTest{}
-		if err := d.decode(spec); err != nil {
-			return nil, err
-		}
-		suite, err := loadSuite(s, d.file, spec)
-		if err != nil {
-			return nil, err
-		}
-		suites = append(suites, suite)
-	}
-	return suites, nil
-}
-
-func loadSuite(s *streams, file string, spec *PolicyTest) (*Suite, error) {
-	dir := filepath.Dir(file)
-	suite := &Suite{Name: spec.Metadata.Name, File: file}
-	if suite.Name == "" {
-		suite.Name = file
-	}
-	for _, p := range spec.Policies {
-		suite.PolicyFiles = append(suite.PolicyFiles, filepath.Join(dir, p))
-	}
-	var err error
-	if suite.Policies, err = readPolicies(s, suite.PolicyFiles); err != nil {
-		return nil, err
-	}
-	if suite.Nodes, err = inlineObjects[*corev1.Node](s, dir, spec.Nodes, "Node"); err != nil {
-		return nil, fmt.Errorf("%s: nodes: %w", file, err)
-	}
-	if suite.Namespaces, err = inlineObjects[*corev1.Namespace](s, dir, spec.Namespaces, "Namespace"); err != nil {
-		return nil, fmt.Errorf("%s: namespaces: %w", file, err)
-	}
-	if suite.PodsOnNodes, err = inlineObjects[*corev1.Pod](s, dir, spec.PodsOnNodes, "Pod"); err != nil {
-		return nil, fmt.Errorf("%s: podsOnNodes: %w", file, err)
-	}
-	if suite.Params, err = inlineParams(s, dir, spec.Params); err != nil {
-		return nil, fmt.Errorf("%s: params: %w", file, err)
-	}
-	for i := range spec.Cases {
-		tc, err := loadCase(s, dir, &spec.Cases[i], suite)
-		if err != nil {
-			return nil, fmt.Errorf("%s: cases[%d] (%s): %w", file, i, spec.Cases[i].Name, err)
-		}
-		suite.Cases = append(suite.Cases, tc)
-	}
-	return suite, nil
-}
-
-func loadCase(s *streams, dir string, spec *TestCase, suite *Suite) (*Case, error) {
-	pods, err := inlineObjects[*corev1.Pod](s, dir, []json.RawMessage{spec.Pod}, "Pod")
-	if err != nil || len(pods) != 1 {
-		return nil, fmt.Errorf("pod: want one Pod: %v", err)
-	}
-	tc := &Case{Name: spec.Name, Pod: pods[0], Namespaces: suite.Namespaces, Nodes: suite.Nodes, Params: suite.Params, Expect: spec.Expect}
-	if len(spec.Params) > 0 {
-		if tc.Params, err = inlineParams(s, dir, spec.Params); err != nil {
-			return nil, fmt.Errorf("params: %w", err)
-		}
-	}
-	if tc.Pod.Namespace == "" {
-		tc.Pod.Namespace = corev1.NamespaceDefault
-	}
-	if len(spec.Namespace) > 0 {
-		ns, err := inlineObjects[*corev1.Namespace](s, dir, []json.RawMessage{spec.Namespace}, "Namespace")
-		if err != nil {
-			return nil, fmt.Errorf("namespace: %w", err)
-		}
-		tc.Namespaces = append(slices.DeleteFunc(slices.Clone(tc.Namespaces), func(n *corev1.Namespace) bool { return n.Name == ns[0].Name }), ns...)
-	}
-	if len(spec.Nodes) > 0 {
-		if tc.Nodes, err = inlineObjects[*corev1.Node](s, dir, spec.Nodes, "Node"); err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
-		}
-	}
-	return tc, nil
 }
 
 // check compares a report with the expectations and describes every
 // mismatch.
-func check(e Expectation, r *dryrun.Report) (string, error) {
+func check(e policytest.Expectation, r *dryrun.Report) (string, error) {
 	var problems []string
 	mismatch := func(what string, want, got any) {
 		problems = append(problems, fmt.Sprintf("%s (-want +got):\n%s", what, cmp.Diff(want, got)))
@@ -393,59 +207,6 @@ func check(e Expectation, r *dryrun.Report) (string, error) {
 		}
 	}
 	return strings.Join(problems, "\n"), nil
-}
-
-// inlineObjects decodes a list whose entries are objects or {file: path}.
-func inlineObjects[T runtime.Object](s *streams, dir string, entries []json.RawMessage, kind string) ([]T, error) {
-	var out []T
-	for i, raw := range entries {
-		var ref struct {
-			File string `json:"file"`
-		}
-		if err := json.Unmarshal(raw, &ref); err == nil && ref.File != "" {
-			objs, err := readObjects[T](s, []string{filepath.Join(dir, ref.File)}, kind)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, objs...)
-			continue
-		}
-		var node yamlv3.Node // the entry's JSON as a tree, for the strict check
-		if err := yamlv3.Unmarshal(raw, &node); err != nil || len(node.Content) == 0 {
-			return nil, fmt.Errorf("%s entry %d: %v", kind, i, err)
-		}
-		obj, err := decodeOne[T](fmt.Sprintf("%s entry %d", kind, i), node.Content[0], raw, kind)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, obj)
-	}
-	return out, nil
-}
-
-// inlineParams decodes a list whose entries are params objects or
-// {file: path}.
-func inlineParams(s *streams, dir string, entries []json.RawMessage) ([]*unstructured.Unstructured, error) {
-	var out []*unstructured.Unstructured
-	for i, raw := range entries {
-		var ref struct {
-			File string `json:"file"`
-		}
-		if err := json.Unmarshal(raw, &ref); err == nil && ref.File != "" {
-			objs, err := readParams(s, []string{filepath.Join(dir, ref.File)})
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, objs...)
-			continue
-		}
-		obj, err := unstructuredOf(raw, fmt.Sprintf("params entry %d", i), 1)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, obj)
-	}
-	return out, nil
 }
 
 func indent(s string) string {

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 
-	"github.com/celsched/celsched/config/crd"
+	"github.com/celsched/celsched/api/manifest"
 	"github.com/celsched/celsched/engine"
 )
 
@@ -41,7 +41,7 @@ an error; otherwise params is dyn, with a warning.`,
 }
 
 func runValidate(s *streams, files, paramCRDs []string) error {
-	docs, err := readDocuments(files, s.in)
+	docs, err := manifest.ReadDocuments(files, s.in)
 	if err != nil {
 		return inputError(err)
 	}
@@ -55,11 +55,11 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 	}
 	var policies, failed int
 	for _, d := range docs {
-		if !d.isPolicy() {
+		if !d.IsPolicy() {
 			continue
 		}
 		policies++
-		p, err := d.policy()
+		p, err := d.Policy()
 		if err != nil {
 			fmt.Fprintln(s.out, err)
 			failed++
@@ -67,10 +67,10 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 		}
 		compiled := compiler.Compile(p, engine.CompileOptions{ParamTypes: paramTypes})
 		for _, e := range compiled.Errors {
-			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: %s\n", d.file, d.line(e.Field), p.Name, indentRest(e.Error()))
+			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: %s\n", d.File, d.Line(e.Field), p.Name, indentRest(e.Error()))
 		}
 		for _, w := range compiled.Warnings {
-			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: warning: %s: %s\n", d.file, d.line(w.FieldRef), p.Name, w.FieldRef, w.Warning)
+			fmt.Fprintf(s.out, "%s:%d: SchedulingPolicy %s: warning: %s: %s\n", d.File, d.Line(w.FieldRef), p.Name, w.FieldRef, w.Warning)
 		}
 		if len(compiled.Errors) > 0 {
 			failed++
@@ -83,20 +83,16 @@ func runValidate(s *streams, files, paramCRDs []string) error {
 	return nil
 }
 
-// readParamTypes types params from the schemas of celsched's own param
-// kinds and of the CustomResourceDefinitions of the files.
+// readParamTypes reads CustomResourceDefinitions and types params from
+// their schemas.
 func readParamTypes(s *streams, files []string) (engine.CRDParamTypes, error) {
 	types := engine.CRDParamTypes{}
-	shipped, err := crd.ParamKinds()
+	crds, err := manifest.ReadObjects[*apiextensionsv1.CustomResourceDefinition](s.in, files, "CustomResourceDefinition")
 	if err != nil {
 		return nil, err
 	}
-	crds, err := readObjects[*apiextensionsv1.CustomResourceDefinition](s, files, "CustomResourceDefinition")
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range append(shipped, crds...) {
-		if err := types.Add(c); err != nil {
+	for _, crd := range crds {
+		if err := types.Add(crd); err != nil {
 			return nil, err
 		}
 	}

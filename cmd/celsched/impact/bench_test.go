@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/celsched/source"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -15,8 +16,8 @@ import (
 func largeInput(tb testing.TB, nodes, pods, pending int, draft *schedv1alpha1.SchedulingPolicy) Input {
 	tb.Helper()
 	c := builder.LargeCluster(nodes, pods, pending)
-	in := Input{Nodes: c.Nodes, Namespaces: c.Namespaces, Pods: c.Pods, Live: c.Live, Config: config(tb),
-		Drafts: []*schedv1alpha1.SchedulingPolicy{draft}}
+	in := Input{Input: source.Input{Nodes: c.Nodes, Namespaces: c.Namespaces, Pods: c.Pods, Policies: c.Live, Config: config(tb),
+		Drafts: []*schedv1alpha1.SchedulingPolicy{draft}}}
 	for _, cm := range c.ConfigMaps {
 		content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(cm)
 		if err != nil {

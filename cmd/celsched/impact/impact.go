@@ -9,48 +9,32 @@ package impact
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/cmd/celsched/pool"
+	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
-// Input is the cluster and the change.
+// Input is the cluster and the change: source.Input's policies and params
+// objects in force (Policies, Params) and drafted (Drafts, which replace
+// the policies of their name or are added; ParamsDrafts, which replace the
+// objects of their kind, namespace and name or are added), and the
+// cluster's Nodes, Namespaces, Pods (of every scheduler: bound pods take
+// room on their nodes), Objects and Config (the pods of its profiles are
+// evaluated). Its Notes are said first in the report.
 type Input struct {
-	// Live are the policies in force; Drafts replace those of their name
-	// or are added; Deletions name live policies to remove.
-	Live, Drafts []*schedv1alpha1.SchedulingPolicy
-	Deletions    []string
-	// Params are the live params objects of parameterized policies
-	// (ConfigMaps, custom resources); ParamsDrafts replace those of their
-	// kind, namespace and name or are added; ParamsDeletions name live
-	// ones to remove. A change of params is a change as a policy's is.
-	Params, ParamsDrafts []*unstructured.Unstructured
-	ParamsDeletions      []dryrun.ParamsKey
-	// Notes are said first in the report (what reading the input noticed).
-	Notes      []string
-	Nodes      []*corev1.Node
-	Namespaces []*corev1.Namespace
-	// Pods are all the cluster's pods, pending and bound, of every
-	// scheduler: bound pods take room on their nodes.
-	Pods []*corev1.Pod
-	// Objects are other objects built-in plugins read (volumes).
-	Objects []kruntime.Object
-	// Config is the scheduler configuration (defaulted); the pods of its
-	// profiles are evaluated.
-	Config *schedulerconfig.KubeSchedulerConfiguration
+	source.Input
+	// Deletions name live policies to remove; ParamsDeletions live params
+	// objects. A change of params is a change as a policy's is.
+	Deletions       []string
+	ParamsDeletions []dryrun.ParamsKey
 	// Parallelism is how many pods are evaluated at once; 0 means
 	// GOMAXPROCS.
 	Parallelism int
@@ -193,7 +177,7 @@ const EvaluationBudget = time.Minute
 
 // Run evaluates the change.
 func Run(ctx context.Context, in Input) (*Report, error) {
-	draft, changes, err := dryrun.ApplyDrafts(in.Live, in.Drafts, in.Deletions)
+	draft, changes, err := dryrun.ApplyDrafts(in.Policies, in.Drafts, in.Deletions)
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +218,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 
 	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
 	cluster.EvaluationBudget = EvaluationBudget
-	if c.now, err = cluster.Scheduler(ctx, in.Live, in.Params, in.Config); err != nil {
+	if c.now, err = cluster.Scheduler(ctx, in.Policies, in.Params, in.Config); err != nil {
 		return nil, err
 	}
 	defer c.now.Close()
@@ -253,7 +237,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 
 	results := make([]*PodImpact, len(evaluate))
-	err = parallel(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
+	err = pool.Run(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
 		var err error
 		results[i], err = c.evaluatePod(ctx, evaluate[i])
 		if err != nil || !in.Why || results[i] == nil {
@@ -274,55 +258,14 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	return r, nil
 }
 
-// podsToEvaluate sorts the input's pods: those of the profiles to
-// evaluate, and the bound ones, which take room on their nodes. It counts
-// them in the summary.
+// podsToEvaluate sorts the input's pods (source.Input.ProfilePods): those
+// of the profiles to evaluate, and the bound ones, which take room on
+// their nodes. It counts them in the summary.
 func (r *Report) podsToEvaluate(in Input) (evaluate, bound []*corev1.Pod) {
-	profiles := sets.New[string]()
-	for _, p := range in.Config.Profiles {
-		profiles.Insert(p.SchedulerName)
-	}
-	nodes := sets.New[string]()
-	for _, n := range in.Nodes {
-		nodes.Insert(n.Name)
-	}
-	offNodes := 0
-	for i, p := range in.Pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue // the scheduler neither places nor counts them
-		}
-		p = p.DeepCopy()
-		if p.UID == "" { // pods of hand-written files
-			p.UID = ktypes.UID(fmt.Sprintf("impact-%d", i))
-		}
-		if p.Spec.SchedulerName == "" {
-			p.Spec.SchedulerName = corev1.DefaultSchedulerName
-		}
-		if p.Spec.NodeName != "" {
-			if !nodes.Has(p.Spec.NodeName) {
-				offNodes++
-				continue
-			}
-			bound = append(bound, p)
-		}
-		if p.DeletionTimestamp != nil {
-			continue // on its node until it is gone; it is not placed again
-		}
-		if !profiles.Has(p.Spec.SchedulerName) {
-			r.Summary.OtherSchedulers++
-			continue
-		}
-		if p.Spec.NodeName == "" {
-			r.Summary.Pending++
-		} else {
-			r.Summary.Bound++
-		}
-		evaluate = append(evaluate, p)
-	}
-	if offNodes > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d pod(s) bound to nodes that are not in the input are left out", offNodes))
-	}
-	return evaluate, bound
+	pods := in.ProfilePods()
+	r.Summary.Pending, r.Summary.Bound, r.Summary.OtherSchedulers = pods.Pending, pods.Bound, pods.OtherSchedulers
+	r.Notes = append(r.Notes, pods.Notes()...)
+	return pods.Placed, pods.OnNodes
 }
 
 // add counts the pods' results (nil: not affected) and lists the changed
@@ -538,36 +481,4 @@ func classify(now, draft Outcome) Change {
 	default: // held now, unschedulable with the draft
 		return Released
 	}
-}
-
-// parallel runs f for 0..n-1 on at most workers goroutines (0:
-// GOMAXPROCS), and returns the first error, after which the others stop.
-func parallel(ctx context.Context, workers, n int, f func(context.Context, int) error) error {
-	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(workers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(ctx, i); err != nil {
-					cancel(err)
-				}
-			}
-		}()
-	}
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-		}
-	}
-	close(next)
-	wg.Wait()
-	return context.Cause(ctx)
 }

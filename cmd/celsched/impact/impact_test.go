@@ -14,6 +14,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/cmd/celsched/source"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
@@ -167,7 +168,8 @@ func TestRun(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			r, err := Run(context.Background(), Input{
-				Live: live, Drafts: tc.drafts, Deletions: tc.deletions, Nodes: nodes, Namespaces: namespaces, Pods: pods, Config: cfg,
+				Input:     source.Input{Policies: live, Drafts: tc.drafts, Nodes: nodes, Namespaces: namespaces, Pods: pods, Config: cfg},
+				Deletions: tc.deletions,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -203,8 +205,8 @@ func TestRun(t *testing.T) {
 func TestRefusalNamesTheRule(t *testing.T) {
 	cfg := config(t)
 	r, err := Run(context.Background(), Input{
-		Drafts: []*schedv1alpha1.SchedulingPolicy{zoneFilter("web-zones", "web", "['b']")},
-		Nodes:  []*corev1.Node{node("a1", "a"), node("b1", "b")}, Pods: []*corev1.Pod{pod("web", "p", "a1", nil)}, Config: cfg,
+		Input: source.Input{Drafts: []*schedv1alpha1.SchedulingPolicy{zoneFilter("web-zones", "web", "['b']")},
+			Nodes: []*corev1.Node{node("a1", "a"), node("b1", "b")}, Pods: []*corev1.Pod{pod("web", "p", "a1", nil)}, Config: cfg},
 		Why: true,
 	})
 	if err != nil {
@@ -247,10 +249,10 @@ func TestEvictedPodLeavesItsNode(t *testing.T) {
 	full := pod("web", "big", "a1", map[string]string{"app": "web"})
 	full.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
 	full.Spec.Affinity = st.MakePod().PodAntiAffinityExists("app", corev1.LabelHostname, st.PodAntiAffinityWithRequiredReq).Obj().Spec.Affinity
-	r, err := Run(context.Background(), Input{
+	r, err := Run(context.Background(), Input{Input: source.Input{
 		Drafts: []*schedv1alpha1.SchedulingPolicy{zoneScore("web-prefers-b", "web", "b")},
 		Nodes:  []*corev1.Node{node("a1", "a"), node("b1", "b")}, Pods: []*corev1.Pod{full}, Config: cfg,
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +262,7 @@ func TestEvictedPodLeavesItsNode(t *testing.T) {
 }
 
 func TestBadDeletion(t *testing.T) {
-	_, err := Run(context.Background(), Input{Deletions: []string{"nope"}, Config: config(t)})
+	_, err := Run(context.Background(), Input{Input: source.Input{Config: config(t)}, Deletions: []string{"nope"}})
 	if err == nil || err.Error() != "--delete nope: no live SchedulingPolicy of that name" {
 		t.Errorf("error %v", err)
 	}
@@ -301,12 +303,12 @@ func TestTerminatingPodsTakeRoom(t *testing.T) {
 	big := pod("other", "big", "a1", nil)
 	big.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("4")
 	big.DeletionTimestamp = &metav1.Time{}
-	r, err := Run(context.Background(), Input{
+	r, err := Run(context.Background(), Input{Input: source.Input{
 		Drafts: []*schedv1alpha1.SchedulingPolicy{zoneFilter("web-zones", "web", "['a']")},
 		Nodes:  []*corev1.Node{node("a1", "a"), node("b1", "b")},
 		Pods:   []*corev1.Pod{big, pod("web", "p", "", nil)},
 		Config: config(t),
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,8 +347,8 @@ func TestRunSameInputSameReport(t *testing.T) {
 	live := builder.MakePolicy("own-nodes").Filter("closed", "false").Obj()
 	var first *Report
 	for run := range 6 {
-		r, err := Run(context.Background(), Input{Live: []*schedv1alpha1.SchedulingPolicy{live}, Drafts: []*schedv1alpha1.SchedulingPolicy{draft}, Nodes: nodes, Namespaces: namespaces,
-			Pods: pods, Config: cfg, Parallelism: 1 + run%3})
+		r, err := Run(context.Background(), Input{Input: source.Input{Policies: []*schedv1alpha1.SchedulingPolicy{live}, Drafts: []*schedv1alpha1.SchedulingPolicy{draft},
+			Nodes: nodes, Namespaces: namespaces, Pods: pods, Config: cfg}, Parallelism: 1 + run%3})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package app
+package manifest
 
 import (
 	"encoding"
@@ -12,7 +12,7 @@ import (
 	kjson "sigs.k8s.io/json"
 )
 
-// decodeStrict is the CLI's one strict decoder: it checks a document's
+// decodeStrict is the one strict decoder: it checks a document's
 // YAML tree against the Go type of out (unknown or misspelt fields,
 // duplicated keys, values of the wrong kind), then decodes the document's
 // JSON into out as the API server would (case-sensitive field names). An

@@ -1,4 +1,4 @@
-package app
+package source
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -87,7 +89,7 @@ func paramObjectsIn(objs []*unstructured.Unstructured, kinds map[schema.GroupKin
 // names is neither built into Kubernetes, nor celsched's own
 // (TenantPlacement), nor defined by one of the CustomResourceDefinitions:
 // its objects cannot be read without knowing the kind.
-func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.Unstructured, where string) error {
+func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.Unstructured) error {
 	defined := map[schema.GroupKind]bool{}
 	for _, o := range crds {
 		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
@@ -98,8 +100,8 @@ func checkParamCRDs(kinds map[schema.GroupKind]paramKind, crds []*unstructured.U
 		if scheme.Recognizes(k.gvk) || defined[k.gvk.GroupKind()] {
 			continue
 		}
-		return fmt.Errorf("paramKind %s %s of SchedulingPolicy %s: its CustomResourceDefinition is not in %s; add it (kubectl get crd -o yaml) with the objects of the kind",
-			k.gvk.GroupVersion(), k.gvk.Kind, k.policy, where)
+		return fmt.Errorf("paramKind %s %s of SchedulingPolicy %s: its CustomResourceDefinition is in none of the files read; add it (kubectl get crd -o yaml) with the objects of the kind",
+			k.gvk.GroupVersion(), k.gvk.Kind, k.policy)
 	}
 	return nil
 }
@@ -197,3 +199,13 @@ func joinKinds(kinds []string) string {
 	slices.Sort(kinds)
 	return strings.Join(kinds, ", ")
 }
+
+// scheme knows the kinds the CLI reads typed: Kubernetes' own and
+// celsched's (SchedulingPolicy, TenantPlacement). It is not written after
+// it is built.
+var scheme = func() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(schedv1alpha1.AddToScheme(s))
+	return s
+}()

@@ -1,4 +1,4 @@
-package app
+package manifest
 
 import (
 	"strings"
@@ -27,7 +27,7 @@ func TestDecodeStrict(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = decodeObjects[*corev1.Pod](docs, "Pod")
+			_, err = DecodeObjects[*corev1.Pod](docs, "Pod")
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Errorf("decoding: %v", err)

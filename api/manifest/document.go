@@ -1,4 +1,9 @@
-package app
+// Package manifest reads Kubernetes objects from YAML files the way the
+// API server would accept them, strictly: an unknown or misspelt field, a
+// key given twice or a value of the wrong type is an error naming the
+// file, the line and the field path. The celsched CLI reads every file
+// with it, and so does the PolicyTest format (api/policytest).
+package manifest
 
 import (
 	"bytes"
@@ -19,18 +24,18 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
 
-// document is one YAML document of a file, with its node tree for finding
+// Document is one YAML document of a file, with its node tree for finding
 // the line of a field.
-type document struct {
-	file string
-	root *yamlv3.Node // the document's top mapping
-	json []byte
+type Document struct {
+	File string
+	Root *yamlv3.Node // the document's top mapping
+	JSON []byte
 }
 
-// line returns the line of a field path such as spec.filters[0].expression
+// Line returns the line of a field path such as spec.filters[0].expression
 // in the document, or of the closest ancestor found.
-func (d *document) line(path string) int {
-	n := d.root
+func (d *Document) Line(path string) int {
+	n := d.Root
 	best := n.Line
 	for _, step := range pathSteps(path) {
 		next := child(n, step)
@@ -68,10 +73,10 @@ func child(n *yamlv3.Node, step string) *yamlv3.Node {
 	return nil
 }
 
-// readDocuments reads every YAML document of the files given: a file, a
+// ReadDocuments reads every YAML document of the files given: a file, a
 // directory (its *.yaml and *.yml files, recursively, in name order) or "-"
 // for standard input.
-func readDocuments(paths []string, stdin io.Reader) ([]*document, error) {
+func ReadDocuments(paths []string, stdin io.Reader) ([]*Document, error) {
 	var files []string
 	for _, p := range paths {
 		if p == "-" {
@@ -102,7 +107,7 @@ func readDocuments(paths []string, stdin io.Reader) ([]*document, error) {
 		sort.Strings(found)
 		files = append(files, found...)
 	}
-	var out []*document
+	var out []*Document
 	for _, f := range files {
 		var data []byte
 		var err error
@@ -124,9 +129,9 @@ func readDocuments(paths []string, stdin io.Reader) ([]*document, error) {
 }
 
 // parseDocuments splits a file into its non-empty documents.
-func parseDocuments(file string, data []byte) ([]*document, error) {
+func parseDocuments(file string, data []byte) ([]*Document, error) {
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
-	var out []*document
+	var out []*Document
 	for {
 		var n yamlv3.Node
 		err := dec.Decode(&n)
@@ -148,40 +153,40 @@ func parseDocuments(file string, data []byte) ([]*document, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", file, root.Line, err)
 		}
-		out = append(out, &document{file: file, root: root, json: json})
+		out = append(out, &Document{File: file, Root: root, JSON: json})
 	}
 }
 
-// kind returns the document's apiVersion and kind.
-func (d *document) kind() (string, string) {
+// Kind returns the document's apiVersion and kind.
+func (d *Document) Kind() (string, string) {
 	var tm struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 	}
-	_ = yaml.Unmarshal(d.json, &tm)
+	_ = yaml.Unmarshal(d.JSON, &tm)
 	return tm.APIVersion, tm.Kind
 }
 
-// isPolicy says whether the document is a SchedulingPolicy.
-func (d *document) isPolicy() bool {
-	_, kind := d.kind()
+// IsPolicy says whether the document is a SchedulingPolicy.
+func (d *Document) IsPolicy() bool {
+	_, kind := d.Kind()
 	return kind == "SchedulingPolicy"
 }
 
-// policy decodes a SchedulingPolicy strictly: unknown fields are errors.
-func (d *document) policy() (*schedv1alpha1.SchedulingPolicy, error) {
-	apiVersion, kind := d.kind()
+// Policy decodes a SchedulingPolicy strictly: unknown fields are errors.
+func (d *Document) Policy() (*schedv1alpha1.SchedulingPolicy, error) {
+	apiVersion, kind := d.Kind()
 	if kind != "SchedulingPolicy" || apiVersion != schedv1alpha1.GroupVersion.String() {
-		return nil, fmt.Errorf("%s:%d: want apiVersion %s, kind SchedulingPolicy; got %q, %q", d.file, d.root.Line, schedv1alpha1.GroupVersion, apiVersion, kind)
+		return nil, fmt.Errorf("%s:%d: want apiVersion %s, kind SchedulingPolicy; got %q, %q", d.File, d.Root.Line, schedv1alpha1.GroupVersion, apiVersion, kind)
 	}
 	p := &schedv1alpha1.SchedulingPolicy{}
-	if err := d.decode(p); err != nil {
+	if err := d.Decode(p); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// decode decodes the document strictly (decodeStrict).
-func (d *document) decode(out any) error {
-	return decodeStrict(d.file, d.root, d.json, out)
+// Decode decodes the document strictly (decodeStrict) into out.
+func (d *Document) Decode(out any) error {
+	return decodeStrict(d.File, d.Root, d.JSON, out)
 }

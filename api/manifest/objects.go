@@ -1,8 +1,9 @@
-package app
+package manifest
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -16,7 +17,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
 
-// scheme knows the kinds the CLI decodes into Go types; other kinds are
+// scheme knows the kinds decoded into Go types; other kinds are
 // read as unstructured objects where any object is wanted.
 var scheme = func() *runtime.Scheme {
 	scheme := runtime.NewScheme()
@@ -26,26 +27,26 @@ var scheme = func() *runtime.Scheme {
 	return scheme
 }()
 
-// decodeObjects decodes every document of the files as objects of type T,
+// DecodeObjects decodes every document as objects of type T,
 // strictly (decodeStrict); a List (as `kubectl get -o yaml` prints)
 // contributes its items.
-func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error) {
+func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error) {
 	var out []T
 	for _, d := range docs {
-		if _, k := d.kind(); k == "List" {
+		if _, k := d.Kind(); k == "List" {
 			var list struct {
 				Items []json.RawMessage `json:"items"`
 			}
-			if err := json.Unmarshal(d.json, &list); err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
+			if err := json.Unmarshal(d.JSON, &list); err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", d.File, d.Root.Line, err)
 			}
-			items := child(d.root, "items")
+			items := child(d.Root, "items")
 			for i, raw := range list.Items {
-				node := d.root
+				node := d.Root
 				if items != nil && i < len(items.Content) {
 					node = items.Content[i]
 				}
-				obj, err := decodeOne[T](d.file, node, raw, kind)
+				obj, err := DecodeOne[T](d.File, node, raw, kind)
 				if err != nil {
 					return nil, err
 				}
@@ -53,7 +54,7 @@ func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error)
 			}
 			continue
 		}
-		obj, err := decodeOne[T](d.file, d.root, d.json, kind)
+		obj, err := DecodeOne[T](d.File, d.Root, d.JSON, kind)
 		if err != nil {
 			return nil, err
 		}
@@ -62,9 +63,9 @@ func decodeObjects[T runtime.Object](docs []*document, kind string) ([]T, error)
 	return out, nil
 }
 
-// decodeOne decodes one object, of the Go type its apiVersion and kind
-// name.
-func decodeOne[T runtime.Object](file string, node *yamlv3.Node, data []byte, kind string) (T, error) {
+// DecodeOne decodes one object, of the Go type its apiVersion and kind
+// name; node is its YAML tree (for lines), data its JSON.
+func DecodeOne[T runtime.Object](file string, node *yamlv3.Node, data []byte, kind string) (T, error) {
 	var zero T
 	var tm metav1.TypeMeta
 	if err := json.Unmarshal(data, &tm); err != nil {
@@ -78,7 +79,7 @@ func decodeOne[T runtime.Object](file string, node *yamlv3.Node, data []byte, ki
 	if runtime.IsNotRegisteredError(err) {
 		// A kind the CLI does not know (a custom resource: params) is read
 		// as it is, where any object is wanted.
-		u, uerr := unstructuredOf(data, file, node.Line)
+		u, uerr := Unstructured(data, file, node.Line)
 		if uerr != nil {
 			return zero, uerr
 		}
@@ -101,31 +102,32 @@ func decodeOne[T runtime.Object](file string, node *yamlv3.Node, data []byte, ki
 	return t, nil
 }
 
-// readObjects reads files of objects of one kind.
-func readObjects[T runtime.Object](s *streams, files []string, kind string) ([]T, error) {
+// ReadObjects reads files of objects of one kind (kind names it in
+// errors); "-" is stdin.
+func ReadObjects[T runtime.Object](stdin io.Reader, files []string, kind string) ([]T, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
-	docs, err := readDocuments(files, s.in)
+	docs, err := ReadDocuments(files, stdin)
 	if err != nil {
 		return nil, err
 	}
-	return decodeObjects[T](docs, kind)
+	return DecodeObjects[T](docs, kind)
 }
 
-// readPolicies reads the SchedulingPolicies of files and directories,
+// ReadPolicies reads the SchedulingPolicies of files and directories,
 // skipping documents of other kinds.
-func readPolicies(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy, error) {
-	docs, err := readDocuments(files, s.in)
+func ReadPolicies(stdin io.Reader, files []string) ([]*schedv1alpha1.SchedulingPolicy, error) {
+	docs, err := ReadDocuments(files, stdin)
 	if err != nil {
 		return nil, err
 	}
 	var out []*schedv1alpha1.SchedulingPolicy
 	for _, d := range docs {
-		if !d.isPolicy() {
+		if !d.IsPolicy() {
 			continue
 		}
-		p, err := d.policy()
+		p, err := d.Policy()
 		if err != nil {
 			return nil, err
 		}
@@ -134,12 +136,12 @@ func readPolicies(s *streams, files []string) ([]*schedv1alpha1.SchedulingPolicy
 	return out, nil
 }
 
-// decodeUnstructured decodes documents of any kind (params objects:
+// DecodeUnstructured decodes documents of any kind (params objects:
 // ConfigMaps, custom resources); a List contributes its items.
-func decodeUnstructured(docs []*document) ([]*unstructured.Unstructured, error) {
+func DecodeUnstructured(docs []*Document) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, d := range docs {
-		obj, err := unstructuredOf(d.json, d.file, d.root.Line)
+		obj, err := Unstructured(d.JSON, d.File, d.Root.Line)
 		if err != nil {
 			return nil, err
 		}
@@ -149,7 +151,7 @@ func decodeUnstructured(docs []*document) ([]*unstructured.Unstructured, error) 
 				return nil
 			})
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", d.file, d.root.Line, err)
+				return nil, fmt.Errorf("%s:%d: %w", d.File, d.Root.Line, err)
 			}
 			continue
 		}
@@ -158,7 +160,9 @@ func decodeUnstructured(docs []*document) ([]*unstructured.Unstructured, error) 
 	return out, nil
 }
 
-func unstructuredOf(data []byte, file string, line int) (*unstructured.Unstructured, error) {
+// Unstructured decodes one params object (a ConfigMap, a custom resource)
+// as it is.
+func Unstructured(data []byte, file string, line int) (*unstructured.Unstructured, error) {
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON(data); err != nil {
 		return nil, fmt.Errorf("%s:%d: %w", file, line, err)
@@ -169,14 +173,15 @@ func unstructuredOf(data []byte, file string, line int) (*unstructured.Unstructu
 	return obj, nil
 }
 
-// readParams reads files of params objects.
-func readParams(s *streams, files []string) ([]*unstructured.Unstructured, error) {
+// ReadUnstructured reads files of objects of any kind as they are
+// (params objects).
+func ReadUnstructured(stdin io.Reader, files []string) ([]*unstructured.Unstructured, error) {
 	if len(files) == 0 {
 		return nil, nil
 	}
-	docs, err := readDocuments(files, s.in)
+	docs, err := ReadDocuments(files, stdin)
 	if err != nil {
 		return nil, err
 	}
-	return decodeUnstructured(docs)
+	return DecodeUnstructured(docs)
 }
