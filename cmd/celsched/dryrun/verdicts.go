@@ -14,13 +14,13 @@ import (
 
 // Verdicts are what the policies say of a pod on every node of the
 // cluster, policy by policy and rule by rule, apart from the scheduler's
-// other plugins: what `celsched analyze` reads.
+// other plugins: the engine's detail that `celsched analyze` reads to
+// name policies and rules (which nodes the pod may have is the one
+// evaluator's answer, verdict.Evaluator).
 type Verdicts struct {
 	// Nodes are the cluster's nodes, in name order; the slices below are
 	// indexed alike.
 	Nodes []*corev1.Node
-	// MilliCPU and Memory are what the pods on each node request.
-	MilliCPU, Memory []int64
 	// Rejection is the match decision of an enforced policy that rejects
 	// the pod on every node (it does not compile, or its match condition
 	// failed under failurePolicy Fail).
@@ -63,8 +63,7 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 		return nil, err
 	}
 	infos := s.cluster.NodeInfos()
-	v := &Verdicts{Rejection: c.Rejection, Nodes: make([]*corev1.Node, len(infos)),
-		MilliCPU: make([]int64, len(infos)), Memory: make([]int64, len(infos))}
+	v := &Verdicts{Rejection: c.Rejection, Nodes: make([]*corev1.Node, len(infos))}
 	for _, p := range c.Filters {
 		if !p.Enforced() {
 			continue
@@ -87,8 +86,6 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 	}
 	for n, info := range infos {
 		v.Nodes[n] = info.Node()
-		r := info.GetRequested()
-		v.MilliCPU[n], v.Memory[n] = r.GetMilliCPU(), r.GetMemory()
 		in, err := s.Runtime().Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
 		if err != nil {
 			return nil, err
