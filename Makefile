@@ -37,6 +37,11 @@ BENCHFLAGS ?= -count=5
 # engine, the plugins, the controllers and the CLI (impact and analyze
 # evaluate in parallel), none of which needs envtest.
 RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers|cmd/celsched)(/|$$)
+# `make test-verdict`: the size and seed of TestVerdictIsOne's generated
+# cluster (`make test` runs it at 12 nodes and 30 pods, seed 1).
+VERDICT_NODES ?= 60
+VERDICT_PODS ?= 200
+VERDICT_SEED ?= 1
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
 # where the runs go (one directory per run: DataItems JSON, go test output,
 # logs of failed workloads).
@@ -106,6 +111,12 @@ test: $(HELM) ## Run every test once: the unit and envtest suites against a real
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+.PHONY: test-verdict
+test-verdict: ## Run the differential test TestVerdictIsOne (live scheduler, dry run, rollout gate, analyze, impact) on a larger generated cluster: VERDICT_NODES, VERDICT_PODS, VERDICT_SEED.
+	assets=$$(hack/envtest-assets.sh); \
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test -count=1 -timeout 30m $(TESTFLAGS) -run '^TestVerdictIsOne$$' ./test/integration \
+		-args -verdict.nodes=$(VERDICT_NODES) -verdict.pods=$(VERDICT_PODS) -verdict.seed=$(VERDICT_SEED)
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 2m).
