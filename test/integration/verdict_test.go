@@ -156,6 +156,11 @@ func TestVerdictIsOne(t *testing.T) {
 			g.RolloutPolicy, stranded.Count, stranded.Pods, len(want), want)
 	}
 	t.Logf("rollout gate: %d pod(s) stranded by wave one", len(want))
+	// The generated cluster exercises what is compared (its palette makes
+	// sure of it): otherwise agreement would prove nothing.
+	if len(want) == 0 || !slices.ContainsFunc(g.Pods, func(p *corev1.Pod) bool { return audited[podKey(p)].state == stateHeld }) {
+		t.Errorf("seed %d: the generated cluster has no pod that wave one strands (%d), or none held", *verdictSeed, len(want))
+	}
 
 	// Phase 3: the change, by impact and then live.
 	report := v.impact()
@@ -664,6 +669,9 @@ func (v *verdictRun) checkImpact(report *impact.Report, before, after map[string
 		if b != a {
 			n++
 		}
+	}
+	if n == 0 {
+		t.Errorf("impact: the change changes no pod's state: the generated cluster proves nothing")
 	}
 	t.Logf("impact: %d pod(s) changed state, summary %v", n, report.Summary.ByChange)
 }
