@@ -504,9 +504,11 @@ var classSubject = regexp.MustCompile(`^(?:for )?pods of namespace (\S+) like ([
 // findings about classes of pods against the live outcomes: a
 // no-feasible-node (or params-mismatch) finding naming a policy for
 // exactly the classes whose pods are unschedulable and that the evaluator
-// without policies finds a node; no policy named, in any finding about a
-// class, for a class no node fits without policies. Held classes are left
-// out: analyze evaluates filters, not holds (docs/cli.md).
+// without policies finds a node; a no-node-fits finding, naming no policy,
+// for exactly the unschedulable classes that it finds none; no policy
+// named in any finding about those. Held classes are left out: analyze
+// asks which nodes they would have once released, the live scheduler
+// does not say.
 func (v *verdictRun) checkAnalyze(phase string, outcomes map[string]outcome) {
 	t := v.t
 	t.Helper()
@@ -552,9 +554,12 @@ func (v *verdictRun) checkAnalyze(phase string, outcomes map[string]outcome) {
 			noNode[first] = true
 		}
 	}
+	// The findings about classes of generated pods: those that name a
+	// policy for want, no-node-fits (naming none) for noNode.
 	got := map[string]analyze.Finding{}
+	gotNoNode := map[string]analyze.Finding{}
 	for _, f := range report.Findings {
-		if f.Kind != analyze.NoFeasibleNode && f.Kind != analyze.ParamsMismatch && f.Kind != analyze.Capacity {
+		if f.Kind != analyze.NoFeasibleNode && f.Kind != analyze.ParamsMismatch && f.Kind != analyze.Capacity && f.Kind != analyze.NoNodeFits {
 			continue
 		}
 		m := classSubject.FindStringSubmatch(f.Subject)
@@ -565,32 +570,38 @@ func (v *verdictRun) checkAnalyze(phase string, outcomes map[string]outcome) {
 			continue // a namespace's plain pod, or a params object without a class
 		}
 		first, ok := class[m[1]+"/"+m[2]]
-		if !ok {
-			t.Errorf("%s: analyze reports %s about pod %s/%s, which is not a generated pod", phase, f.Kind, m[1], m[2])
-			continue
-		}
 		switch {
+		case !ok:
+			t.Errorf("%s: analyze reports %s about pod %s/%s, which is not a generated pod", phase, f.Kind, m[1], m[2])
+		case held[first]:
+			// analyze asks which nodes held pods would have once released.
 		case noNode[first] && len(f.Policies) > 0:
 			t.Errorf("%s: analyze names %v in a %s finding for %s, which no node fits without any policy (%s): %s; the pod: %s",
 				phase, f.Policies, f.Kind, first, outcomes[first].state, f.Evidence, v.describe(first))
-		case f.Kind != analyze.Capacity && len(f.Policies) > 0 && !held[first]:
+		case f.Kind == analyze.NoNodeFits:
+			gotNoNode[first] = f
+		case f.Kind != analyze.Capacity && len(f.Policies) > 0:
 			got[first] = f
 		}
 	}
-	for first := range want {
-		if _, ok := got[first]; !ok {
-			t.Errorf("%s: pods like %s (%d) are unschedulable, and have a node without the policies, but analyze reports no class without a feasible node for them; the pod: %s",
-				phase, first, size[first], v.describe(first))
+	compare := func(what string, want map[string]bool, got map[string]analyze.Finding) {
+		for first := range want {
+			if _, ok := got[first]; !ok {
+				t.Errorf("%s: pods like %s (%d) are unschedulable, %s, but analyze does not say so; the pod: %s",
+					phase, first, size[first], what, v.describe(first))
+			}
+		}
+		for first, f := range got {
+			if !want[first] {
+				t.Errorf("%s: analyze reports %s (%v) for pods like %s, which the live scheduler left %s (a node without the policies: %v): %s; the pod: %s",
+					phase, f.Kind, f.Policies, first, outcomes[first].state, outcomes[first].fitsWithout, f.Evidence, v.describe(first))
+			} else if f.Pods != size[first] {
+				t.Errorf("%s: analyze counts %d pod(s) like %s, there are %d", phase, f.Pods, first, size[first])
+			}
 		}
 	}
-	for first, f := range got {
-		if !want[first] {
-			t.Errorf("%s: analyze reports %s (%v) for pods like %s, which the live scheduler left %s: %s; the pod: %s",
-				phase, f.Kind, f.Policies, first, outcomes[first].state, f.Evidence, v.describe(first))
-		} else if f.Pods != size[first] {
-			t.Errorf("%s: analyze counts %d pod(s) like %s, there are %d", phase, f.Pods, first, size[first])
-		}
-	}
+	compare("and have a node without the policies", want, got)
+	compare("and have no node without the policies either", noNode, gotNoNode)
 	t.Logf("%s: analyze: %d class(es) without a node for the policies, %d without a node at all, %d held; findings %v",
 		phase, len(want), len(noNode), len(held), report.Summary.ByKind)
 }
