@@ -74,9 +74,9 @@ var verdictRuns atomic.Int32
 //     listers holding the pods pending) counts exactly the pods that bind
 //     with the wave audited and stay pending once it is enforced;
 //  3. analyze reports a class of pods with no feasible node, naming a
-//     policy, exactly when its pods stay pending and the evaluator without
-//     any policy finds them a node; it names no policy for a class that no
-//     node fits without policies;
+//     policy, exactly when its pods stay unschedulable and the evaluator
+//     without any policy finds them a node, and no-node-fits, naming no
+//     policy, exactly when it finds none (held classes are left out);
 //  4. impact, on the same pods with the policies in force and the change,
 //     lists exactly the pods whose outcome (bound, unschedulable, held)
 //     the live scheduler changes once the change is applied.
