@@ -33,6 +33,7 @@ import (
 	"github.com/celsched/celsched/cmd/celsched/analyze"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
+	"github.com/celsched/celsched/cmd/celsched/source"
 	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
@@ -518,8 +519,8 @@ func (v *verdictRun) checkAnalyze(phase string, outcomes map[string]outcome) {
 		mine[ns.Name] = true
 	}
 	pods := slices.DeleteFunc(slices.Clone(lc.pods), func(p *corev1.Pod) bool { return !mine[p.Namespace] })
-	report, err := analyze.Run(t.Context(), analyze.Input{Nodes: lc.nodes, Namespaces: lc.namespaces, Pods: pods,
-		Policies: lc.policies, Params: lc.params, Config: v.cfg})
+	report, err := analyze.Run(t.Context(), analyze.Input{Input: source.Input{Nodes: lc.nodes, Namespaces: lc.namespaces, Pods: pods,
+		Policies: lc.policies, Params: lc.params, Config: v.cfg}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,8 +630,8 @@ func (v *verdictRun) impact() *impact.Report {
 	t := v.t
 	t.Helper()
 	lc := readCluster(t)
-	report, err := impact.Run(t.Context(), impact.Input{Live: lc.policies, Drafts: v.g.Drafts, Deletions: v.g.Deletions,
-		Params: lc.params, Nodes: lc.nodes, Namespaces: lc.namespaces, Pods: v.pendingPods(), Config: v.cfg})
+	report, err := impact.Run(t.Context(), impact.Input{Input: source.Input{Policies: lc.policies, Drafts: v.g.Drafts,
+		Params: lc.params, Nodes: lc.nodes, Namespaces: lc.namespaces, Pods: v.pendingPods(), Config: v.cfg}, Deletions: v.g.Deletions})
 	if err != nil {
 		t.Fatal(err)
 	}
