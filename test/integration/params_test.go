@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -174,11 +173,10 @@ func TestParamsKindNotServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteObject(t, policy) })
-	got := waitPolicyReady(t, policy.Name, metav1.ConditionFalse)
-	c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady)
-	if c.Reason != schedv1alpha1.ReasonParamKindNotFound {
-		t.Errorf("Ready reason %q, want %q (%s)", c.Reason, schedv1alpha1.ReasonParamKindNotFound, c.Message)
-	}
+	// ParamsListing may come first, while the kind is looked up.
+	waitCondition(t, policy.Name, schedv1alpha1.ConditionReady, func(c *metav1.Condition) bool {
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedv1alpha1.ReasonParamKindNotFound
+	})
 	// failurePolicy Fail: the pod is rejected, saying why.
 	waitPending(t, createPod(t, ns, "p"), reasonUnschedulable,
 		"SchedulingPolicy missing-param-kind: reading its params (TenantPlacement placement): paramKind example.com/v1, Kind=TenantPlacement is not served by the API server")
@@ -287,10 +285,10 @@ func TestParamsNotReadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteObject(t, policy) })
-	got := waitPolicyReady(t, policy.Name, metav1.ConditionFalse)
-	if c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady); c.Reason != schedv1alpha1.ReasonParamsNotReadable {
-		t.Errorf("Ready reason %q, want %q (%s)", c.Reason, schedv1alpha1.ReasonParamsNotReadable, c.Message)
-	}
+	// ParamsListing first, while the kind's first list is tried.
+	waitCondition(t, policy.Name, schedv1alpha1.ConditionReady, func(c *metav1.Condition) bool {
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == schedv1alpha1.ReasonParamsNotReadable
+	})
 	pod := createPod(t, ns, "p")
 	waitPending(t, pod, reasonUnschedulable, "the objects of paramKind /v1, Kind=ConfigMap cannot be listed")
 	grantConfigMapParams(t)

@@ -182,7 +182,8 @@ func TestExpensiveExpressionsDeniedAtApply(t *testing.T) {
 // TestSlowPolicyIsCutOff: a nested loop over the nodes' 500 images, admitted
 // with a warning, is cut off: its pods' cycles end with the error under
 // Fail and are placed under Ignore; a stock-profile pod and a pod no policy
-// matches, created alongside, are bound within a second; the policy's status
+// matches, created alongside, are not stalled (bound within 5 s, in about
+// one on a quiet machine); the policy's status
 // names the slow rule.
 func TestSlowPolicyIsCutOff(t *testing.T) {
 	createBigNodes(t)
@@ -195,9 +196,13 @@ func TestSlowPolicyIsCutOff(t *testing.T) {
 	unmatched := createPod(t, "unmatched", celschedName, map[string]string{"app": "other"})
 	ignored := createPod(t, "slow-ignore", celschedName, map[string]string{"app": "slow-ignore"})
 
+	// The bound is for a stall, not a latency: make test runs this package
+	// beside the envtest suites on two cores, where a cycle of the slow
+	// pods (cut off at 100 ms each, then backed off) delays the queue by
+	// about a second at most.
 	for _, p := range []*corev1.Pod{stock, unmatched} {
-		if took := waitBound(t, p); took > time.Second {
-			t.Errorf("pod %s was bound %v after its creation, want within a second", p.Name, took)
+		if took := waitBound(t, p); took > 5*time.Second {
+			t.Errorf("pod %s was bound %v after its creation, want within 5 s", p.Name, took)
 		} else {
 			t.Logf("pod %s bound %v after its creation", p.Name, took)
 		}
