@@ -43,14 +43,22 @@ import (
 	"github.com/celsched/celsched/engine"
 )
 
-// NotEvaluated are plugins of a profile that an evaluation outside the
-// scheduler cannot run, and why.
-var NotEvaluated = map[string]string{
-	names.DynamicResources: "needs the cluster's ResourceClaims and ResourceSlices",
+// notEvaluated says why an evaluation outside the scheduler cannot run a
+// plugin of a profile, or "" when it can.
+func notEvaluated(plugin string) string {
+	switch plugin {
+	case names.DynamicResources:
+		return "needs the cluster's ResourceClaims and ResourceSlices"
+	}
+	return ""
 }
+
+// notEvaluatedPlugins are the plugins notEvaluated names, in order.
+func notEvaluatedPlugins() []string { return []string{names.DynamicResources} }
 
 // defaults applies the API server's defaults to core objects (a pod read
 // from a file has no requests defaulted from its limits, for instance).
+// Built at init, never written after.
 var defaults = func() *runtime.Scheme {
 	s := runtime.NewScheme()
 	utilruntime.Must(k8scorev1.RegisterDefaults(s))
@@ -561,10 +569,9 @@ func PluginsOf(fw framework.Framework) Plugins {
 		PreScore:   enabled(list.PreScore),
 		Score:      enabled(list.Score),
 	}
-	for name, why := range NotEvaluated {
-		p.NotEvaluated = append(p.NotEvaluated, name+" ("+why+")")
+	for _, name := range notEvaluatedPlugins() {
+		p.NotEvaluated = append(p.NotEvaluated, name+" ("+notEvaluated(name)+")")
 	}
-	sort.Strings(p.NotEvaluated)
 	return p
 }
 
@@ -626,7 +633,7 @@ func profile(p *schedulerconfig.KubeSchedulerProfile) *schedulerconfig.KubeSched
 		&pl.MultiPoint, &pl.PreEnqueue, &pl.QueueSort, &pl.PreFilter, &pl.Filter, &pl.PostFilter, &pl.PreScore,
 		&pl.Score, &pl.Reserve, &pl.Permit, &pl.PreBind, &pl.Bind, &pl.PostBind,
 	} {
-		set.Enabled = slices.DeleteFunc(set.Enabled, func(p schedulerconfig.Plugin) bool { return NotEvaluated[p.Name] != "" })
+		set.Enabled = slices.DeleteFunc(set.Enabled, func(p schedulerconfig.Plugin) bool { return notEvaluated(p.Name) != "" })
 	}
 	return prof
 }
