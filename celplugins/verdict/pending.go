@@ -77,7 +77,7 @@ func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generatio
 	c := &count{pp: pp, snapshot: snapshot, enforced: snapshot.With(compiled.WithWaveEnforced(wave)), pods: pods, classes: map[string]bool{}}
 	defer c.close()
 	for _, pod := range pods {
-		if celplugins.ProfilePod(pod, profiles) != celplugins.PodPending || !pp.inWave(pod, policy, wave) {
+		if celplugins.ProfilePod(pod, profiles) != celplugins.PodPending || !pp.inWave(snapshot, pod, policy, wave) {
 			continue
 		}
 		stranded, err := c.strands(ctx, pod)
@@ -100,15 +100,16 @@ func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generatio
 	return out, ctx.Err()
 }
 
-// inWave says whether the policy applies to the pod with the enforcement
-// of the wave (the wave selects the pod's namespace, and no override does
-// first), as the scheduler's match decides it.
-func (pp *PendingPods) inWave(pod *corev1.Pod, policy string, wave int) bool {
+// inWave says whether the policy (of the count's snapshot) applies to the
+// pod with the enforcement of the wave (the wave selects the pod's
+// namespace, and no override does first), as the scheduler's match
+// decides it.
+func (pp *PendingPods) inWave(snapshot *engine.Snapshot, pod *corev1.Pod, policy string, wave int) bool {
 	in, err := pp.Inputs.PodInput(pod)
 	if err != nil {
 		return false
 	}
-	p := pp.Inputs.Policies.Snapshot().Get(policy)
+	p := snapshot.Get(policy)
 	return p != nil && p.ForNamespace(in.Namespace).Wave() == wave
 }
 
