@@ -275,14 +275,6 @@ func (e *Evaluator) Close() { e.cancel() }
 // as the plugins do, for the engine's per-rule detail.
 func (e *Evaluator) Runtime() *celplugins.Runtime { return e.rt }
 
-// Cluster is the cluster evaluated.
-func (e *Evaluator) Cluster() *Cluster { return e.cluster }
-
-// Policies are the evaluator's compiled policies, in name order.
-func (e *Evaluator) Policies() []*engine.CompiledPolicy {
-	return e.rt.Inputs.Policies.Snapshot().Policies()
-}
-
 // Rejection is a plugin's non-success status.
 type Rejection struct {
 	Plugin  string `json:"plugin"`
@@ -331,10 +323,6 @@ func (r *Result) Node(name string) *NodeResult {
 	}
 	return nil
 }
-
-// Held says whether the pod gets no node whatever the node: held at
-// PreEnqueue or rejected at PreFilter.
-func (r *Result) Held() bool { return r.PreEnqueue != nil || r.PreFilter != nil }
 
 // How much of a cycle an evaluation runs.
 type stage int
