@@ -245,7 +245,7 @@ func BenchmarkFilterLabelRuleTracked(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pc := &policyCompiler{env: pe, out: &CompiledPolicy{variableIndex: map[string]int{}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
+	pc := &policyCompiler{env: pe, out: &CompiledPolicy{Program: &Program{variableIndex: map[string]int{}}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
 	c := pc.check(nil, zoneFilter, outputBool, nodeScope, "")
 	if c == nil {
 		b.Fatal(pc.out.Errors)

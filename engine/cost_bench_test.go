@@ -81,16 +81,16 @@ func BenchmarkTrackedLoop(b *testing.B) {
 				continue // over a second per evaluation
 			}
 			b.Run(fmt.Sprintf("n=%d/%s", n, p.name), func(b *testing.B) {
-				_, cost, err := p.prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				_, cost, err := p.prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 				if err != nil {
 					b.Fatal(err)
 				}
 				if p.name == "bounded" {
-					_, cost, _ = tracked.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+					_, cost, _ = tracked.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 				}
 				b.ResetTimer()
 				for b.Loop() {
-					if _, _, err := p.prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node)); err != nil {
+					if _, _, err := p.prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -163,7 +163,7 @@ func BenchmarkFunctionCost(b *testing.B) {
 		b.Run(x, func(b *testing.B) {
 			var cost uint64
 			for b.Loop() {
-				_, cost, _ = prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				_, cost, _ = prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 			}
 			b.ReportMetric(float64(cost), "cost/op")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(max(cost, 1)), "ns/unit")

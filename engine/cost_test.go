@@ -261,7 +261,7 @@ func TestEstimateBoundsRuntimeCost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+			_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 			if errors.Is(err, ErrCostLimitExceeded) {
 				t.Fatalf("cost %d passed the estimate %d", cost, estimate.Max)
 			}
@@ -289,7 +289,7 @@ func TestRefusedCallIsNotRun(t *testing.T) {
 	}
 	// Again: the program reuses the state of the evaluation it stopped.
 	for range 3 {
-		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), podInput(t, conv, nil, nil), node))
+		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), podInput(t, conv, nil, nil), node))
 		if !errors.Is(err, ErrCostLimitExceeded) {
 			t.Fatalf("want the cost limit error, got %v", err)
 		}
@@ -314,7 +314,7 @@ func TestTrackedConcurrent(t *testing.T) {
 	want := map[int]uint64{}
 	for _, n := range []int{1, 10, 100} {
 		node := nodeInput(t, conv, fmt.Sprintf("n%d", n), nil, manyPods(n))
-		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +329,7 @@ func TestTrackedConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 				if err == nil && cost != want[n] {
 					err = fmt.Errorf("%d pods cost %d, want %d", n, cost, want[n])
 				}

@@ -389,7 +389,7 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, node *NodeInput, rule
 // failed. An error of a variable the rule read names the variable's field
 // and the rule: a copy, since the variable's error is a value that other
 // rules, pods and goroutines read from the memo too.
-func (p *CompiledPolicy) evalError(rule string, e *expr, err error) error {
+func (p *Program) evalError(rule string, e *expr, err error) error {
 	var ee *EvalError
 	if errors.As(err, &ee) {
 		named := *ee

@@ -150,7 +150,7 @@ func TestBoundedAndTrackedAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pc := &policyCompiler{env: pe, out: &CompiledPolicy{variableIndex: map[string]int{}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
+			pc := &policyCompiler{env: pe, out: &CompiledPolicy{Program: &Program{variableIndex: map[string]int{}}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
 			c := pc.check(nil, x, outputAny, nodeScope, "")
 			if c == nil {
 				t.Fatalf("compile: %v", pc.out.Errors)
@@ -163,7 +163,7 @@ func TestBoundedAndTrackedAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &CompiledPolicy{Name: "p"}
+			p := &CompiledPolicy{Program: &Program{Name: "p"}}
 			bv, berr := asError(bounded.eval(context.Background(), p.newEvaluation(context.Background(), pod, node)))
 			tv, terr := asError(tracked.eval(context.Background(), p.newEvaluation(context.Background(), pod, node)))
 			if (berr == nil) != (terr == nil) {

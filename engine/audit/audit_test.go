@@ -18,7 +18,7 @@ func violation(pod string) schedv1alpha1.AuditViolation {
 func TestAuditLog(t *testing.T) {
 	t.Parallel()
 	var log Log
-	gen1 := &engine.CompiledPolicy{Name: "p", Generation: 1}
+	gen1 := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}
 	for i, pod := range []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f"} {
 		var vs []schedv1alpha1.AuditViolation
 		if i%2 == 0 {
@@ -53,7 +53,7 @@ func TestAuditLog(t *testing.T) {
 
 	// A new generation restarts the counts, in the log and in the status.
 	log.record(gen1, "ns", nil)
-	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, "ns", nil)
+	log.record(&engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 2}}, "ns", nil)
 	d2 := log.Take()["p"]
 	if d2.Generation != 2 || d2.Evaluated != 1 {
 		t.Errorf("after a new generation: %+v", d2)
@@ -61,7 +61,7 @@ func TestAuditLog(t *testing.T) {
 	if got := d2.Apply(stored, now); got.ObservedGeneration != 2 || got.Evaluated != 1 || len(got.LastViolations) != 0 {
 		t.Errorf("applied over an older generation: %+v", got)
 	}
-	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, "ns", nil)
+	log.record(&engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 2}}, "ns", nil)
 	log.Return("p", merged) // generation 1: dropped, the spec changed
 	if d := log.Take()["p"]; d.Generation != 2 || d.Evaluated != 1 {
 		t.Errorf("a delta of an older generation was merged: %+v", d)
@@ -75,7 +75,7 @@ func TestAuditLog(t *testing.T) {
 func TestAuditLogByNamespace(t *testing.T) {
 	t.Parallel()
 	var log Log
-	p := &engine.CompiledPolicy{Name: "p", Generation: 1}
+	p := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}
 	log.record(p, "a", []schedv1alpha1.AuditViolation{violation("a/x")})
 	if got := log.TakeNamespaces(); got != nil {
 		t.Fatalf("collected per namespace while off: %v", got)
