@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -250,7 +251,7 @@ func BenchmarkFilterLabelRuleTracked(b *testing.B) {
 	if c == nil {
 		b.Fatal(pc.out.Errors)
 	}
-	tracked, err := newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
+	tracked, err := celcost.NewTracked(c.env, c.ast, celcost.PerExpressionCostLimit)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,20 +14,21 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // Compiler compiles SchedulingPolicy objects. It is safe for concurrent use.
 type Compiler struct {
 	env *Environment
 	// costBudget is the runtime cost budget of one policy evaluation given
-	// to the policies compiled: PolicyEvaluationCostBudget; tests lower it
+	// to the policies compiled: celcost.PolicyEvaluationCostBudget; tests lower it
 	// to reach it with cheap expressions.
 	costBudget uint64
 }
 
 // NewCompiler returns a compiler over the given environment.
 func NewCompiler(env *Environment) *Compiler {
-	return &Compiler{env: env, costBudget: PolicyEvaluationCostBudget}
+	return &Compiler{env: env, costBudget: celcost.PolicyEvaluationCostBudget}
 }
 
 // CompileOptions say which CEL environment an expression compiles against.
@@ -108,7 +109,7 @@ type Program struct {
 	// policies compiled over it (Snapshot.List).
 	numbers *memoNumbers
 	// costBudget is the runtime cost budget of one evaluation of the
-	// policy (PolicyEvaluationCostBudget unless the Compiler says
+	// policy (celcost.PolicyEvaluationCostBudget unless the Compiler says
 	// otherwise).
 	costBudget uint64
 }
@@ -158,7 +159,7 @@ type CompiledPolicy struct {
 // expr is one compiled expression.
 type expr struct {
 	path *field.Path // e.g. spec.filters[2].expression
-	prg  program
+	prg  celcost.Program
 	// memo says whether the expression's results are kept per node
 	// version (memo.go): when it reads nothing but node and constants,
 	// directly or through variables, or only node and the pod fields its
@@ -613,17 +614,17 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if typical.Max > MaxEstimatedCost {
+	if typical.Max > celcost.MaxEstimatedCost {
 		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
 			"estimated cost %d exceeds the limit of %d for one expression (estimated with lists of up to %d items)%s",
-			typical.Max, MaxEstimatedCost, TypicalMaxItems, loopHint(ast))))
+			typical.Max, celcost.MaxEstimatedCost, celcost.TypicalMaxItems, loopHint(ast))))
 		return nil
 	}
-	if typical.Max > WarnEstimatedCost {
+	if typical.Max > celcost.WarnEstimatedCost {
 		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
 			FieldRef: path.String(),
 			Warning: fmt.Sprintf("estimated cost %d (with lists of up to %d items) exceeds the runtime limit of %d per evaluation: it will be cut off on objects with long lists%s",
-				typical.Max, TypicalMaxItems, PerExpressionCostLimit, loopHint(ast)),
+				typical.Max, celcost.TypicalMaxItems, celcost.PerExpressionCostLimit, loopHint(ast)),
 		})
 	}
 	estimate := worst
@@ -631,24 +632,24 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 }
 
 // program builds the program of a checked expression: bounded (untracked)
-// when its worst case is provably within PerExpressionCostLimit, tracked
+// when its worst case is provably within celcost.PerExpressionCostLimit, tracked
 // otherwise.
-func (pc *policyCompiler) program(path *field.Path, text string, c *checked) program {
-	var prg program
+func (pc *policyCompiler) program(path *field.Path, text string, c *checked) celcost.Program {
+	var prg celcost.Program
 	var err error
-	// nodeInfo.pods is bounded by declaration only (MaxPodsPerNodeInfo), not
+	// nodeInfo.pods is bounded by declaration only (celcost.MaxPodsPerNodeInfo), not
 	// by what the scheduler may see, so expressions reading it stay tracked.
 	//
 	// Bounded programs are charged their estimate against the policy's
 	// budget; so that this never rejects an evaluation that is cheap in
 	// fact, at most half the budget goes to bounded programs, and the rest
 	// are tracked and charged what they actually cost.
-	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
-		pc.boundedTotal+c.estimate <= PolicyEvaluationCostBudget/2 {
+	if c.estimate <= celcost.PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
+		pc.boundedTotal+c.estimate <= celcost.PolicyEvaluationCostBudget/2 {
 		pc.boundedTotal += c.estimate
-		prg, err = newBoundedProgram(c.env, c.ast, c.estimate)
+		prg, err = celcost.NewBounded(c.env, c.ast, c.estimate)
 	} else {
-		prg, err = newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
+		prg, err = celcost.NewTracked(c.env, c.ast, celcost.PerExpressionCostLimit)
 	}
 	if err != nil {
 		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "program construction failed: "+err.Error()))
