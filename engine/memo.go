@@ -30,7 +30,7 @@ import (
 //
 // The memo lives beside the node's CEL value (nodeEntry), so a new node
 // version starts empty. Each memoized expression has a slot, an index into
-// the node's table; a slot is reused when its policy version is garbage
+// the node's table; a slot is reused when its Program is garbage
 // collected, and every entry records its expression, so an entry of a
 // slot's previous owner is never returned. Reads take no lock and allocate
 // nothing.
