@@ -148,7 +148,7 @@ func (t *fencedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if req.Body != nil {
 				req.Body.Close() // a RoundTripper closes the body, even on errors
 			}
-			return nil, fmt.Errorf("%s %s: %w", req.Method, req.URL.Path, err)
+			return nil, err // the client reports it with the method and URL
 		}
 	}
 	return t.next.RoundTrip(req)
