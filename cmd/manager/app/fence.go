@@ -131,7 +131,7 @@ func (l *fencedLock) write(ctx context.Context, ler resourcelock.LeaderElectionR
 // fencedTransport refuses the writes (every method but GET, HEAD and
 // OPTIONS) of the scheduler's client while the fence is closed, right
 // before the request would be sent: bindings, and also pod status and
-// nominations, preemption's evictions and the claims written at PreBind. A
+// nominations, preemption's deletions and the claims written at PreBind. A
 // refused binding fails the binding cycle: the framework unreserves the pod
 // and puts it back in the queue. Reads go through; Events use their own
 // client.
