@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -278,12 +279,16 @@ func newControllerManager(ctx context.Context, cfg *rest.Config, o Options) (ctr
 	// The Lease lock is controller-runtime's, built as it builds it (below,
 	// once the manager provides the event recorder), wrapped to tell the
 	// fence of each acquire and renewal.
-	var lock *fencedLock
-	var fence *leaderFence
+	var (
+		lock          *fencedLock
+		lockInterface resourcelock.Interface // nil, not a nil *fencedLock, without leader election
+		fence         *leaderFence
+	)
 	renewDeadline := cmp.Or(o.RenewDeadline, DefaultRenewDeadline)
 	if o.LeaderElection {
 		fence = newLeaderFence(renewDeadline, klog.FromContext(ctx).WithName("leader-fence"))
 		lock = &fencedLock{fence: fence}
+		lockInterface = lock
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
@@ -301,9 +306,8 @@ func newControllerManager(ctx context.Context, cfg *rest.Config, o Options) (ctr
 		LeaseDuration:                 durationOrNil(o.LeaseDuration),
 		RenewDeadline:                 durationOrNil(o.RenewDeadline),
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
-		// Ignored without LeaderElection; the lock's Interface is set
-		// before the manager starts.
-		LeaderElectionResourceLockInterface: lock,
+		// The lock's Interface is set below, before the manager starts.
+		LeaderElectionResourceLockInterface: lockInterface,
 	})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("creating the controller manager: %w", err)
@@ -496,6 +500,8 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 	cfg.QPS = schedCfg.ClientConnection.QPS
 	cfg.Burst = int(schedCfg.ClientConnection.Burst)
 	cfg = rest.AddUserAgent(cfg, "celsched-scheduler")
+	// Events have a client of their own, as in kube-scheduler, which the
+	// fence does not guard.
 	eventsClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the scheduler's events client: %w", err)

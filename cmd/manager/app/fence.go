@@ -26,9 +26,11 @@ var ErrFenced = errors.New("leader fence: the Lease may have expired")
 // itself stops leading a little later (the renew deadline counted from the
 // start of the retries after the last success).
 //
-// Times are read with time.Now, whose monotonic reading keeps running
-// while the process is stopped (SIGSTOP, a frozen cgroup): the first check
-// after the process wakes sees the whole pause. The zero value is closed.
+// Times are read with time.Now, whose monotonic reading (CLOCK_MONOTONIC)
+// keeps running while the process is stopped (SIGSTOP, a frozen cgroup):
+// the first check after the process wakes sees the whole pause. Where the
+// clock missed the pause (a suspended host), the fence closes when the
+// lock reads the Lease held by another replica. The zero value is closed.
 type leaderFence struct {
 	renewDeadline time.Duration
 	logger        klog.Logger
