@@ -178,8 +178,9 @@ $(BENCHSTAT): hack/tools/benchstat/go.mod
 $(HELM): hack/tools/helm/go.mod
 	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
 
-# Not a third-party command: Prometheus's PromQL parser behind a small main
-# of ours (the chart test checks the PrometheusRule and dashboard with it).
+# Not a third-party command: Prometheus's rule loader (rulefmt, as promtool
+# uses it) and PromQL parser behind a small main of ours; the chart test
+# checks the PrometheusRule and the Grafana dashboard with it.
 $(PROMQL): hack/tools/promql/go.mod hack/tools/promql/main.go
 	cd hack/tools/promql && $(GO) build -o $@ .
 

@@ -1,23 +1,34 @@
-// Command promql parses PromQL expressions with Prometheus's own parser
-// (github.com/prometheus/prometheus/promql/parser, what promtool and the
-// rule manager use) and says, for each, its type and the metric names it
-// selects. It lives in a module of its own so that Prometheus's
-// dependencies never change the versions celsched is built with; the chart
-// test (test/integration, TestHelmChartMonitoring) runs it on the
-// PrometheusRule's expressions and the dashboard's queries.
+// Command promql checks Prometheus rules and PromQL queries with
+// Prometheus's own libraries: model/rulefmt (what `promtool check rules`
+// and the rule manager load rule files with: the YAML, each expression, the
+// durations, label and annotation names and templates) and promql/parser.
+// It lives in a module of its own so that Prometheus's dependencies never
+// change the versions celsched is built with; the chart test
+// (test/integration, TestHelmChartMonitoring) runs it on the rendered
+// PrometheusRule and Grafana dashboard.
 //
-// Input (stdin): a JSON object of expressions by key. Output (stdout): a
-// JSON object by the same keys of {"type", "metrics"} or {"error"}. The exit
-// status is 0 whatever the expressions; 1 when the input is not JSON.
+//	promql rules < groups.yaml   # a rule file: {groups: [...]}
+//	promql exprs < exprs.json    # a JSON object of expressions by key
+//
+// Output (stdout), JSON: for rules, {"errors": [...], "rules": {"GROUP/NAME":
+// result}}; for exprs, {"KEY": result}; a result is {"type", "metrics"} (the
+// expression's type and the metric names it selects) or {"error"}. The exit
+// status is 0 whatever the rules and expressions say; 1 when the input
+// cannot be read at all.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"slices"
+	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 )
 
@@ -29,14 +40,19 @@ type result struct {
 }
 
 func main() {
-	var exprs map[string]string
-	if err := json.NewDecoder(os.Stdin).Decode(&exprs); err != nil {
-		fmt.Fprintf(os.Stderr, "promql: reading the expressions (a JSON object of strings): %v\n", err)
-		os.Exit(1)
+	var out any
+	var err error
+	switch mode := strings.Join(os.Args[1:], " "); mode {
+	case "rules":
+		out, err = rules(os.Stdin)
+	case "exprs":
+		out, err = exprs(os.Stdin)
+	default:
+		err = fmt.Errorf("usage: promql rules|exprs < input (got %q)", mode)
 	}
-	out := make(map[string]result, len(exprs))
-	for key, text := range exprs {
-		out[key] = parse(text)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "promql: %v\n", err)
+		os.Exit(1)
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
@@ -44,6 +60,52 @@ func main() {
 		fmt.Fprintf(os.Stderr, "promql: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// ruleReport is what rulefmt made of a rule file.
+type ruleReport struct {
+	Errors []string          `json:"errors"`
+	Rules  map[string]result `json:"rules"`
+}
+
+// rules loads a rule file as Prometheus does (unknown fields are errors),
+// and parses each rule's expression for its metric names.
+func rules(r io.Reader) (ruleReport, error) {
+	content, err := io.ReadAll(r)
+	if err != nil {
+		return ruleReport{}, err
+	}
+	report := ruleReport{Errors: []string{}, Rules: map[string]result{}}
+	groups, errs := rulefmt.Parse(content, false, model.UTF8Validation, parser.NewParser(parser.Options{}), slog.New(slog.DiscardHandler))
+	for _, err := range errs {
+		report.Errors = append(report.Errors, err.Error())
+	}
+	if groups == nil {
+		return report, nil
+	}
+	for _, g := range groups.Groups {
+		for _, rule := range g.Rules {
+			name := rule.Alert
+			if name == "" {
+				name = rule.Record
+			}
+			report.Rules[g.Name+"/"+name] = parse(rule.Expr)
+		}
+	}
+	return report, nil
+}
+
+// exprs parses a JSON object of expressions.
+func exprs(r io.Reader) (map[string]result, error) {
+	var in map[string]string
+	if err := json.NewDecoder(r).Decode(&in); err != nil {
+		return nil, fmt.Errorf("reading the expressions (a JSON object of strings): %w", err)
+	}
+	out := make(map[string]result, len(in))
+	for key, text := range in {
+		out[key] = parse(text)
+	}
+	return out, nil
 }
 
 // parse parses one expression and collects the metric names of its
