@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,6 +43,9 @@ const rolloutCollectTimeout = 5 * time.Second
 // unregisters when it stops.
 type RolloutMetrics struct {
 	Reader client.Reader
+
+	// log is the manager's logger, from Start.
+	log logr.Logger
 }
 
 var _ prometheus.Collector = &RolloutMetrics{}
@@ -51,8 +55,10 @@ func (m *RolloutMetrics) SetupWithManager(mgr ctrl.Manager) error {
 	return mgr.Add(m)
 }
 
-// Start registers the collector until ctx is done.
+// Start registers the collector until ctx is done. The manager starts it
+// once its cache has synced.
 func (m *RolloutMetrics) Start(ctx context.Context) error {
+	m.log = ctrl.LoggerFrom(ctx).WithName("rollout-metrics")
 	if err := ctrlmetrics.Registry.Register(m); err != nil {
 		return err
 	}
@@ -71,13 +77,15 @@ func (m *RolloutMetrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector: a series per policy that has a
-// rollout status.
+// rollout status. A failed read is logged and leaves the rollout series out
+// of the scrape: an invalid metric would fail the whole scrape (the
+// metrics server's promhttp.HTTPErrorOnError), every other metric with it.
 func (m *RolloutMetrics) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), rolloutCollectTimeout)
 	defer cancel()
 	var policies schedv1alpha1.SchedulingPolicyList
 	if err := m.Reader.List(ctx, &policies); err != nil {
-		ch <- prometheus.NewInvalidMetric(rolloutPausedDesc, err)
+		m.log.Error(err, "Reading the SchedulingPolicies for the rollout metrics")
 		return
 	}
 	for i := range policies.Items {

@@ -1,13 +1,17 @@
 package controllers
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/builder"
@@ -68,5 +72,28 @@ celsched_rollout_waves{phase="Soaking",policy="soaking"} 1
 `
 	if err := testutil.CollectAndCompare(&RolloutMetrics{Reader: c}, strings.NewReader(want)); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRolloutMetricsReadError: a failed read of the policies leaves the
+// rollout series out, and nothing invalid in the scrape (which would fail
+// every other metric of /metrics with it).
+func TestRolloutMetricsReadError(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(context.Context, client.WithWatch, client.ObjectList, ...client.ListOption) error {
+			return errors.New("the cache is gone")
+		},
+	}).Build()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(&RolloutMetrics{Reader: c}); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil || len(families) != 0 {
+		t.Errorf("Gather() = %v, %v; want no families and no error", families, err)
 	}
 }
