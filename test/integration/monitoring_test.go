@@ -119,6 +119,9 @@ func TestHelmChartMonitoring(t *testing.T) {
 	}) {
 		t.Errorf("controller_runtime_webhook_requests_total has no series for webhook=%q", webhookPath)
 	}
+	if !apiserverSeries(t, "apiserver_admission_webhook_request_total", `name="vschedulingpolicy.celsched.io"`) {
+		t.Error(`the API server's apiserver_admission_webhook_request_total has no series for name="vschedulingpolicy.celsched.io"`)
+	}
 	if f := families["celsched_leader"]; f == nil || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge().GetValue() != 1 {
 		t.Errorf("celsched_leader of the in-process manager (the leader, without election) = %v, want 1", f.GetMetric())
 	}
@@ -394,14 +397,33 @@ func managerFamilies(t *testing.T) family {
 	return out
 }
 
-// apiserverFamilies are the metric families the envtest kube-apiserver
-// serves at /metrics (the "# TYPE name type" lines of its text format).
-func apiserverFamilies(t *testing.T) family {
+// apiserverMetrics scrapes the envtest kube-apiserver's /metrics.
+func apiserverMetrics(t *testing.T) []byte {
 	t.Helper()
 	body, err := clientset.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(t.Context())
 	if err != nil {
 		t.Fatalf("scraping the API server's /metrics: %v", err)
 	}
+	return body
+}
+
+// apiserverSeries says whether the API server serves a series of the
+// metric whose labels include label (name="value").
+func apiserverSeries(t *testing.T, metric, label string) bool {
+	t.Helper()
+	for line := range strings.SplitSeq(string(apiserverMetrics(t)), "\n") {
+		if labels, ok := strings.CutPrefix(line, metric+"{"); ok && (strings.HasPrefix(labels, label+",") || strings.Contains(labels, ","+label+",") || strings.Contains(labels, ","+label+"}") || strings.HasPrefix(labels, label+"}")) {
+			return true
+		}
+	}
+	return false
+}
+
+// apiserverFamilies are the metric families the envtest kube-apiserver
+// serves at /metrics (the "# TYPE name type" lines of its text format).
+func apiserverFamilies(t *testing.T) family {
+	t.Helper()
+	body := apiserverMetrics(t)
 	out := family{}
 	s := bufio.NewScanner(bytes.NewReader(body))
 	s.Buffer(make([]byte, 1<<20), 1<<20)
@@ -451,10 +473,8 @@ func exportMonitoredMetrics(t *testing.T) {
 		applyPolicy(t, slow.Obj())
 	}
 
-	var pods []string
 	for i := range 20 {
-		pod := createPod(t, ns, fmt.Sprintf("counted-%d", i), withLabels(map[string]string{"app": "counted"}))
-		pods = append(pods, pod.Name)
+		createPod(t, ns, fmt.Sprintf("counted-%d", i), withLabels(map[string]string{"app": "counted"}))
 	}
 	createPod(t, ns, "slow", withLabels(map[string]string{"app": "slow"}))
 	waitPolicy(t, "monitoring-rollout", "with a rollout status", func(p *schedv1alpha1.SchedulingPolicy) bool {
@@ -464,5 +484,4 @@ func exportMonitoredMetrics(t *testing.T) {
 	if err := testenv.WaitWebhook(t.Context(), k8sClient, true, waitTimeout); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("created pods %v in %s", pods, ns)
 }
