@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -55,12 +56,16 @@ func (m *RolloutMetrics) SetupWithManager(mgr ctrl.Manager) error {
 	return mgr.Add(m)
 }
 
-// Start registers the collector until ctx is done. The manager starts it
-// once its cache has synced.
+// Start registers the collector until ctx is done. It reads the policies
+// once first: on a standby, where no controller watches them, that starts
+// the cache's informer and waits for it to sync, so that no scrape waits.
 func (m *RolloutMetrics) Start(ctx context.Context) error {
 	m.log = ctrl.LoggerFrom(ctx).WithName("rollout-metrics")
+	if err := m.Reader.List(ctx, &schedv1alpha1.SchedulingPolicyList{}); err != nil {
+		m.log.Error(err, "Reading the SchedulingPolicies for the rollout metrics")
+	}
 	if err := ctrlmetrics.Registry.Register(m); err != nil {
-		return err
+		return fmt.Errorf("registering the rollout metrics: %w", err)
 	}
 	<-ctx.Done()
 	ctrlmetrics.Registry.Unregister(m)
