@@ -39,9 +39,9 @@ const webhookPath = "/validate-scheduling-celsched-io-v1alpha1-schedulingpolicy"
 // checks what it ships for operators:
 //   - the PrometheusRule loads as Prometheus loads rule files (model/rulefmt,
 //     what promtool check rules runs: YAML, expressions, durations, label and
-//     annotation templates), and has the alerts issue 33 asks for, each with
-//     a severity, a summary, a description and a runbook_url into a section
-//     of docs/operations.md;
+//     annotation templates), and has the alerts of wantAlerts, each with a
+//     severity, a summary, a description and a runbook_url into a section of
+//     docs/operations.md;
 //   - the dashboard's ConfigMap carries the Grafana sidecar's label, and each
 //     of its queries (panels and variables) parses as PromQL;
 //   - every metric the rules and the dashboard read is one the in-process
@@ -127,7 +127,8 @@ func TestHelmChartMonitoring(t *testing.T) {
 	}
 }
 
-// wantAlerts are the alerts the chart ships (issue 33, item 6).
+// wantAlerts are the alerts the chart ships: no leader, a rollout paused by
+// its gate, evaluation errors, time-budget cut-offs, the webhook failing.
 var wantAlerts = []string{
 	"CelschedNoLeader", "CelschedPolicyEvaluationErrors", "CelschedRolloutPaused",
 	"CelschedTimeBudgetExceeded", "CelschedWebhookErrors", "CelschedWebhookUnreachable",
