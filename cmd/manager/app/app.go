@@ -239,6 +239,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The leader gauge, and the rollouts' state from status (every replica).
+	if err := mgr.Add(leading()); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.RolloutMetrics{Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the rollout metrics: %w", err)
+	}
 	names := make([]string, len(schedCfg.Profiles))
 	for i, p := range schedCfg.Profiles {
 		names[i] = p.SchedulerName
