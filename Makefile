@@ -45,7 +45,7 @@ VERDICT_SEED ?= 1
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
 # where the runs go (one directory per run: DataItems JSON, the phases'
 # CPU and allocations, go test output, logs of failed workloads). A full
-# run (both sizes) takes about 70 minutes on 2 cores (docs/performance.md).
+# run (both sizes) takes about 80 minutes on 2 cores (docs/performance.md).
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 150m
