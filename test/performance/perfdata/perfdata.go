@@ -435,10 +435,11 @@ func WriteTable(w io.Writer, rows []Row) error {
 			avg, p50 = stat(r.Average, "%.1f"), stat(r.P50, "%.1f")
 		}
 		vsStock, vsNative := stat(r.VsStock, "%.2f"), stat(r.VsNative, "%.2f")
-		switch r.Profile {
-		case StockProfile:
+		switch {
+		case r.Average.N == 0:
+		case r.Profile == StockProfile:
 			vsStock = "1"
-		case NativeProfile:
+		case r.Profile == NativeProfile:
 			vsNative = "1"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |\n", nodes, r.Workload, batching, r.Profile, r.Runs,

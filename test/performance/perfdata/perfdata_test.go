@@ -182,7 +182,7 @@ func TestRows(t *testing.T) {
 	}
 	wantTable := `| nodes | workload | batching | profile | runs | pods/s average | pods/s p50 | vs stock | vs native | CPU ms per pod | KiB allocated per pod |
 |---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|
-| 100 (Smoke) | Spread | on | stock | 1 | no samples | no samples | 1 | - | - | - |
+| 100 (Smoke) | Spread | on | stock | 1 | no samples | no samples | - | - | - | - |
 | 1000 | NodeOnly10 | on | stock | 3 | 250.0 (100.0-400.0) | 150.0 (100.0-200.0) | 1 | - | 2.25 (2.00-2.50) | 516 (512-520) |
 | 1000 | NodeOnly10 | on | celsched | 3 | 200.0 (90.0-300.0) | 100.0 (90.0-300.0) | 0.70 (0.50-0.90) | - | 3.00 | 600 |
 | 1000 | NodeOnly10 | off | stock | 1 | 200.0 | 100.0 | 1 | - | - | - |
