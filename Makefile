@@ -44,11 +44,12 @@ VERDICT_NODES ?= 60
 VERDICT_PODS ?= 200
 VERDICT_SEED ?= 1
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
-# where the runs go (one directory per run: DataItems JSON, go test output,
-# logs of failed workloads).
+# where the runs go (one directory per run: DataItems JSON, the phases'
+# CPU and allocations, go test output, logs of failed workloads). A full
+# run (both sizes) takes about 80 minutes on 2 cores (docs/performance.md).
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
-PERF_TIMEOUT ?= 60m
+PERF_TIMEOUT ?= 150m
 
 .PHONY: all
 all: build
@@ -131,7 +132,7 @@ bench: $(BENCHSTAT) ## Run the Go benchmarks (-count=5) and print their medians 
 	$(BENCHSTAT) bin/bench.txt
 
 .PHONY: perf
-perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 nodes (PERF_NODES=1000 for one size) and print pods/s and the ratios to the stock profile (docs/performance.md).
+perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 nodes (PERF_NODES=1000 for one size), three runs each, and print per workload the median and spread of pods/s, the ratios to plain stock and to the native rules, CPU and allocations per pod (docs/performance.md).
 	@assets=$$(hack/envtest-assets.sh); \
 	filter=performance; \
 	case "$(PERF_NODES)" in \
@@ -143,7 +144,7 @@ perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 n
 	echo "make perf: workloads labelled $$filter; output in $$out (go test output: $$out/go-test.txt)"; \
 	start=$$(date +%s); status=0; \
 	PATH="$(CURDIR)/$$assets:$$PATH" ARTIFACTS="$$out/logs" $(GO) test ./test/performance -run '^$$' -bench '^BenchmarkPerfScheduling$$' \
-		-benchtime 1x -timeout $(PERF_TIMEOUT) -args -perf-scheduling-label-filter="$$filter" -data-items-dir="$$out" \
+		-benchtime 1x -timeout $(PERF_TIMEOUT) -args -perf-scheduling-label-filter="$$filter" -data-items-dir="$$out" -celsched-phases="$$out/phases.jsonl" \
 		> "$$out/go-test.txt" 2>&1 || status=$$?; \
 	echo "make perf: go test took $$(( $$(date +%s) - start ))s, exit status $$status"; \
 	if [ $$status -ne 0 ]; then grep -E -e '^--- FAIL' -e 'FATAL|ERROR' "$$out/go-test.txt" | head -n 40; fi; \
