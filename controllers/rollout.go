@@ -351,6 +351,9 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 	r.record(ctx, p, decided)
 	if requested {
 		if err := r.removeAction(ctx, p, value); err != nil {
+			// Retried with the queue's backoff; the next step finds the
+			// action in lastAction and only removes it.
+			log.Info("Removing a rollout action's annotation failed; retrying at the next step", "policy", p.Name, "action", value, "err", err)
 			return st, next, fmt.Errorf("removing the rollout action %q: %w", value, err)
 		} else if invalid != nil {
 			// Said once the request is gone, not at every step it stays.
