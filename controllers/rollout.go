@@ -332,7 +332,7 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		if !requested && !restarted && apiequality.Semantic.DeepEqual(unchanged, st) {
 			// Only evidence was added: written once WriteInterval has
 			// passed since the last write.
-			if wait := mem.lastWrite.Add(r.writeInterval()).Sub(now.Time); wait > 0 {
+			if wait := untilNextWrite(mem.lastWrite, r.writeInterval(), now.Time); wait > 0 {
 				return p.Status.Rollout, shortest(next, wait), nil
 			}
 		}

@@ -35,6 +35,8 @@ type faults struct {
 	// beforeRemoval, when set, runs before each removal reaches the API
 	// server (with the client under the interceptor).
 	beforeRemoval func(context.Context, client.Client) error
+	// statusWritten counts the writes of status that succeeded.
+	statusWritten int
 }
 
 var errInjected = errors.New("injected fault")
@@ -83,7 +85,11 @@ func faultyClient(t *testing.T, p *schedv1alpha1.SchedulingPolicy, f *faults) cl
 				if fail(&f.statusWrites) {
 					return apierrors.NewConflict(schema.GroupResource{Group: schedv1alpha1.GroupVersion.Group, Resource: "schedulingpolicies"}, obj.GetName(), errInjected)
 				}
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+				if err := c.SubResource(sub).Patch(ctx, obj, patch, opts...); err != nil {
+					return err
+				}
+				f.statusWritten++
+				return nil
 			},
 		}).Build()
 }
