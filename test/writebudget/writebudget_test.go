@@ -172,10 +172,10 @@ count:
 	}
 	// The bound (docs/operations.md, "Write budget").
 	limit := int(*window / *interval) + 1
-	if got.audit > bound {
+	if got.audit > limit {
 		t.Errorf("status.audit written %d times in %s, want at most %d", got.audit, *window, limit)
 	}
-	if got.rolloutEvidence > bound {
+	if got.rolloutEvidence > limit {
 		t.Errorf("status.rollout written %d times with evidence only in %s, want at most %d", got.rolloutEvidence, *window, limit)
 	}
 	if got.rolloutDecisions != 3 {
