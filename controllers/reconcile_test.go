@@ -17,9 +17,10 @@ import (
 	"github.com/celsched/celsched/engine/audit"
 )
 
-// waveView compiles p and returns its copy for the namespaces of wave
-// one (labelled wave=one), as the scheduler's plugins use it.
-func waveView(t *testing.T, p *schedv1alpha1.SchedulingPolicy) *engine.CompiledPolicy {
+// waveView compiles p and returns its copy for the namespaces of the
+// wave of index i (labelled wave=<its name>), as the scheduler's plugins
+// use it.
+func waveView(t *testing.T, p *schedv1alpha1.SchedulingPolicy, i int) *engine.CompiledPolicy {
 	t.Helper()
 	env, err := engine.NewEnvironment()
 	if err != nil {
@@ -29,9 +30,10 @@ func waveView(t *testing.T, p *schedv1alpha1.SchedulingPolicy) *engine.CompiledP
 	if err := compiled.Err(); err != nil {
 		t.Fatal(err)
 	}
-	view := compiled.ForNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: map[string]string{"wave": "one"}}})
-	if view.Wave() != 0 {
-		t.Fatalf("the view of wave one has wave %d", view.Wave())
+	labels := map[string]string{"wave": p.Spec.Rollout.Waves[i].Name}
+	view := compiled.ForNamespace(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns", Labels: labels}})
+	if view.Wave() != i {
+		t.Fatalf("the view of wave %d has wave %d", i, view.Wave())
 	}
 	return view
 }
@@ -60,7 +62,8 @@ func policyRequest(name string) ctrl.Request {
 // WriteInterval, and leaves the cache only once written, so that a write
 // that fails loses nothing and counts nothing twice; the counts of pending
 // pods are pruned with the waves, and what the controller keeps of a
-// policy, with the policy.
+// policy, with the policy; Flush (the leader stops) writes what was held
+// back.
 func TestRolloutReconcile(t *testing.T) {
 	p := soakingPolicy("")
 	for i := range p.Spec.Rollout.Waves {
@@ -70,7 +73,7 @@ func TestRolloutReconcile(t *testing.T) {
 	}
 	p.Spec.Enforcement = schedv1alpha1.Audit
 	p.Spec.Filters = []schedv1alpha1.Rule{{Name: "f", Expression: "true"}}
-	view := waveView(t, p)
+	view := waveView(t, p, 0)
 	f := faults{}
 	c := faultyClient(t, p, &f)
 	clock := time.Unix(1010, 0) // the soak of wave one began at 1000
@@ -141,10 +144,22 @@ func TestRolloutReconcile(t *testing.T) {
 	if mem == nil || len(mem.counted) != 0 {
 		t.Errorf("the count of wave one outlived its soak: %+v", mem)
 	}
+	// Wave two's evidence, a second after the last write: held back; when
+	// the leader stops, Flush writes it.
+	clock = clock.Add(time.Second)
+	bind(r.Log, waveView(t, p, 1), 2, 0)
+	reconcile(9 * time.Second)
+	r.Flush(t.Context())
+	got := &schedv1alpha1.SchedulingPolicy{}
+	if err := c.Get(t.Context(), client.ObjectKey{Name: "p"}, got); err != nil {
+		t.Fatal(err)
+	}
+	if w := got.Status.Rollout.Waves[1]; w.Evaluated != 2 || len(r.Log.Waves.Policies()) != 0 {
+		t.Errorf("after the flush: wave two %+v, unwritten evidence of %v", w, r.Log.Waves.Policies())
+	}
 	// Deleted: what the controller kept of the policy goes, with its
 	// evidence.
 	bind(r.Log, view, 1, 0)
-	got := &schedv1alpha1.SchedulingPolicy{}
 	if err := c.Get(t.Context(), client.ObjectKey{Name: "p"}, got); err != nil {
 		t.Fatal(err)
 	}

@@ -130,7 +130,11 @@ const (
 // passed since the policy's last write: at most one such write per policy
 // per WriteInterval.
 type RolloutController struct {
-	Client   client.Client
+	Client client.Client
+	// Reader, when set, confirms that a policy missing from the cache is
+	// gone before what is kept of it is dropped (the manager's API
+	// reader).
+	Reader   client.Reader
 	Log      *audit.Log
 	Recorder events.EventRecorder
 	// WriteInterval is the least time between two writes of a policy's
@@ -192,28 +196,44 @@ const maxPendingCount = 20 * time.Second
 
 // SetupWithManager registers the controller, which runs on the leader:
 // on the policies' events, and on the policies whose waves gained
-// evidence.
+// evidence; and its flush of the evidence when the leader stops.
 func (r *RolloutController) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := ctrl.NewControllerManagedBy(mgr).
 		For(&schedv1alpha1.SchedulingPolicy{}).
 		WatchesRawSource(evidenceSource(&r.Log.Waves)).
 		Named("schedulingpolicy-rollout").
-		Complete(r)
+		Complete(r); err != nil {
+		return err
+	}
+	return mgr.Add(flushOnStop(r.Flush))
 }
 
 // Reconcile advances one policy's rollout: one step, and the time of the
 // next one.
 func (r *RolloutController) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := ctrl.LoggerFrom(ctx).WithName("rollout")
-	p := &schedv1alpha1.SchedulingPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.Name)
+	return r.reconcile(ctx, req.Name, false)
+}
+
+// Flush steps every policy whose waves have evidence not written yet, and
+// writes it whenever the last write was: when the leader stops.
+func (r *RolloutController) Flush(ctx context.Context) {
+	for _, name := range r.Log.Waves.Policies() {
+		if _, err := r.reconcile(ctx, name, true); err != nil {
+			ctrl.LoggerFrom(ctx).WithName("rollout").Info("Writing a rollout's evidence failed", "policy", name, "err", err)
 		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if p.Spec.Rollout == nil {
-		r.forget(req.Name)
+}
+
+// reconcile steps the rollout of the policy name; force writes its
+// evidence even within WriteInterval of the last write.
+func (r *RolloutController) reconcile(ctx context.Context, name string, force bool) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx).WithName("rollout")
+	p, err := livePolicy(ctx, r.Client, r.Reader, name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if p == nil || p.Spec.Rollout == nil {
+		r.forget(name)
 		return ctrl.Result{}, nil
 	}
 	r.mu.Lock()
@@ -226,7 +246,7 @@ func (r *RolloutController) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		mem = &rolloutMemory{}
 		r.memory[p.Name] = mem
 	}
-	st, next, err := r.step(ctx, p, mem)
+	st, next, err := r.step(ctx, p, mem, force)
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// A newer version exists (often this controller's own last
@@ -278,11 +298,11 @@ func (r *RolloutController) pendingRecheck() time.Duration {
 
 // step advances one policy's rollout, writes its status when it changed
 // (or, when only evidence was added, once WriteInterval has passed since
-// the last write), and returns the status it stands on and how soon to
+// the last write, unless force), and returns the status it stands on and how soon to
 // step again (0: on events only). An error means that the status was not
 // written, or that the removal of the annotation after the write failed
 // (retried at the next step, which removes it only).
-func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, mem *rolloutMemory) (*schedv1alpha1.RolloutStatus, time.Duration, error) {
+func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, mem *rolloutMemory, force bool) (*schedv1alpha1.RolloutStatus, time.Duration, error) {
 	log := ctrl.LoggerFrom(ctx).WithName("rollout")
 	now := metav1.NewTime(r.now())
 	value, requested := p.Annotations[RolloutActionAnnotation]
@@ -329,7 +349,7 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		next = shortest(next, registryLag)
 	}
 	if !apiequality.Semantic.DeepEqual(p.Status.Rollout, st) {
-		if !requested && !restarted && apiequality.Semantic.DeepEqual(unchanged, st) {
+		if !force && !requested && !restarted && apiequality.Semantic.DeepEqual(unchanged, st) {
 			// Only evidence was added: written once WriteInterval has
 			// passed since the last write.
 			if wait := untilNextWrite(mem.lastWrite, r.writeInterval(), now.Time); wait > 0 {

@@ -251,7 +251,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister(),
 		Namespaces: runner.factory.Core().V1().Namespaces().Lister(), Objects: runner.volumeObjects(),
 		Synced: func() bool { return runner.readyz(nil) == nil }}
-	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
+	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
 		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
