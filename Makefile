@@ -18,6 +18,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
+PROMQL := $(BIN)/promql
 
 # Generated files that `make verify` checks are up to date.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml config/webhook/manifests.yaml charts/celsched/crds charts/celsched/files
@@ -106,9 +107,9 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
@@ -176,6 +177,12 @@ $(BENCHSTAT): hack/tools/benchstat/go.mod
 
 $(HELM): hack/tools/helm/go.mod
 	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+
+# Not a third-party command: Prometheus's rule loader (rulefmt, as promtool
+# uses it) and PromQL parser behind a small main of ours; the chart test
+# checks the PrometheusRule and the Grafana dashboard with it.
+$(PROMQL): hack/tools/promql/go.mod hack/tools/promql/main.go
+	cd hack/tools/promql && $(GO) build -o $@ .
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

@@ -49,7 +49,7 @@ func (c *Cycle) auditDenials(node string) []engine.Decision {
 // every matching Audit policy counts the pod as evaluated. It evaluates
 // nothing.
 func (r *Reporter) ReportAudit(ctx context.Context, c *Cycle, recorder events.EventRecorder, pod *corev1.Pod, node string) {
-	if len(c.Audit) == 0 {
+	if r.Dry || len(c.Audit) == 0 {
 		return
 	}
 	logger := klog.FromContext(ctx)

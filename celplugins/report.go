@@ -31,6 +31,11 @@ type Reporter struct {
 	// Notify, when set, is told the name of a policy whose status has news
 	// (a rule cut off by the time budget). It must not block.
 	Notify func(name string)
+	// Dry says the decisions are a dry run's (celplugins/verdict: the
+	// CLI, the rollout gate), not the scheduler's: nothing is counted in
+	// the metrics, and no error, cut-off or audited rejection is recorded
+	// for status or reports.
+	Dry bool
 
 	counters metrics.Counters
 	// tallies are the current cycle's tallies of filter and score
@@ -44,7 +49,7 @@ type Reporter struct {
 // celsched_policy_time_budget_exceeded_total, the log and the policy's
 // status (Slow).
 func (r *Reporter) NoteErrors(ctx context.Context, budget time.Duration, d *engine.Decision, pod *corev1.Pod, node string) {
-	if d.Err == nil && len(d.Ignored) == 0 {
+	if r.Dry || (d.Err == nil && len(d.Ignored) == 0) {
 		return
 	}
 	if r.Errors.Record(d, time.Now()) && r.Notify != nil {
@@ -68,6 +73,9 @@ func (r *Reporter) NoteErrors(ctx context.Context, budget time.Duration, d *engi
 // those that apply, and the Audit policies that would have rejected the
 // pod.
 func (r *Reporter) Matched(ctx context.Context, c *Cycle, pod *corev1.Pod) {
+	if r.Dry {
+		return
+	}
 	logger := klog.FromContext(ctx)
 	for i := range c.ignored {
 		m := &c.ignored[i]
@@ -85,7 +93,11 @@ func (r *Reporter) Matched(ctx context.Context, c *Cycle, pod *corev1.Pod) {
 }
 
 // Count counts a decision's rule evaluations in celsched_policy_evaluations_total.
-func (r *Reporter) Count(d *engine.Decision) { r.counters.Count(d) }
+func (r *Reporter) Count(d *engine.Decision) {
+	if !r.Dry {
+		r.counters.Count(d)
+	}
+}
 
 // Tally returns the tally of a new cycle's decisions at point (PointFilter
 // or PointScore) for policies, and flushes the previous cycle's: the
@@ -93,7 +105,11 @@ func (r *Reporter) Count(d *engine.Decision) { r.counters.Count(d) }
 // NormalizeScore), and a cycle that ended otherwise (no node fits, an
 // error) is flushed here. kube-scheduler runs one scheduling cycle at a
 // time, so the previous cycle's evaluations are done.
+// A dry run's Tally is nil: it counts nothing.
 func (r *Reporter) Tally(point engine.Point, policies []*engine.CompiledPolicy) *metrics.Tally {
+	if r.Dry {
+		return nil
+	}
 	t := r.counters.Tally(point, policies)
 	i := 0
 	if point == engine.PointScore {

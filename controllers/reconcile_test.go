@@ -185,7 +185,7 @@ func TestAuditStatusWriterReconcile(t *testing.T) {
 	c := faultyClient(t, p, &f)
 	clock := time.Unix(1000, 0)
 	w := &AuditStatusWriter{Client: c, Log: &audit.Log{}, Interval: 10 * time.Second, Now: func() time.Time { return clock }}
-	compiled := &engine.CompiledPolicy{Name: "p", Generation: 1}
+	compiled := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}
 	reconcile := func(want time.Duration) {
 		t.Helper()
 		res, err := w.Reconcile(t.Context(), policyRequest("p"))

@@ -103,7 +103,7 @@ func TestReportsNotServed(t *testing.T) {
 	log := &audit.Log{}
 	w := &ReportWriter{Client: c, Reader: c, Log: log}
 	log.ByNamespace.Store(true)
-	log.Report(events.NewFakeRecorder(10), &engine.CompiledPolicy{Name: "p", Generation: 1}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}, "n",
+	log.Report(events.NewFakeRecorder(10), &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}, "n",
 		[]schedv1alpha1.AuditViolation{{Pod: "ns/x", Rule: "filters/f"}})
 	if _, err := w.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "p"}}); err != nil {
 		t.Fatal(err)

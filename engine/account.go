@@ -3,7 +3,7 @@ package engine
 import "slices"
 
 // This file is how a policy evaluation is charged for its expressions
-// (PolicyEvaluationCostBudget), so that the charge is the same whether an
+// (celcost.PolicyEvaluationCostBudget), so that the charge is the same whether an
 // expression was computed or its result read from the memo: a remembered
 // result costs what it cost, and no verdict depends on which pod came
 // before.

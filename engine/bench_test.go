@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -245,12 +246,12 @@ func BenchmarkFilterLabelRuleTracked(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pc := &policyCompiler{env: pe, out: &CompiledPolicy{variableIndex: map[string]int{}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
+	pc := &policyCompiler{env: pe, out: &CompiledPolicy{Program: &Program{variableIndex: map[string]int{}}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
 	c := pc.check(nil, zoneFilter, outputBool, nodeScope, "")
 	if c == nil {
 		b.Fatal(pc.out.Errors)
 	}
-	tracked, err := newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
+	tracked, err := celcost.NewTracked(c.env, c.ast, celcost.PerExpressionCostLimit)
 	if err != nil {
 		b.Fatal(err)
 	}

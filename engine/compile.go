@@ -14,20 +14,21 @@ import (
 	"k8s.io/apiserver/pkg/cel/environment"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // Compiler compiles SchedulingPolicy objects. It is safe for concurrent use.
 type Compiler struct {
 	env *Environment
 	// costBudget is the runtime cost budget of one policy evaluation given
-	// to the policies compiled: PolicyEvaluationCostBudget; tests lower it
+	// to the policies compiled: celcost.PolicyEvaluationCostBudget; tests lower it
 	// to reach it with cheap expressions.
 	costBudget uint64
 }
 
 // NewCompiler returns a compiler over the given environment.
 func NewCompiler(env *Environment) *Compiler {
-	return &Compiler{env: env, costBudget: PolicyEvaluationCostBudget}
+	return &Compiler{env: env, costBudget: celcost.PolicyEvaluationCostBudget}
 }
 
 // CompileOptions say which CEL environment an expression compiles against.
@@ -57,20 +58,18 @@ type CompileOptions struct {
 	ParamTypes ParamTypes
 }
 
-// CompiledPolicy is a SchedulingPolicy compiled for evaluation. It is
-// immutable once built. When Errors is not empty, the policy is not active:
-// evaluating it returns its compile error, and the caller applies
-// FailurePolicy.
-type CompiledPolicy struct {
-	Name            string
-	UID             types.UID
-	Generation      int64
-	ResourceVersion string
-	Enforcement     schedv1alpha1.EnforcementAction
-	// EnforcedBy is the field Enforcement comes from: EnforcedBySpec, an
-	// override (spec.enforcementOverrides[i]) in the copy that applies to
-	// a namespace (ForNamespace), or EnforcedByUnknownNamespace.
-	EnforcedBy    string
+// Program is one generation of a SchedulingPolicy, compiled: its
+// selectors, expressions, params spec and enforcement rules. It is
+// immutable once compiled, and owns the results its expressions remember
+// (their memo slots, memo.go): every CompiledPolicy made of it, whatever
+// its enforcement or params, shares them. Only a new generation (a spec
+// change) compiles a new Program; a status change (a rollout wave promoted,
+// paused or aborted) and a params change bind the same Program again.
+type Program struct {
+	Name       string
+	UID        types.UID
+	Generation int64
+	// FailurePolicy is spec.failurePolicy, defaulted.
 	FailurePolicy schedv1alpha1.FailurePolicyType
 	// Selectors select the pods the policy may apply to, before its match
 	// conditions.
@@ -89,21 +88,58 @@ type CompiledPolicy struct {
 	filters       []*boolRule
 	scores        []*scoreRule
 	usesNodeInfo  bool
-	// paramSpec is the policy's paramKind and paramRef, nil without;
-	// params, in a copy bound by WithParams, the params object its
-	// evaluations read, and base the policy it was bound from.
+	// paramSpec is the policy's paramKind and paramRef, nil without.
 	paramSpec *ParamSpec
-	params    *Params
-	base      *CompiledPolicy
 	// signs is what the filters, scores, messageExpressions and variables
 	// read of the pod: what the memo keys of their results hold
 	// (PodInput.key). reads is what every expression of the policy reads,
 	// match conditions and preEnqueue rules too: whether a pod it selects
 	// can be signed (Snapshot.Signature).
 	signs, reads podReads
-	// texts are the policy version's rejection messages, formatted once
-	// (Decision.String); shared with the copies bound to params.
+	// texts are the generation's rejection messages, formatted once
+	// (Decision.String).
 	texts *rejectionTexts
+	// overridden: the policy has enforcementOverrides or a rollout
+	// (HasOverrides). rules are what its enforcement is decided from
+	// apart from status (enforcement.go).
+	overridden bool
+	rules      *enforcementRules
+	// numbers is the compiling Environment's memo numbering: the slots of
+	// the expressions come from it, and so do those of the lists of
+	// policies compiled over it (Snapshot.List).
+	numbers *memoNumbers
+	// costBudget is the runtime cost budget of one evaluation of the
+	// policy (celcost.PolicyEvaluationCostBudget unless the Compiler says
+	// otherwise).
+	costBudget uint64
+}
+
+// CompiledPolicy is a Program as it acts: with the enforcement its spec,
+// its status (the rollout waves enforced) and, in a view for a namespace,
+// the namespace's override give it, and, in a copy bound to params, the
+// params object its expressions read. Copies are small and share the
+// Program. When Errors is not empty, the policy is not active: evaluating
+// it returns its compile error, and the caller applies FailurePolicy.
+//
+// For one pod, MatchAll resolves all of it in one place: the view for the
+// pod's namespace (ForNamespace), then one binding per params object the
+// pod's policy reads (WithParams), each then decided with FailurePolicy
+// applied (Decision).
+type CompiledPolicy struct {
+	*Program
+	// ResourceVersion is the version of the object (spec and status) this
+	// enforcement was resolved from.
+	ResourceVersion string
+	Enforcement     schedv1alpha1.EnforcementAction
+	// EnforcedBy is the field Enforcement comes from: EnforcedBySpec, an
+	// override (spec.enforcementOverrides[i]) in the copy that applies to
+	// a namespace (ForNamespace), or EnforcedByUnknownNamespace.
+	EnforcedBy string
+
+	// params, in a copy bound by WithParams, is the params object its
+	// evaluations read, and base the policy it was bound from.
+	params *Params
+	base   *CompiledPolicy
 	// views are the copies of a policy with enforcementOverrides, one per
 	// enforcement a namespace may get (ForNamespace); nil without
 	// overrides and in the copies. origin is the policy a copy was made
@@ -114,29 +150,16 @@ type CompiledPolicy struct {
 	view   int
 	// wave is, in a copy for a rollout wave, its index + 1 (Wave).
 	wave int
-	// overridden: the policy has enforcementOverrides or a rollout
-	// (HasOverrides). rules are what its enforcement is decided from
-	// apart from status, shared by every rollout state of the generation;
 	// enforcedWaves are the waves (by name) its status enforces, and
 	// rolloutKey the same in spec order (see WithRollout).
-	overridden    bool
-	rules         *enforcementRules
 	enforcedWaves map[string]bool
 	rolloutKey    string
-	// numbers is the compiling Environment's memo numbering: the slots of
-	// the expressions come from it, and so do those of the lists of
-	// policies compiled over it (Snapshot.List).
-	numbers *memoNumbers
-	// costBudget is the runtime cost budget of one evaluation of the
-	// policy (PolicyEvaluationCostBudget unless the Compiler says
-	// otherwise).
-	costBudget uint64
 }
 
 // expr is one compiled expression.
 type expr struct {
 	path *field.Path // e.g. spec.filters[2].expression
-	prg  program
+	prg  celcost.Program
 	// memo says whether the expression's results are kept per node
 	// version (memo.go): when it reads nothing but node and constants,
 	// directly or through variables, or only node and the pod fields its
@@ -193,7 +216,7 @@ func (e *CompileError) Error() string {
 }
 
 // Err returns the policy's compile error, or nil.
-func (p *CompiledPolicy) Err() error {
+func (p *Program) Err() error {
 	if len(p.Errors) == 0 {
 		return nil
 	}
@@ -205,23 +228,23 @@ func (p *CompiledPolicy) Err() error {
 func (p *CompiledPolicy) Enforced() bool { return p.Enforcement != schedv1alpha1.Audit }
 
 // HasPreEnqueue says whether the policy has preEnqueue rules.
-func (p *CompiledPolicy) HasPreEnqueue() bool { return len(p.preEnqueue) > 0 }
+func (p *Program) HasPreEnqueue() bool { return len(p.preEnqueue) > 0 }
 
 // HasFilters says whether the policy has filters.
-func (p *CompiledPolicy) HasFilters() bool { return len(p.filters) > 0 }
+func (p *Program) HasFilters() bool { return len(p.filters) > 0 }
 
 // HasScores says whether the policy has score rules.
-func (p *CompiledPolicy) HasScores() bool { return len(p.scores) > 0 }
+func (p *Program) HasScores() bool { return len(p.scores) > 0 }
 
 // UsesNodeInfo says whether any expression of the policy reads nodeInfo, so
 // that callers build the nodeInfo value only when it is needed.
-func (p *CompiledPolicy) UsesNodeInfo() bool { return p.usesNodeInfo }
+func (p *Program) UsesNodeInfo() bool { return p.usesNodeInfo }
 
 // PreEnqueueRuleNames returns the names of the preEnqueue rules, in order.
-func (p *CompiledPolicy) PreEnqueueRuleNames() []string { return ruleNames(p.preEnqueue) }
+func (p *Program) PreEnqueueRuleNames() []string { return ruleNames(p.preEnqueue) }
 
 // FilterRuleNames returns the names of the filters, in order.
-func (p *CompiledPolicy) FilterRuleNames() []string { return ruleNames(p.filters) }
+func (p *Program) FilterRuleNames() []string { return ruleNames(p.filters) }
 
 func ruleNames(rules []*boolRule) []string {
 	out := make([]string, len(rules))
@@ -232,11 +255,11 @@ func ruleNames(rules []*boolRule) []string {
 }
 
 // NumScoreRules is len(ScoreRules()), without building them.
-func (p *CompiledPolicy) NumScoreRules() int { return len(p.scores) }
+func (p *Program) NumScoreRules() int { return len(p.scores) }
 
 // ScoreRules returns the names, weights and normalizations of the score
 // rules, in order.
-func (p *CompiledPolicy) ScoreRules() []ScoreRuleInfo {
+func (p *Program) ScoreRules() []ScoreRuleInfo {
 	out := make([]ScoreRuleInfo, len(p.scores))
 	for i, s := range p.scores {
 		out[i] = ScoreRuleInfo{Name: s.name, Weight: s.weight, Normalization: s.normalization}
@@ -262,17 +285,19 @@ func (c *Compiler) Compile(policy *schedv1alpha1.SchedulingPolicy, opts CompileO
 func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.SchedulingPolicy, opts CompileOptions) *CompiledPolicy {
 	spec := &policy.Spec
 	out := &CompiledPolicy{
-		Name:            policy.Name,
-		UID:             policy.UID,
-		Generation:      policy.Generation,
+		Program: &Program{
+			Name:          policy.Name,
+			UID:           policy.UID,
+			Generation:    policy.Generation,
+			FailurePolicy: spec.FailurePolicy,
+			variableIndex: map[string]int{},
+			texts:         &rejectionTexts{},
+			numbers:       c.env.memo,
+			costBudget:    c.costBudget,
+		},
 		ResourceVersion: policy.ResourceVersion,
 		Enforcement:     spec.Enforcement,
 		EnforcedBy:      EnforcedBySpec,
-		FailurePolicy:   spec.FailurePolicy,
-		variableIndex:   map[string]int{},
-		texts:           &rejectionTexts{},
-		numbers:         c.env.memo,
-		costBudget:      c.costBudget,
 	}
 	out.Selectors, out.Errors = NewSelectors(spec)
 	var paramErrs field.ErrorList
@@ -314,7 +339,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 	}
 	if out.Err() == nil {
 		out.memoizeFor()
-		out.numbers.slots.assignSlots(out)
+		out.numbers.slots.assignSlots(out.Program)
 	}
 	return out
 }
@@ -322,7 +347,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 // memoizeFor keeps per-pod-field memoization for the expressions of a
 // policy whose podReads key their results, and do not include the pod's
 // name.
-func (p *CompiledPolicy) memoizeFor() {
+func (p *Program) memoizeFor() {
 	// A pod's name is its own: results keyed by it would serve no other
 	// pod, and only fill the memo.
 	if p.signs&(podReadsUnkeyable|podNameRead) == 0 {
@@ -589,17 +614,17 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if typical.Max > MaxEstimatedCost {
+	if typical.Max > celcost.MaxEstimatedCost {
 		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
 			"estimated cost %d exceeds the limit of %d for one expression (estimated with lists of up to %d items)%s",
-			typical.Max, MaxEstimatedCost, TypicalMaxItems, loopHint(ast))))
+			typical.Max, celcost.MaxEstimatedCost, celcost.TypicalMaxItems, loopHint(ast))))
 		return nil
 	}
-	if typical.Max > WarnEstimatedCost {
+	if typical.Max > celcost.WarnEstimatedCost {
 		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
 			FieldRef: path.String(),
 			Warning: fmt.Sprintf("estimated cost %d (with lists of up to %d items) exceeds the runtime limit of %d per evaluation: it will be cut off on objects with long lists%s",
-				typical.Max, TypicalMaxItems, PerExpressionCostLimit, loopHint(ast)),
+				typical.Max, celcost.TypicalMaxItems, celcost.PerExpressionCostLimit, loopHint(ast)),
 		})
 	}
 	estimate := worst
@@ -607,24 +632,24 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 }
 
 // program builds the program of a checked expression: bounded (untracked)
-// when its worst case is provably within PerExpressionCostLimit, tracked
+// when its worst case is provably within celcost.PerExpressionCostLimit, tracked
 // otherwise.
-func (pc *policyCompiler) program(path *field.Path, text string, c *checked) program {
-	var prg program
+func (pc *policyCompiler) program(path *field.Path, text string, c *checked) celcost.Program {
+	var prg celcost.Program
 	var err error
-	// nodeInfo.pods is bounded by declaration only (MaxPodsPerNodeInfo), not
+	// nodeInfo.pods is bounded by declaration only (celcost.MaxPodsPerNodeInfo), not
 	// by what the scheduler may see, so expressions reading it stay tracked.
 	//
 	// Bounded programs are charged their estimate against the policy's
 	// budget; so that this never rejects an evaluation that is cheap in
 	// fact, at most half the budget goes to bounded programs, and the rest
 	// are tracked and charged what they actually cost.
-	if c.estimate <= PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
-		pc.boundedTotal+c.estimate <= PolicyEvaluationCostBudget/2 {
+	if c.estimate <= celcost.PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
+		pc.boundedTotal+c.estimate <= celcost.PolicyEvaluationCostBudget/2 {
 		pc.boundedTotal += c.estimate
-		prg, err = newBoundedProgram(c.env, c.ast, c.estimate)
+		prg, err = celcost.NewBounded(c.env, c.ast, c.estimate)
 	} else {
-		prg, err = newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
+		prg, err = celcost.NewTracked(c.env, c.ast, celcost.PerExpressionCostLimit)
 	}
 	if err != nil {
 		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "program construction failed: "+err.Error()))

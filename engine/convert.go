@@ -14,6 +14,8 @@ import (
 	"k8s.io/apiserver/pkg/cel/openapi"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	"k8s.io/utils/lru"
+
+	"github.com/celsched/celsched/engine/nodecache"
 )
 
 // DefaultMaxCachedNodes bounds the node and namespace caches of a Converter.
@@ -32,7 +34,7 @@ type Converter struct {
 	// starts over. Invalidated by a new version of the node (replaced) and
 	// ForgetNode. Written by the first conversion of a node version (in a
 	// cycle or a hint; concurrent fills store equal values).
-	nodes nodeCache
+	nodes *nodecache.Cache[nodeValue]
 	// namespaces holds each namespace's CEL value (*cachedValue). Key:
 	// namespace name (UID and resourceVersion checked on read). Bound: max
 	// (LRU). Invalidated by a new version and ForgetNamespace. Written by
@@ -48,7 +50,7 @@ func NewConverter(env *Environment, maxCached int) *Converter {
 	if maxCached <= 0 {
 		maxCached = DefaultMaxCachedNodes
 	}
-	return &Converter{env: env, nodes: nodeCache{max: maxCached}, namespaces: lru.New(maxCached), podKeys: podKeys{ids: lru.New(maxCached)}}
+	return &Converter{env: env, nodes: nodecache.New[nodeValue](maxCached), namespaces: lru.New(maxCached), podKeys: podKeys{ids: lru.New(maxCached)}}
 }
 
 // cachedValue is an object's CEL value for one version of the object.
@@ -174,7 +176,7 @@ func (c *Converter) Node(node *corev1.Node, info func() *NodeInfo) (*NodeInput, 
 	if err != nil {
 		return nil, err
 	}
-	return &NodeInput{Node: node, node: entry.val, memo: entry.memoTable(), info: info}, nil
+	return &NodeInput{Node: node, node: entry.Value.val, memo: memoTableOf(entry), info: info}, nil
 }
 
 // NodeInput is Node for the per-(pod, node) path, by value: source is the
@@ -187,9 +189,9 @@ func (c *Converter) NodeInput(node *corev1.Node, generation int64, source any, i
 	if err != nil {
 		return NodeInput{}, err
 	}
-	in := NodeInput{Node: node, node: entry.val, memo: entry.memoTable(), generation: generation, infoFrom: info, infoSource: source}
+	in := NodeInput{Node: node, node: entry.Value.val, memo: memoTableOf(entry), generation: generation, infoFrom: info, infoSource: source}
 	if in.memo != nil && generation != 0 {
-		in.infoCache = &entry.info
+		in.infoCache = &entry.Value.info
 	}
 	return in, nil
 }
@@ -207,18 +209,16 @@ func (c *Converter) NodeValue(node *corev1.Node) (ref.Val, error) {
 	if err != nil {
 		return nil, err
 	}
-	return entry.val, nil
+	return entry.Value.val, nil
 }
 
-// nodeEntry is a node version's CEL value and the results of the memoized
-// expressions evaluated on it.
-type nodeEntry struct {
-	// node is the object converted; another object of the same version
-	// is found by UID and resourceVersion.
-	node            *corev1.Node
-	uid             ktypes.UID
-	resourceVersion string
-	val             ref.Val
+// nodeEntry is a node version's entry in the Converter's node cache.
+type nodeEntry = nodecache.Entry[nodeValue]
+
+// nodeValue is what is kept per node version: its CEL value and the
+// results of the memoized expressions evaluated on it.
+type nodeValue struct {
+	val ref.Val
 	// memo is kept in the entry, so that reading it costs no other cache
 	// line than the entry's, already read to check the version.
 	memo memoTable
@@ -231,24 +231,24 @@ type nodeEntry struct {
 
 // memoTable returns the entry's memo, or nil for a node that is not cached
 // (it has no resourceVersion).
-func (e *nodeEntry) memoTable() *memoTable {
-	if e.resourceVersion == "" {
+func memoTableOf(e *nodeEntry) *memoTable {
+	if e.ResourceVersion == "" {
 		return nil
 	}
-	return &e.memo
+	return &e.Value.memo
 }
 
 func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 	// The object an entry was made from finds it without reading the
 	// object (a cache miss per node in a scheduling cycle): only objects
 	// with a resourceVersion get entries.
-	if e := c.nodes.loadObject(node); e != nil {
+	if e := c.nodes.LoadObject(node); e != nil {
 		return e, nil
 	}
 	// An object without a resourceVersion (not from an apiserver) is never
 	// taken from the cache: it could be anything.
 	if node.ResourceVersion != "" {
-		if e := c.nodes.load(node); e != nil {
+		if e := c.nodes.Load(node); e != nil {
 			return e, nil
 		}
 	}
@@ -256,15 +256,15 @@ func (c *Converter) node(node *corev1.Node) (*nodeEntry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("converting node %s: %w", node.Name, err)
 	}
-	e := &nodeEntry{node: node, uid: node.UID, resourceVersion: node.ResourceVersion, val: val}
+	e := &nodeEntry{Node: node, UID: node.UID, ResourceVersion: node.ResourceVersion, Value: nodeValue{val: val}}
 	if node.ResourceVersion != "" {
-		c.nodes.store(node.Name, e)
+		c.nodes.Store(node.Name, e)
 	}
 	return e, nil
 }
 
 // ForgetNode drops a node's cached value, e.g. when the node is deleted.
-func (c *Converter) ForgetNode(name string) { c.nodes.store(name, nil) }
+func (c *Converter) ForgetNode(name string) { c.nodes.Store(name, nil) }
 
 // ForgetNamespace drops a namespace's cached value.
 func (c *Converter) ForgetNamespace(name string) { c.namespaces.Remove(name) }

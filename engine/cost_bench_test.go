@@ -10,6 +10,8 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
 	"k8s.io/apiserver/pkg/cel/environment"
+
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // checkedExpr type-checks an expression against the stored-expressions
@@ -35,7 +37,7 @@ func checkedExpr(tb testing.TB, text string) (*cel.Env, *cel.Ast) {
 // cel-go's own runtime cost tracker, with no limit.
 type celGoTracked struct{ prg cel.Program }
 
-func (p celGoTracked) eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
+func (p celGoTracked) Eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
 	v, details, err := p.prg.ContextEval(ctx, vars)
 	if details != nil && details.ActualCost() != nil {
 		cost = *details.ActualCost()
@@ -47,7 +49,7 @@ func (p celGoTracked) eval(ctx context.Context, vars interpreter.Activation) (va
 // (bounded), with celsched's cost tracker (tracked) and with cel-go's
 // (cel-go), and reports the cost and the time per cost unit: cel-go's
 // tracker is quadratic in the length of a loop, celsched's linear. The
-// design in limits.go quotes these numbers.
+// design in celcost/limits.go quotes these numbers.
 func BenchmarkTrackedLoop(b *testing.B) {
 	conv := NewConverter(testEnv(b), 0)
 	pod, err := conv.Pod(makePod("ns", "p", nil), makeNamespace("ns", nil))
@@ -60,11 +62,11 @@ func BenchmarkTrackedLoop(b *testing.B) {
 	}
 	for _, n := range []int{1000, 10000, 30000} {
 		env, ast := checkedExpr(b, fmt.Sprintf("lists.range(%d).all(i, i >= 0)", n))
-		bounded, err := newBoundedProgram(env, ast, 0)
+		bounded, err := celcost.NewBounded(env, ast, 0)
 		if err != nil {
 			b.Fatal(err)
 		}
-		tracked, err := newTrackedProgram(env, ast, math.MaxUint64)
+		tracked, err := celcost.NewTracked(env, ast, math.MaxUint64)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,23 +76,23 @@ func BenchmarkTrackedLoop(b *testing.B) {
 		}
 		programs := []struct {
 			name string
-			prg  program
+			prg  celcost.Program
 		}{{"bounded", bounded}, {"tracked", tracked}, {"cel-go", celGoTracked{celgo}}}
 		for _, p := range programs {
 			if p.name == "cel-go" && n > 10000 {
 				continue // over a second per evaluation
 			}
 			b.Run(fmt.Sprintf("n=%d/%s", n, p.name), func(b *testing.B) {
-				_, cost, err := p.prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				_, cost, err := p.prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 				if err != nil {
 					b.Fatal(err)
 				}
 				if p.name == "bounded" {
-					_, cost, _ = tracked.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+					_, cost, _ = tracked.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 				}
 				b.ResetTimer()
 				for b.Loop() {
-					if _, _, err := p.prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node)); err != nil {
+					if _, _, err := p.prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node)); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -105,7 +107,7 @@ func BenchmarkTrackedLoop(b *testing.B) {
 // input on large inputs (bigNode's 160 KiB annotations and 500 images,
 // 20000-element lists), tracked, and reports its cost and the time per
 // cost unit: a function priced below its work shows many nanoseconds per
-// unit. limits.go quotes these numbers.
+// unit. celcost/limits.go quotes these numbers.
 func BenchmarkFunctionCost(b *testing.B) {
 	const (
 		a    = "node.metadata.annotations['big']"
@@ -156,14 +158,14 @@ func BenchmarkFunctionCost(b *testing.B) {
 		"nodeInfo.pods == nodeInfo.pods",
 	} {
 		env, ast := checkedExpr(b, x)
-		prg, err := newTrackedProgram(env, ast, math.MaxUint64)
+		prg, err := celcost.NewTracked(env, ast, math.MaxUint64)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Run(x, func(b *testing.B) {
 			var cost uint64
 			for b.Loop() {
-				_, cost, _ = prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				_, cost, _ = prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 			}
 			b.ReportMetric(float64(cost), "cost/op")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(max(cost, 1)), "ns/unit")

@@ -8,11 +8,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/celsched/celsched/engine/celcost"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -107,12 +106,12 @@ func TestExpensiveExpressionsAreStopped(t *testing.T) {
 			if err := p.Err(); err != nil {
 				t.Fatal(err)
 			}
-			if _, ok := p.filters[0].prg.(*trackedProgram); !ok {
+			if _, ok := p.filters[0].prg.(*celcost.Tracked); !ok {
 				t.Fatalf("program is %T, want tracked", p.filters[0].prg)
 			}
 			err := p.Filter(context.Background(), pod, node).Err
 			var evalErr *EvalError
-			if !errors.As(err, &evalErr) || evalErr.Field != field || !errors.Is(err, ErrCostLimitExceeded) || !strings.Contains(err.Error(), "cost") {
+			if !errors.As(err, &evalErr) || evalErr.Field != field || !errors.Is(err, celcost.ErrCostLimitExceeded) || !strings.Contains(err.Error(), "cost") {
 				t.Fatalf("want an evaluation error of %s over its cost limit, got %v", field, err)
 			}
 		})
@@ -162,16 +161,16 @@ func TestOrdinaryRulesStayBounded(t *testing.T) {
 			}
 			var got []bool
 			for _, f := range p.filters {
-				_, tracked := f.prg.(*trackedProgram)
+				_, tracked := f.prg.(*celcost.Tracked)
 				got = append(got, tracked)
 				if f.messageExpression != nil {
-					if _, tracked := f.messageExpression.prg.(*trackedProgram); tracked {
+					if _, tracked := f.messageExpression.prg.(*celcost.Tracked); tracked {
 						t.Errorf("messageExpression of %s is tracked", f.name)
 					}
 				}
 			}
 			for _, s := range p.scores {
-				_, tracked := s.prg.(*trackedProgram)
+				_, tracked := s.prg.(*celcost.Tracked)
 				got = append(got, tracked)
 			}
 			if diff := cmp.Diff(tc.wantTracked, got); diff != "" {
@@ -257,12 +256,12 @@ func TestEstimateBoundsRuntimeCost(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			prg, err := newTrackedProgram(env, ast, estimate.Max)
+			prg, err := celcost.NewTracked(env, ast, estimate.Max)
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
-			if errors.Is(err, ErrCostLimitExceeded) {
+			_, cost, err := prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
+			if errors.Is(err, celcost.ErrCostLimitExceeded) {
 				t.Fatalf("cost %d passed the estimate %d", cost, estimate.Max)
 			}
 			if cost == 0 {
@@ -283,18 +282,18 @@ func TestRefusedCallIsNotRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	env, ast := checkedExpr(t, "node.metadata.annotations['big'].indexOf(node.metadata.annotations['big2']) >= 0")
-	prg, err := newTrackedProgram(env, ast, PerExpressionCostLimit)
+	prg, err := celcost.NewTracked(env, ast, celcost.PerExpressionCostLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Again: the program reuses the state of the evaluation it stopped.
 	for range 3 {
-		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), podInput(t, conv, nil, nil), node))
-		if !errors.Is(err, ErrCostLimitExceeded) {
+		_, cost, err := prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), podInput(t, conv, nil, nil), node))
+		if !errors.Is(err, celcost.ErrCostLimitExceeded) {
 			t.Fatalf("want the cost limit error, got %v", err)
 		}
-		if cost > PerExpressionCostLimit {
-			t.Errorf("charged %d, more than the limit %d", cost, PerExpressionCostLimit)
+		if cost > celcost.PerExpressionCostLimit {
+			t.Errorf("charged %d, more than the limit %d", cost, celcost.PerExpressionCostLimit)
 		}
 	}
 }
@@ -306,7 +305,7 @@ func TestTrackedConcurrent(t *testing.T) {
 	t.Parallel()
 	conv := NewConverter(testEnv(t), 0)
 	env, ast := checkedExpr(t, "nodeInfo.pods.all(p, p.name.size() > 0 && p.labels[?'app'].orValue('') == 'web')")
-	prg, err := newTrackedProgram(env, ast, PerExpressionCostLimit)
+	prg, err := celcost.NewTracked(env, ast, celcost.PerExpressionCostLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +313,7 @@ func TestTrackedConcurrent(t *testing.T) {
 	want := map[int]uint64{}
 	for _, n := range []int{1, 10, 100} {
 		node := nodeInput(t, conv, fmt.Sprintf("n%d", n), nil, manyPods(n))
-		_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+		_, cost, err := prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -329,7 +328,7 @@ func TestTrackedConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 20 {
-				_, cost, err := prg.eval(context.Background(), (&CompiledPolicy{Name: "p"}).newEvaluation(context.Background(), pod, node))
+				_, cost, err := prg.Eval(context.Background(), (&CompiledPolicy{Program: &Program{Name: "p"}}).newEvaluation(context.Background(), pod, node))
 				if err == nil && cost != want[n] {
 					err = fmt.Errorf("%d pods cost %d, want %d", n, cost, want[n])
 				}
@@ -344,54 +343,5 @@ func TestTrackedConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
-	}
-}
-
-// TestCallPrices: what the functions whose work grows with their input
-// cost at runtime, from their arguments.
-func TestCallPrices(t *testing.T) {
-	t.Parallel()
-	long := types.String(strings.Repeat("a", 160*1024))
-	needle := types.String(strings.Repeat("a", 80*1024) + "b")
-	list := func(n int) ref.Val {
-		vals := make([]ref.Val, n)
-		for i := range vals {
-			vals[i] = types.Int(i)
-		}
-		return types.NewRefValList(types.DefaultTypeAdapter, vals)
-	}
-	tests := map[string]struct {
-		function string
-		args     []ref.Val
-		want     uint64
-	}{
-		"charAt of 160 KiB":             {"charAt", []ref.Val{long, types.Int(1)}, 16384},
-		"charAt of 10 bytes":            {"charAt", []ref.Val{types.String("0123456789"), types.Int(1)}, 1},
-		"indexOf 80 KiB in 160 KiB":     {"indexOf", []ref.Val{long, needle}, 16384 * 8193},
-		"indexOf a letter in 160 KiB":   {"indexOf", []ref.Val{long, types.String("b")}, 16384},
-		"lastIndexOf 80 KiB in 160 KiB": {"lastIndexOf", []ref.Val{long, needle, types.Int(5)}, 16384 * 8193},
-		"indexOf in a list":             {"indexOf", []ref.Val{list(20000), types.Int(5)}, 20001},
-		"size of 160 KiB":               {"size", []ref.Val{long}, 16384},
-		"size of a list":                {"size", []ref.Val{list(20000)}, 1},
-		"substring of 160 KiB":          {"substring", []ref.Val{long, types.Int(1)}, 16384},
-		"replace '' with 80 KiB":        {"replace", []ref.Val{types.String("abc"), types.String(""), needle}, 2 + 32769},
-		"replace 'a' with 'bb'":         {"replace", []ref.Val{types.String("aaaa"), types.String("a"), types.String("bb")}, 2 + 1},
-		"int of 160 KiB":                {"int", []ref.Val{long}, 16384},
-		"int of a double":               {"int", []ref.Val{types.Double(1.5)}, 1},
-		"format 160 KiB":                {"format", []ref.Val{types.String("%s"), types.NewStringList(types.DefaultTypeAdapter, []string{string(long)})}, 1 + 1 + 16384},
-		"equal lists":                   {"_==_", []ref.Val{list(20000), list(20000)}, 20001},
-		"equal lists of different size": {"_==_", []ref.Val{list(20000), list(3)}, 4},
-		"lists.range(20000)":            {"lists.range", []ref.Val{types.Int(20000)}, 20011},
-		"distinct of 2000":              {"distinct", []ref.Val{list(2000)}, 2000*2000*2 + 11},
-		"in a list of 20000":            {"@in", []ref.Val{types.Int(1), list(20000)}, 20000},
-		"flatten of 2 x 20000":          {"flatten", []ref.Val{types.NewRefValList(types.DefaultTypeAdapter, []ref.Val{list(20000), list(20000)})}, 40011},
-	}
-	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			if got := priceBefore(tc.function)(tc.args); got != tc.want {
-				t.Errorf("%s costs %d, want %d", tc.function, got, tc.want)
-			}
-		})
 	}
 }

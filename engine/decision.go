@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // This file is where celsched's semantics are decided, once: what a false
@@ -210,7 +211,7 @@ func podVisible(err error) bool {
 			return true
 		}
 	}
-	return errors.Is(err, ErrCostBudgetExceeded) || errors.Is(err, ErrCostLimitExceeded) || errors.Is(err, ErrTimeBudgetExceeded)
+	return errors.Is(err, ErrCostBudgetExceeded) || errors.Is(err, celcost.ErrCostLimitExceeded) || errors.Is(err, ErrTimeBudgetExceeded)
 }
 
 // RuleLabel names the decision's rule as metrics, events and status.audit

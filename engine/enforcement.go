@@ -335,4 +335,4 @@ func (p *CompiledPolicy) NumOverrides() int {
 
 // HasOverrides says whether the policy's enforcement depends on the pod's
 // namespace.
-func (p *CompiledPolicy) HasOverrides() bool { return p.overridden }
+func (p *Program) HasOverrides() bool { return p.overridden }

@@ -2,8 +2,11 @@ package engine
 
 import (
 	"context"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -226,4 +229,42 @@ func TestPromotionCompilesNothing(t *testing.T) {
 	if p := registry.Upsert(aborted); registry.Compilations() != compilations || decide(p, one).Acts() {
 		t.Error("an abort compiled the policy, or left wave one enforced (the engine audits every wave of an aborted rollout)")
 	}
+}
+
+// TestProgramOutlivesItsFirstEnforcement: the memo slots of a policy's
+// expressions belong to its Program, shared by every enforcement of it.
+// Once the registry holds only the promoted policy, the copy compiled
+// before the promotion is garbage, and its collection must not hand the
+// slots the promoted policy still uses to the next policy compiled (which
+// would make the two overwrite each other's remembered results).
+func TestProgramOutlivesItsFirstEnforcement(t *testing.T) {
+	t.Parallel()
+	env := testEnv(t)
+	registry := NewRegistry(NewCompiler(env))
+	policy := rolloutPolicy()
+	if err := registry.Upsert(policy).Err(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := policy.DeepCopy()
+	promoted.ResourceVersion = "2"
+	promoted.Status.Rollout = &schedv1alpha1.RolloutStatus{Waves: []schedv1alpha1.WaveStatus{{Name: "one", Phase: schedv1alpha1.WaveEnforced}}}
+	after := registry.Upsert(promoted)
+	slot := after.filters[0].slot
+	for range 3 {
+		runtime.GC()
+	}
+	time.Sleep(10 * time.Millisecond) // cleanups run on their own goroutine
+	runtime.GC()
+	env.memo.slots.mu.Lock()
+	free := slices.Contains(env.memo.slots.free, slot)
+	env.memo.slots.mu.Unlock()
+	if free {
+		t.Fatalf("slot %d of the promoted policy's filter was returned while the policy is in use", slot)
+	}
+	other := policy.DeepCopy()
+	other.Name, other.UID = "other", "other"
+	if p := registry.Upsert(other); p.filters[0].slot == slot {
+		t.Errorf("the next policy compiled got slot %d, still used by the promoted policy", slot)
+	}
+	runtime.KeepAlive(after)
 }

@@ -16,6 +16,8 @@ import (
 	"k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // Names of the CEL variables. The namespace is namespaceObject, as in
@@ -168,7 +170,7 @@ func nodeInfoDeclType() *apiservercel.DeclType {
 		"requested":   apiservercel.NewDeclField("requested", resources, true, nil, nil),
 		"podCount":    apiservercel.NewDeclField("podCount", apiservercel.IntType, true, nil, nil),
 		"pods": apiservercel.NewDeclField("pods",
-			apiservercel.NewListType(podRef, MaxPodsPerNodeInfo), true, nil, nil),
+			apiservercel.NewListType(podRef, celcost.MaxPodsPerNodeInfo), true, nil, nil),
 	})
 }
 
@@ -179,8 +181,8 @@ type policyEnv struct {
 	envSet    *environment.EnvSet
 	variables *apiservercel.DeclType
 	// worst estimates with the largest sizes objects can have; typical with
-	// lists and maps of at most TypicalMaxItems elements.
-	worst, typical *costEstimator
+	// lists and maps of at most celcost.TypicalMaxItems elements.
+	worst, typical *celcost.Estimator
 }
 
 func (e *Environment) newPolicyEnv() (*policyEnv, error) {
@@ -208,11 +210,12 @@ func (e *Environment) newParamsPolicyEnv(params *apiservercel.DeclType) (*policy
 	}
 	roots[VariablesVar] = variables
 	roots[ParamsVar] = params
+	vars := celcost.Vars{Objects: []string{PodVar, NodeVar, NamespaceVar}, Params: ParamsVar, NodeInfo: NodeInfoVar}
 	return &policyEnv{
 		envSet:    envSet,
 		variables: variables,
-		worst:     newCostEstimator(roots, false),
-		typical:   newCostEstimator(roots, true),
+		worst:     celcost.NewEstimator(roots, vars, false),
+		typical:   celcost.NewEstimator(roots, vars, true),
 	}, nil
 }
 
@@ -237,10 +240,10 @@ func declTypeOf(t *cel.Type) *apiservercel.DeclType {
 		}
 	}
 	// Lists and maps built by a variable have no declared bound; assume
-	// MaxPodsPerNodeInfo elements for estimates, and track at runtime every
+	// celcost.MaxPodsPerNodeInfo elements for estimates, and track at runtime every
 	// expression that reads them (see references.unboundedVariable).
 	d := apiservercel.NewSimpleTypeWithMinSize(t.String(), t, nil, 1)
-	d.MaxElements = MaxPodsPerNodeInfo
+	d.MaxElements = celcost.MaxPodsPerNodeInfo
 	return d
 }
 

@@ -54,7 +54,7 @@ var ErrTimeBudgetExceeded = errors.New("the CEL time budget of the pod's schedul
 var ErrNotEvaluated = errors.New("not evaluated")
 
 // ErrCostBudgetExceeded is wrapped by the EvalError of an evaluation that
-// went over PolicyEvaluationCostBudget.
+// went over celcost.PolicyEvaluationCostBudget.
 var ErrCostBudgetExceeded = errors.New("policy evaluation exceeded its cost budget")
 
 // Selectors are the cheap part of matching a policy to a pod, without CEL:
@@ -389,7 +389,7 @@ func (p *CompiledPolicy) firstFalse(d *Decision, ev *lazy, node *NodeInput, rule
 // failed. An error of a variable the rule read names the variable's field
 // and the rule: a copy, since the variable's error is a value that other
 // rules, pods and goroutines read from the memo too.
-func (p *CompiledPolicy) evalError(rule string, e *expr, err error) error {
+func (p *Program) evalError(rule string, e *expr, err error) error {
 	var ee *EvalError
 	if errors.As(err, &ee) {
 		named := *ee
@@ -607,7 +607,7 @@ func memoizable(err error) bool {
 // it read, with theirs.
 func (ev *evaluation) run(e *expr) (ref.Val, costRecord, error) {
 	start := len(ev.reads)
-	val, own, err := e.prg.eval(ev.ctx, ev)
+	val, own, err := e.prg.Eval(ev.ctx, ev)
 	cost := costRecord{own: own, vars: distinctReads(ev.reads[start:])}
 	ev.reads = ev.reads[:start]
 	if err != nil {

@@ -255,7 +255,7 @@ func fuzzNode(str string, bigKiB uint8, images uint16) *corev1.Node {
 // evaluation end soon after its cycle's deadline (fuzzDeadline).
 // fuzzDeadline is the fuzzed evaluations' cycle deadline, and
 // fuzzDeadlineSlack how much later than it they may end: one library call
-// priced within the cost limit (at most about 0.15 s, see limits.go) and
+// priced within the cost limit (at most about 0.15 s, see celcost/limits.go) and
 // scheduling noise.
 const (
 	fuzzDeadline      = 100 * time.Millisecond

@@ -30,7 +30,7 @@ import (
 //
 // The memo lives beside the node's CEL value (nodeEntry), so a new node
 // version starts empty. Each memoized expression has a slot, an index into
-// the node's table; a slot is reused when its policy version is garbage
+// the node's table; a slot is reused when its Program is garbage
 // collected, and every entry records its expression, so an entry of a
 // slot's previous owner is never returned. Reads take no lock and allocate
 // nothing.
@@ -237,12 +237,14 @@ func (a *slotAllocator) put(slots []int) {
 	a.free = append(a.free, slots...)
 }
 
-// assignSlots gives each memoized expression of a compiled policy a slot,
-// returned to the allocator when the policy is garbage collected (no
-// scheduling cycle holds it any more). Entries of a returned slot stay in
+// assignSlots gives each memoized expression of a program a slot,
+// returned to the allocator when the program is garbage collected: when no
+// CompiledPolicy made of it (its enforcement views, rollout states and
+// params bindings, which share it) is held by a snapshot or a scheduling
+// cycle any more. Entries of a returned slot stay in
 // the nodes' tables until overwritten, but name their expression, which
 // keeps them from being read for another.
-func (a *slotAllocator) assignSlots(p *CompiledPolicy) {
+func (a *slotAllocator) assignSlots(p *Program) {
 	var slots []int
 	for _, e := range p.exprs() {
 		if e.memo == notMemoized {
@@ -257,7 +259,7 @@ func (a *slotAllocator) assignSlots(p *CompiledPolicy) {
 }
 
 // exprs returns the policy's expressions that are evaluated per node.
-func (p *CompiledPolicy) exprs() []*expr {
+func (p *Program) exprs() []*expr {
 	var out []*expr
 	for _, v := range p.variables {
 		out = append(out, &v.expr)

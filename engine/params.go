@@ -188,7 +188,7 @@ func (p *CompiledPolicy) Params() *Params { return p.params }
 
 // ParamSpec returns the policy's paramKind and paramRef, nil when it has
 // none.
-func (p *CompiledPolicy) ParamSpec() *ParamSpec { return p.paramSpec }
+func (p *Program) ParamSpec() *ParamSpec { return p.paramSpec }
 
 // Base returns the policy a bound copy was made from (itself when not
 // bound).

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -75,7 +76,7 @@ func TestPolicyCostBudget(t *testing.T) {
 	}
 
 	ev = &lazy{ctx: context.Background(), policy: p, pod: podInput(t, conv, nil, nil)}
-	ev.account.spent = PolicyEvaluationCostBudget - 1
+	ev.account.spent = celcost.PolicyEvaluationCostBudget - 1
 	d := Decision{Policy: p, Point: PointFilter}
 	p.firstFalse(&d, ev, node, p.filters, Reject)
 	err := d.Err
@@ -150,22 +151,22 @@ func TestBoundedAndTrackedAgree(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pc := &policyCompiler{env: pe, out: &CompiledPolicy{variableIndex: map[string]int{}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
+			pc := &policyCompiler{env: pe, out: &CompiledPolicy{Program: &Program{variableIndex: map[string]int{}}}, stored: func(string) bool { return false }, scalarVariables: map[string]bool{}}
 			c := pc.check(nil, x, outputAny, nodeScope, "")
 			if c == nil {
 				t.Fatalf("compile: %v", pc.out.Errors)
 			}
-			bounded, err := newBoundedProgram(c.env, c.ast, 0)
+			bounded, err := celcost.NewBounded(c.env, c.ast, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tracked, err := newTrackedProgram(c.env, c.ast, PerExpressionCostLimit)
+			tracked, err := celcost.NewTracked(c.env, c.ast, celcost.PerExpressionCostLimit)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := &CompiledPolicy{Name: "p"}
-			bv, berr := asError(bounded.eval(context.Background(), p.newEvaluation(context.Background(), pod, node)))
-			tv, terr := asError(tracked.eval(context.Background(), p.newEvaluation(context.Background(), pod, node)))
+			p := &CompiledPolicy{Program: &Program{Name: "p"}}
+			bv, berr := asError(bounded.Eval(context.Background(), p.newEvaluation(context.Background(), pod, node)))
+			tv, terr := asError(tracked.Eval(context.Background(), p.newEvaluation(context.Background(), pod, node)))
 			if (berr == nil) != (terr == nil) {
 				t.Fatalf("bounded error %v, tracked error %v", berr, terr)
 			}

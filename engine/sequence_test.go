@@ -17,6 +17,7 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -392,7 +393,7 @@ func policyText(t testing.TB, choices []byte, str string, n int64) string {
 
 // seqBudgets are the policy cost budgets sequences run with: the real one,
 // and small ones that cheap expressions reach.
-var seqBudgets = []uint64{PolicyEvaluationCostBudget, 3, 20, 60, 200, 1000}
+var seqBudgets = []uint64{celcost.PolicyEvaluationCostBudget, 3, 20, 60, 200, 1000}
 
 // TestRememberedIsFresh: generated policies, sequences of pods that differ
 // in one field at a time (and namespace relabels, pods placed on nodes),

@@ -17,6 +17,8 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/parser"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // This file says why a rule is false (or failed): the values of its
@@ -153,7 +155,7 @@ func (w *Why) program(e *expr) (cel.Program, error) {
 		}
 		return v.(cel.Program), nil
 	}
-	prg, err := e.checked.env.Program(e.checked.ast, cel.EvalOptions(cel.OptTrackState), cel.CostLimit(PerExpressionCostLimit))
+	prg, err := e.checked.env.Program(e.checked.ast, cel.EvalOptions(cel.OptTrackState), cel.CostLimit(celcost.PerExpressionCostLimit))
 	if err != nil {
 		err = fmt.Errorf("building the explanation of %s: %w", e.path, err)
 		w.programs.Store(e, err)

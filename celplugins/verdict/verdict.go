@@ -178,6 +178,13 @@ type fixed struct{ s *engine.Snapshot }
 
 func (f fixed) Snapshot() *engine.Snapshot { return f.s }
 
+// DryRunProfileSuffix ends the profile names of an Evaluator's frameworks
+// (the profile "celsched" is "celsched/dry-run" in them), which label the
+// metrics kube-scheduler's framework records of every run
+// (scheduler_framework_extension_point_duration_seconds,
+// scheduler_plugin_evaluation_total).
+const DryRunProfileSuffix = "/dry-run"
+
 // New builds the frameworks of every profile of opts.Config over the
 // cluster, with the CEL plugins reading policies. The built-in plugins'
 // informers (namespaces, volumes, services) are a fake clientset's over
@@ -194,6 +201,9 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		frameworks: map[string]framework.Framework{},
 	}
 	e.rt.Inputs.Params = policies.Params
+	// An evaluation is not the scheduler's: it counts in no metric, and
+	// leaves no error or audited rejection for status.
+	e.rt.Report.Dry = true
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {
@@ -218,6 +228,12 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	metrics.Register() // the framework records into kube-scheduler's metrics; idempotent
 	for i := range opts.Config.Profiles {
 		prof := profile(&opts.Config.Profiles[i])
+		name := prof.SchedulerName
+		// kube-scheduler's framework records some of its metrics whatever
+		// the caller (the extension points' durations, by profile): in a
+		// manager, the rollout gate's evaluations are told apart from the
+		// scheduler's by their profile label.
+		prof.SchedulerName = name + DryRunProfileSuffix
 		if err := withBudget(prof, opts.Budget); err != nil {
 			e.cancel()
 			return nil, err
@@ -234,9 +250,9 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		)
 		if err != nil {
 			e.cancel()
-			return nil, fmt.Errorf("building the scheduling framework of profile %s: %w", prof.SchedulerName, err)
+			return nil, fmt.Errorf("building the scheduling framework of profile %s: %w", name, err)
 		}
-		e.frameworks[prof.SchedulerName] = fw
+		e.frameworks[name] = fw
 	}
 	factory.Start(ctx.Done())
 	if err := waitForSync(ctx, factory); err != nil {
@@ -400,11 +416,12 @@ func (e *Evaluator) Framework(pod *corev1.Pod) (framework.Framework, error) {
 
 func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until stage) (*Result, error) {
 	pod = Default(pod)
-	fw, err := e.Framework(pod)
+	name, err := e.SchedulerName(pod)
 	if err != nil {
 		return nil, err
 	}
-	pod.Spec.SchedulerName = fw.ProfileName()
+	fw := e.frameworks[name]
+	pod.Spec.SchedulerName = name
 	r := &Result{}
 	if err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until); err != nil {
 		return nil, err

@@ -21,7 +21,7 @@ func violation(pod string) schedv1alpha1.AuditViolation {
 func TestAuditLog(t *testing.T) {
 	t.Parallel()
 	var log Log
-	gen1 := &engine.CompiledPolicy{Name: "p", Generation: 1}
+	gen1 := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}
 	for i, pod := range []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f"} {
 		var vs []schedv1alpha1.AuditViolation
 		if i%2 == 0 {
@@ -64,7 +64,7 @@ func TestAuditLog(t *testing.T) {
 	// a write of the old generation's subtracts nothing from the new.
 	log.record(gen1, "ns", nil)
 	old := log.Policies.Unwritten("p")[struct{}{}]
-	log.record(&engine.CompiledPolicy{Name: "p", Generation: 2}, "ns", nil)
+	log.record(&engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 2}}, "ns", nil)
 	d2 := log.Policies.Unwritten("p")[struct{}{}]
 	if d2.Generation != 2 || d2.Evaluated != 1 {
 		t.Errorf("after a new generation: %+v", d2)
@@ -88,7 +88,7 @@ func TestAuditLog(t *testing.T) {
 func TestEvidenceSignal(t *testing.T) {
 	t.Parallel()
 	var log Log
-	p, q := &engine.CompiledPolicy{Name: "p", Generation: 1}, &engine.CompiledPolicy{Name: "q", Generation: 1}
+	p, q := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}, &engine.CompiledPolicy{Program: &engine.Program{Name: "q", Generation: 1}}
 	for range 100 {
 		log.record(p, "ns", nil)
 		log.record(q, "ns", nil)
@@ -127,7 +127,7 @@ func TestEvidenceSignal(t *testing.T) {
 func TestAuditLogByNamespace(t *testing.T) {
 	t.Parallel()
 	var log Log
-	p := &engine.CompiledPolicy{Name: "p", Generation: 1}
+	p := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}
 	log.record(p, "a", []schedv1alpha1.AuditViolation{violation("a/x")})
 	if got := log.Namespaces.Unwritten("p"); got != nil {
 		t.Fatalf("collected per namespace while off: %v", got)

@@ -11,7 +11,7 @@ import (
 )
 
 // Tally counts the Filter or Score decisions of one scheduling cycle for
-// the policies that apply to the pod, and adds them to
+// the policies that apply to the pod (a nil Tally counts nothing), and adds them to
 // celsched_policy_evaluations_total once the cycle's evaluations are done
 // (Flush): per (pod, node) it costs one atomic addition when every policy
 // passes, and no Prometheus call. Decisions with errors are rare and are
@@ -60,7 +60,11 @@ type tallied struct {
 func (t *Tally) Timed() bool { return t != nil && t.timed }
 
 // Time adds the CEL time of an evaluation of policy i, in a timed cycle.
-func (t *Tally) Time(i int, d time.Duration) { t.policies[i].nanos.Add(int64(d)) }
+func (t *Tally) Time(i int, d time.Duration) {
+	if t != nil {
+		t.policies[i].nanos.Add(int64(d))
+	}
+}
 
 // Tally returns a tally of the decisions at point (PointFilter or
 // PointScore) of the given policies, in the order the plugin evaluates
@@ -97,7 +101,7 @@ func Plain(d *engine.Decision) bool { return d.Verdict == engine.Pass && len(d.I
 // Passed counts one node on which the policies from..to-1 all passed
 // plainly (Plain).
 func (t *Tally) Passed(from, to int) {
-	if from >= to {
+	if t == nil || from >= to {
 		return
 	}
 	t.policies[from].passFrom.Add(1)
@@ -108,6 +112,9 @@ func (t *Tally) Passed(from, to int) {
 
 // Add counts a decision of policy i that is not Plain.
 func (t *Tally) Add(i int, d *engine.Decision) {
+	if t == nil {
+		return
+	}
 	p := &t.policies[i]
 	if d.Verdict == engine.Reject && len(d.Ignored) == 0 && p.denied != nil {
 		if r := slices.IndexFunc(p.rules, func(r ruleCounters) bool { return r.name == d.Rule }); r >= 0 {

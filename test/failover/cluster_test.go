@@ -11,10 +11,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -407,4 +411,90 @@ func waitPolicyReady(t *testing.T, p *schedv1alpha1.SchedulingPolicy) {
 	if err != nil {
 		t.Fatalf("policy %s (UID %s, generation %d) did not become Ready: %v; status %+v", p.Name, p.UID, got.Generation, err, got.Status)
 	}
+}
+
+// bindOrder is the order in which the API server bound the pods of a
+// namespace: a watch delivers a namespace's changes in the order the API
+// server made them.
+type bindOrder struct {
+	mu sync.Mutex
+	// positions maps each bound pod to its place in the order, from 1.
+	positions map[string]int
+	err       error
+}
+
+// watchBinds records the order of the binds in namespace from now until
+// the test ends.
+func watchBinds(t *testing.T, namespace string) *bindOrder {
+	t.Helper()
+	ctx := t.Context()
+	pods := clientset.CoreV1().Pods(namespace)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Fatalf("%s has %d pods before the watch, want none", namespace, len(list.Items))
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			return pods.Watch(ctx, opts)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &bindOrder{positions: map[string]int{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			o.mu.Lock()
+			switch pod, ok := ev.Object.(*corev1.Pod); {
+			case ev.Type == watch.Error:
+				o.err = fmt.Errorf("watching the pods of %s: %v", namespace, apierrors.FromObject(ev.Object))
+			case ok && pod.Spec.NodeName != "" && o.positions[pod.Name] == 0:
+				o.positions[pod.Name] = len(o.positions) + 1
+			}
+			o.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return o
+}
+
+// position is where pod is in the order; it waits until the watch has
+// seen the pod bound.
+func (o *bindOrder) position(t *testing.T, pod string) int {
+	t.Helper()
+	var pos int
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		pos = o.positions[pod]
+		return pos != 0, o.err
+	})
+	if err != nil {
+		t.Fatalf("the watch did not see pod %s bound: %v", pod, err)
+	}
+	return pos
+}
+
+// first is the earliest position of pods; 0 for none.
+func (o *bindOrder) first(t *testing.T, pods []string) int {
+	t.Helper()
+	first := 0
+	for _, pod := range pods {
+		if pos := o.position(t, pod); first == 0 || pos < first {
+			first = pos
+		}
+	}
+	return first
+}
+
+// len is how many binds the watch has seen.
+func (o *bindOrder) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.positions)
 }

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,6 +36,8 @@ var repoRoot = filepath.Join("..", "..")
 var (
 	// k8sClient talks to the envtest kube-apiserver as its admin.
 	k8sClient client.Client
+	// clientset is the same, for watches.
+	clientset kubernetes.Interface
 	// kubeconfig is a kubeconfig file for the same, given to the managers.
 	kubeconfig string
 	// managerBinary is ./cmd/manager, built by TestMain.
@@ -81,6 +84,10 @@ func run(m *testing.M) int {
 	// The tests create hundreds of objects at once.
 	cfg.QPS, cfg.Burst = 1000, 2000
 	if k8sClient, err = testenv.Client(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

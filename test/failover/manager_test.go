@@ -210,6 +210,20 @@ func (m *managerProcess) waitLog(t *testing.T, s string) {
 	}
 }
 
+// waitLogCount waits until the log has n lines containing s.
+func (m *managerProcess) waitLogCount(t *testing.T, s string, n int) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		if !m.running() {
+			return false, fmt.Errorf("manager %s exited (%s)", m.name, m.exitStatus())
+		}
+		return m.countLog(t, s, 0) >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("manager %s did not log %q %d times: %v", m.name, s, n, err)
+	}
+}
+
 // becameLeader is the event a replica logs when it becomes the leader,
 // with its identity: the Lease's holderIdentity.
 var becameLeader = regexp.MustCompile(`"(\S+) became leader"`)

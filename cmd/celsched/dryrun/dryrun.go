@@ -214,11 +214,15 @@ func (s *Scheduler) report(ctx context.Context, pod *corev1.Pod, evaluate func(c
 	if err != nil {
 		return nil, err
 	}
+	name, err := s.SchedulerName(pod)
+	if err != nil {
+		return nil, err
+	}
 	res, err := evaluate(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Pod: pod.Namespace + "/" + pod.Name, SchedulerName: fw.ProfileName(), Plugins: verdict.PluginsOf(fw), Result: *res}, nil
+	return &Report{Pod: pod.Namespace + "/" + pod.Name, SchedulerName: name, Plugins: verdict.PluginsOf(fw), Result: *res}, nil
 }
 
 // Why explains what holds a pod, or refuses it a node: of the policies

@@ -7,6 +7,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler"
@@ -40,6 +42,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -72,7 +75,9 @@ type Options struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod time the election, as
 	// kube-scheduler's flags of the same names do; 0 means its defaults
 	// (15s, 10s, 2s). A leader that cannot renew within RenewDeadline
-	// exits; until then it keeps scheduling (docs/operations.md).
+	// exits; the scheduler writes nothing (binds no pod) once RenewDeadline
+	// has passed since its last renewal was sent (leaderFence,
+	// docs/operations.md).
 	LeaseDuration time.Duration
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
@@ -203,7 +208,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	mgr, rotator, err := newControllerManager(cfg, o)
+	mgr, rotator, fence, err := newControllerManager(ctx, cfg, o)
 	if err != nil {
 		return nil, err
 	}
@@ -237,9 +242,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			return nil, fmt.Errorf("setting up the report writer: %w", err)
 		}
 	}
-	runner, err := addScheduler(ctx, cfg, mgr, schedCfg, p)
+	runner, err := addScheduler(ctx, cfg, mgr, schedCfg, p, fence)
 	if err != nil {
 		return nil, err
+	}
+	// The leader gauge, and the rollouts' state from status (every replica).
+	if err := mgr.Add(leading()); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.RolloutMetrics{Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the rollout metrics: %w", err)
 	}
 	names := make([]string, len(schedCfg.Profiles))
 	for i, p := range schedCfg.Profiles {
@@ -260,22 +272,37 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 
 // newControllerManager builds the controller-runtime manager: its scheme,
 // metrics (with kube-scheduler's at SchedulerMetricsPath), probes,
-// profiling, webhook server and leader election; and the certificate
-// rotator when the manager provisions the webhook's certificate.
-func newControllerManager(cfg *rest.Config, o Options) (ctrl.Manager, *webhookcert.Rotator, error) {
+// profiling, webhook server and leader election; the certificate rotator
+// when the manager provisions the webhook's certificate; and, with leader
+// election, the fence of the scheduler's writes.
+func newControllerManager(ctx context.Context, cfg *rest.Config, o Options) (ctrl.Manager, *webhookcert.Rotator, *leaderFence, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := reportsv1alpha1.Install(scheme); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	webhookServer, rotator, err := newWebhookServer(cfg, o)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	// The Lease lock is controller-runtime's, built as it builds it (below,
+	// once the manager provides the event recorder), wrapped to tell the
+	// fence of each acquire and renewal.
+	var (
+		lock          *fencedLock
+		lockInterface resourcelock.Interface // nil, not a nil *fencedLock, without leader election
+		fence         *leaderFence
+	)
+	renewDeadline := cmp.Or(o.RenewDeadline, DefaultRenewDeadline)
+	if o.LeaderElection {
+		fence = newLeaderFence(renewDeadline, klog.FromContext(ctx).WithName("leader-fence"))
+		lock = &fencedLock{fence: fence}
+		lockInterface = lock
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
@@ -293,11 +320,28 @@ func newControllerManager(cfg *rest.Config, o Options) (ctrl.Manager, *webhookce
 		LeaseDuration:                 durationOrNil(o.LeaseDuration),
 		RenewDeadline:                 durationOrNil(o.RenewDeadline),
 		RetryPeriod:                   durationOrNil(o.RetryPeriod),
+		// The lock's Interface is set below, before the manager starts.
+		LeaderElectionResourceLockInterface: lockInterface,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("creating the controller manager: %w", err)
+		return nil, nil, nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
-	return mgr, rotator, nil
+	if lock != nil {
+		leaderCfg := rest.CopyConfig(cfg)
+		if leaderCfg.UserAgent == "" {
+			leaderCfg.UserAgent = rest.DefaultKubernetesUserAgent()
+		}
+		lock.Interface, err = leaderelection.NewResourceLock(leaderCfg, mgr, leaderelection.Options{
+			LeaderElection:          true,
+			LeaderElectionID:        o.LeaderElectionID,
+			LeaderElectionNamespace: o.LeaderElectionNamespace,
+			RenewDeadline:           renewDeadline,
+		})
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("creating the leader election lock: %w", err)
+		}
+	}
+	return mgr, rotator, fence, nil
 }
 
 // policies is what turns SchedulingPolicies into the CEL plugins' inputs:
@@ -370,8 +414,8 @@ func addWebhook(mgr ctrl.Manager, env *engine.Environment, rotator *webhookcert.
 // addScheduler adds kube-scheduler and its informers, and the health and
 // readiness checks: ready once the scheduler's informers synced and every
 // stored policy is compiled, what the scheduling loop waits for.
-func addScheduler(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies) (*schedulerRunner, error) {
-	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, p.rt, p.feed)
+func addScheduler(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies, fence *leaderFence) (*schedulerRunner, error) {
+	runner, err := newSchedulerRunner(ctx, cfg, schedCfg, p.rt, p.feed, fence)
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +503,9 @@ type schedulerRunner struct {
 	synced   chan struct{}
 }
 
-func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedulerconfig.KubeSchedulerConfiguration, rt *celplugins.Runtime, feed *celplugins.PolicyFeed) (*schedulerRunner, error) {
+// With a fence (leader election), every write of the scheduler but its
+// Events passes the fence.
+func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedulerconfig.KubeSchedulerConfiguration, rt *celplugins.Runtime, feed *celplugins.PolicyFeed, fence *leaderFence) (*schedulerRunner, error) {
 	// The connection settings of the scheduler configuration, as
 	// kube-scheduler applies them.
 	cfg = rest.CopyConfig(cfg)
@@ -467,7 +513,18 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 	cfg.AcceptContentTypes = schedCfg.ClientConnection.AcceptContentTypes
 	cfg.QPS = schedCfg.ClientConnection.QPS
 	cfg.Burst = int(schedCfg.ClientConnection.Burst)
-	client, err := kubernetes.NewForConfig(rest.AddUserAgent(cfg, "celsched-scheduler"))
+	cfg = rest.AddUserAgent(cfg, "celsched-scheduler")
+	// Events have a client of their own, as in kube-scheduler, which the
+	// fence does not guard.
+	eventsClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the scheduler's events client: %w", err)
+	}
+	if fence != nil {
+		cfg = rest.CopyConfig(cfg)
+		cfg.Wrap(fence.wrap)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the scheduler's client: %w", err)
 	}
@@ -478,7 +535,7 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 	r := &schedulerRunner{
 		factory:     scheduler.NewInformerFactory(client, 0),
 		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dynClient, 0),
-		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()}),
+		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: eventsClient.EventsV1()}),
 		synced:      make(chan struct{}),
 	}
 	registry := frameworkruntime.Registry{

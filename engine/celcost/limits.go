@@ -1,4 +1,4 @@
-package engine
+package celcost
 
 import (
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
@@ -18,7 +18,7 @@ import (
 // How an expression's cost is bounded, and why:
 //
 //   - Every function whose work grows with its input is priced by that
-//     input, at compile time (costEstimator in env.go) and at runtime
+//     input, at compile time (Estimator in env.go) and at runtime
 //     (cost.go), alike: strings at one unit per ten bytes (the Kubernetes
 //     StringTraversalCostFactor), the product of both lengths where every
 //     position is compared (indexOf, lastIndexOf, as contains), the size
@@ -42,8 +42,8 @@ import (
 //     namespaces 63 (validatedSize). Anything else is bounded by the
 //     largest object, MaxObjectSizeBytes.
 //   - An expression whose worst-case estimate is within
-//     PerExpressionCostLimit runs untracked (boundedProgram): its estimate
-//     bounds it. Any other is tracked (trackedProgram) and stops as soon as
+//     PerExpressionCostLimit runs untracked (Bounded): its estimate
+//     bounds it. Any other is tracked (Tracked) and stops as soon as
 //     it passes the limit; a call that would pass it is refused before it
 //     runs, so that one call cannot run for seconds first. Expressions
 //     whose estimate cannot be trusted (reading nodeInfo.pods, a variable

@@ -1,4 +1,4 @@
-package engine
+package celcost
 
 import (
 	"context"
@@ -12,22 +12,22 @@ import (
 	"k8s.io/apiserver/pkg/cel/library"
 )
 
-// program evaluates one compiled expression.
-type program interface {
-	// eval evaluates the expression and returns its value and its cost:
+// Program evaluates one compiled expression.
+type Program interface {
+	// Eval evaluates the expression and returns its value and its cost:
 	// the measured cost when tracked, the estimated worst case otherwise.
-	eval(ctx context.Context, vars interpreter.Activation) (ref.Val, uint64, error)
+	Eval(ctx context.Context, vars interpreter.Activation) (ref.Val, uint64, error)
 }
 
 // interruptCheckFrequency is how many comprehension iterations pass between
 // two checks of the context's cancellation.
 const interruptCheckFrequency = 100
 
-// trackedProgram is a program that tracks its cost at runtime and stops
+// Tracked is a program that tracks its cost at runtime and stops
 // when it exceeds its limit (see cost.go for why this is not cel-go's cost
-// tracker). It is planned as boundedProgram is, plus cel-go's EvalState
+// tracker). It is planned as Bounded is, plus cel-go's EvalState
 // observer, which reports every evaluation step to a costState.
-type trackedProgram struct {
+type Tracked struct {
 	interpretable *interpreter.ObservableInterpretable
 	plan          *costPlan
 	limit         uint64
@@ -36,8 +36,8 @@ type trackedProgram struct {
 	states sync.Pool
 }
 
-func newTrackedProgram(env *cel.Env, ast *cel.Ast, limit uint64) (*trackedProgram, error) {
-	p := &trackedProgram{plan: newCostPlan(ast), limit: limit}
+func NewTracked(env *cel.Env, ast *cel.Ast, limit uint64) (*Tracked, error) {
+	p := &Tracked{plan: newCostPlan(ast), limit: limit}
 	interpretable, err := planProgram(env, ast, interpreter.EvalStateObserver(interpreter.EvalStateFactory(func() interpreter.EvalState {
 		if s, ok := p.states.Get().(*costState); ok {
 			return s
@@ -55,7 +55,7 @@ func newTrackedProgram(env *cel.Env, ast *cel.Ast, limit uint64) (*trackedProgra
 	return p, nil
 }
 
-func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
+func (p *Tracked) Eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, 0, fmt.Errorf("evaluation cancelled: %w", err)
 	}
@@ -85,7 +85,7 @@ func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) 
 	return val, 0, nil
 }
 
-// boundedProgram is a program whose worst-case cost, estimated at compile
+// Bounded is a program whose worst-case cost, estimated at compile
 // time, is within PerExpressionCostLimit, so it cannot exceed the limit and
 // runs without runtime cost tracking.
 //
@@ -100,17 +100,17 @@ func (p *trackedProgram) eval(ctx context.Context, vars interpreter.Activation) 
 // which optionalOrDecorator provides; the others configure cost tracking.
 // TestBoundedAndTrackedAgree checks that both programs give the same
 // results.
-type boundedProgram struct {
+type Bounded struct {
 	interpretable interpreter.Interpretable
 	cost          uint64
 }
 
-func newBoundedProgram(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*boundedProgram, error) {
+func NewBounded(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*Bounded, error) {
 	interpretable, err := planProgram(env, ast)
 	if err != nil {
 		return nil, err
 	}
-	return &boundedProgram{interpretable: interpretable, cost: estimatedMax}, nil
+	return &Bounded{interpretable: interpretable, cost: estimatedMax}, nil
 }
 
 // planProgram plans a checked AST with cel-go's interpreter, the way cel-go's
@@ -143,7 +143,7 @@ func planProgram(env *cel.Env, ast *cel.Ast, extra ...interpreter.PlannerOption)
 	return interp.NewInterpretable(ast.NativeRep(), opts...)
 }
 
-func (p *boundedProgram) eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
+func (p *Bounded) Eval(ctx context.Context, vars interpreter.Activation) (val ref.Val, cost uint64, err error) {
 	if err := context.Cause(ctx); err != nil {
 		return nil, 0, fmt.Errorf("evaluation cancelled: %w", err)
 	}

@@ -1,8 +1,8 @@
-package engine
+package celcost
 
 // The compile-time cost estimation of expressions: the sizes of what the
 // variables reach (sizeEstimator) and the Kubernetes cost estimator with
-// bounds for the calls that grow values (costEstimator). The runtime cost
+// bounds for the calls that grow values (Estimator). The runtime cost
 // of an evaluation is in cost.go.
 
 import (
@@ -23,13 +23,14 @@ import (
 // OpenAPI maxItems and maxLength, or what fits in a maximal request).
 type sizeEstimator struct {
 	roots map[string]*apiservercel.DeclType
+	vars  Vars
 	// typical caps lists and maps at TypicalMaxItems elements.
 	typical bool
 }
 
 func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstimate {
 	path := element.Path()
-	if len(path) > 0 && path[0] == ParamsVar && s.typical {
+	if len(path) > 0 && path[0] == s.vars.Params && s.typical {
 		// Params are written by admins, for the scheduler: typically
 		// their strings, lists and maps are at most TypicalMaxItems long
 		// (a ConfigMap's comma-separated list of zones), not a stored
@@ -39,21 +40,21 @@ func (s *sizeEstimator) EstimateSize(element checker.AstNode) *checker.SizeEstim
 	}
 	current := s.declAt(path)
 	if current == nil {
-		if len(path) > 0 && path[0] == ParamsVar {
+		if len(path) > 0 && path[0] == s.vars.Params {
 			// Untyped (dyn) params: a stored object, at most
 			// MaxObjectSizeBytes.
 			return &checker.SizeEstimate{Min: 0, Max: MaxObjectSizeBytes}
 		}
 		return nil
 	}
-	if size, ok := validatedSize(path); ok {
+	if size, ok := s.validatedSize(path); ok {
 		return &checker.SizeEstimate{Min: 0, Max: size}
 	}
 	maxSize := uint64(current.MaxElements)
 	if s.typical && (current.IsList() || current.IsMap()) {
 		return &checker.SizeEstimate{Min: 0, Max: min(maxSize, TypicalMaxItems)}
 	}
-	if path[0] == PodVar || path[0] == NodeVar || path[0] == NamespaceVar || path[0] == ParamsVar {
+	if path[0] == s.vars.Params || slices.Contains(s.vars.Objects, path[0]) {
 		if path[len(path)-1] == "@keys" && maxSize == 0 {
 			// Map keys have no declared length: at most the object.
 			return &checker.SizeEstimate{Min: 0, Max: MaxObjectSizeBytes}
@@ -108,7 +109,7 @@ func (s *sizeEstimator) declAt(path []string) *apiservercel.DeclType {
 // namespaces always pass that validation before the scheduler sees them;
 // objects that skipped it (files given to the CLI) may be larger, and
 // estimates for them are not bounds.
-func validatedSize(path []string) (uint64, bool) {
+func (s *sizeEstimator) validatedSize(path []string) (uint64, bool) {
 	suffix := func(s ...string) bool {
 		return len(path) >= len(s) && slices.Equal(path[len(path)-len(s):], s)
 	}
@@ -119,9 +120,9 @@ func validatedSize(path []string) (uint64, bool) {
 		return QualifiedNameMaxBytes, true
 	case suffix("metadata", "annotations", "@values"):
 		return TotalAnnotationMaxBytes, true
-	case suffix("metadata", "name"), suffix(NodeInfoVar, "pods", "@items", "name"):
+	case suffix("metadata", "name"), suffix(s.vars.NodeInfo, "pods", "@items", "name"):
 		return NameMaxBytes, true
-	case suffix("metadata", "namespace"), suffix(NodeInfoVar, "pods", "@items", "namespace"):
+	case suffix("metadata", "namespace"), suffix(s.vars.NodeInfo, "pods", "@items", "namespace"):
 		return NamespaceMaxBytes, true
 	}
 	// Resource names (requests, limits, allocatable, capacity, overhead,
@@ -139,21 +140,40 @@ func (s *sizeEstimator) EstimateCallCost(function, overloadID string, target *ch
 	return nil
 }
 
-// costEstimator is the Kubernetes cost estimator (library.CostEstimator)
+// Estimator is the Kubernetes cost estimator (library.CostEstimator)
 // taught the sizes of optional values: without it, the idiomatic
 // labels[?'k'].orValue(”) has an unknown size, and any string built from it
 // an astronomical estimated cost.
-type costEstimator struct {
+type Estimator struct {
 	*library.CostEstimator
 	sizes *sizeEstimator
 }
 
-func newCostEstimator(roots map[string]*apiservercel.DeclType, typical bool) *costEstimator {
-	sizes := &sizeEstimator{roots: roots, typical: typical}
-	return &costEstimator{CostEstimator: &library.CostEstimator{SizeEstimator: sizes}, sizes: sizes}
+// Vars name the variables of an environment whose sizes an Estimator
+// knows beyond their declared types.
+type Vars struct {
+	// Objects are bound to Kubernetes objects (the pod, the node, the
+	// namespace), which passed the API server's validation and are at
+	// most MaxObjectSizeBytes.
+	Objects []string
+	// Params is bound to a policy's params object: written by admins,
+	// typically small (see EstimateSize).
+	Params string
+	// NodeInfo is bound to the node's scheduling state, whose pods' names
+	// and namespaces are validated object names.
+	NodeInfo string
 }
 
-func (c *costEstimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+// NewEstimator returns the cost estimator of the environment whose
+// variables have the declared types roots, named as vars says. typical
+// estimates lists and maps at TypicalMaxItems elements at most, for
+// warnings; otherwise estimates are bounds.
+func NewEstimator(roots map[string]*apiservercel.DeclType, vars Vars, typical bool) *Estimator {
+	sizes := &sizeEstimator{roots: roots, vars: vars, typical: typical}
+	return &Estimator{CostEstimator: &library.CostEstimator{SizeEstimator: sizes}, sizes: sizes}
+}
+
+func (c *Estimator) EstimateCallCost(function, overloadID string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	switch function {
 	case "_[?_]":
 		// m[?k] and l[?i]: one lookup; the result is optional(element).
@@ -194,7 +214,7 @@ func (c *costEstimator) EstimateCallCost(function, overloadID string, target *ch
 // their work (measured in BenchmarkFunctionCost), as the runtime tracker
 // prices them (cost.go): by the length of their strings, the size of their
 // results and the depth of their comparisons.
-func (c *costEstimator) estimateGrowingCall(function string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
+func (c *Estimator) estimateGrowingCall(function string, target *checker.AstNode, args []checker.AstNode) *checker.CallEstimate {
 	// receiver is the string a function applies to: its target, or its
 	// first argument for global overloads (size(s), int(s)).
 	receiver := target
@@ -286,7 +306,7 @@ func mayBeAggregate(t *types.Type) bool {
 // its declared type and sizes when it is read from a root variable, at
 // most maxObjectDeepCost; from its parts for a literal (exprBound); else as
 // large as the largest object.
-func (c *costEstimator) deepBound(node checker.AstNode) uint64 {
+func (c *Estimator) deepBound(node checker.AstNode) uint64 {
 	if path := pathOf(node); len(path) > 0 {
 		if decl := c.sizes.declAt(path); decl != nil {
 			return min(c.declBound(decl, slices.Clone(path), 0), maxObjectDeepCost)
@@ -312,7 +332,7 @@ func (c *costEstimator) deepBound(node checker.AstNode) uint64 {
 // list and map literals, reads from root variables and orValue: what
 // format's arguments usually are. Anything else is as large as the largest
 // object.
-func (c *costEstimator) exprBound(e celast.Expr) uint64 {
+func (c *Estimator) exprBound(e celast.Expr) uint64 {
 	switch e.Kind() {
 	case celast.LiteralKind:
 		switch v := e.AsLiteral().(type) {
@@ -355,7 +375,7 @@ func (c *costEstimator) exprBound(e celast.Expr) uint64 {
 const maxObjectDeepCost = MaxObjectSizeBytes*2/3 + (MaxObjectSizeBytes+9)/10
 
 // declBound bounds deepCost of a value of a declared type at a path.
-func (c *costEstimator) declBound(decl *apiservercel.DeclType, path []string, depth int) uint64 {
+func (c *Estimator) declBound(decl *apiservercel.DeclType, path []string, depth int) uint64 {
 	if depth > 32 {
 		return maxObjectDeepCost
 	}
@@ -384,7 +404,7 @@ func (c *costEstimator) declBound(decl *apiservercel.DeclType, path []string, de
 }
 
 // countAt is the estimated number of elements of the list or map at path.
-func (c *costEstimator) countAt(path []string) uint64 {
+func (c *Estimator) countAt(path []string) uint64 {
 	if s := c.sizes.EstimateSize(pathNode(path)); s != nil {
 		return s.Max
 	}
@@ -392,7 +412,7 @@ func (c *costEstimator) countAt(path []string) uint64 {
 }
 
 // sizeOf is the estimated size of a node, unbounded when unknown.
-func (c *costEstimator) sizeOf(node checker.AstNode) checker.SizeEstimate {
+func (c *Estimator) sizeOf(node checker.AstNode) checker.SizeEstimate {
 	if size := c.nodeSize(node); size != nil {
 		return *size
 	}
@@ -400,7 +420,7 @@ func (c *costEstimator) sizeOf(node checker.AstNode) checker.SizeEstimate {
 }
 
 // elementSize is the size of an element of the map or list at node.
-func (c *costEstimator) elementSize(node checker.AstNode) *checker.SizeEstimate {
+func (c *Estimator) elementSize(node checker.AstNode) *checker.SizeEstimate {
 	path := pathOf(node)
 	if len(path) == 0 {
 		return nil
@@ -413,7 +433,7 @@ func (c *costEstimator) elementSize(node checker.AstNode) *checker.SizeEstimate 
 	return nil
 }
 
-func (c *costEstimator) nodeSize(node checker.AstNode) *checker.SizeEstimate {
+func (c *Estimator) nodeSize(node checker.AstNode) *checker.SizeEstimate {
 	if size := node.ComputedSize(); size != nil {
 		return size
 	}

@@ -1,4 +1,4 @@
-package engine
+package nodecache
 
 import (
 	"fmt"
@@ -16,47 +16,47 @@ import (
 // concurrent reads and writes are safe (run under -race by make test).
 func TestNodeCache(t *testing.T) {
 	t.Parallel()
-	c := &nodeCache{max: 100}
+	c := New[int](100)
 	node := func(name, rv string) *corev1.Node {
 		n := &corev1.Node{}
 		n.Name, n.UID, n.ResourceVersion = name, ktypes.UID("uid-"+name), rv
 		return n
 	}
-	entry := func(name, rv string) *nodeEntry {
-		return &nodeEntry{uid: ktypes.UID("uid-" + name), resourceVersion: rv}
+	entry := func(name, rv string) *Entry[int] {
+		return &Entry[int]{UID: ktypes.UID("uid-" + name), ResourceVersion: rv}
 	}
 	for i := range 50 {
 		name := fmt.Sprintf("n%d", i)
-		c.store(name, entry(name, "1"))
+		c.Store(name, entry(name, "1"))
 	}
 	for round := range 3 { // the first rounds read the dirty map, then the merged one
 		for i := range 50 {
 			name := fmt.Sprintf("n%d", i)
-			if e := c.load(node(name, "1")); e == nil {
+			if e := c.Load(node(name, "1")); e == nil {
 				t.Fatalf("round %d: %s not found", round, name)
 			}
-			if e := c.load(node(name, "2")); e != nil {
+			if e := c.Load(node(name, "2")); e != nil {
 				t.Fatalf("round %d: %s found for another version", round, name)
 			}
 		}
 	}
-	c.store("n1", entry("n1", "2"))
-	if c.load(node("n1", "2")) == nil {
+	c.Store("n1", entry("n1", "2"))
+	if c.Load(node("n1", "2")) == nil {
 		t.Error("a new version is not found")
 	}
-	c.store("n2", nil)
+	c.Store("n2", nil)
 	for range 50 { // misses, which merge (a merge waits for a quarter of the read map's size)
-		c.load(node("x", "1"))
+		c.Load(node("x", "1"))
 	}
-	if c.load(node("n1", "1")) != nil || c.load(node("n1", "2")) == nil {
+	if c.Load(node("n1", "1")) != nil || c.Load(node("n1", "2")) == nil {
 		t.Error("after a merge, the new version does not replace the old one")
 	}
-	if c.load(node("n2", "1")) != nil {
+	if c.Load(node("n2", "1")) != nil {
 		t.Error("a forgotten node is still there after a merge")
 	}
 	for i := range 200 {
 		name := fmt.Sprintf("m%d", i)
-		c.store(name, entry(name, "1"))
+		c.Store(name, entry(name, "1"))
 	}
 	if read := c.read.Load(); len(*read) > c.max {
 		t.Errorf("%d nodes held, over the bound of %d", len(*read), c.max)
@@ -68,11 +68,11 @@ func TestNodeCache(t *testing.T) {
 			for i := range 500 {
 				name := fmt.Sprintf("c%d", i%30)
 				rv := fmt.Sprint(i % 3)
-				if e := c.load(node(name, rv)); e != nil && e.resourceVersion != rv {
-					t.Errorf("goroutine %d: %s version %s read for %s", g, name, e.resourceVersion, rv)
+				if e := c.Load(node(name, rv)); e != nil && e.ResourceVersion != rv {
+					t.Errorf("goroutine %d: %s version %s read for %s", g, name, e.ResourceVersion, rv)
 				}
 				if i%7 == g {
-					c.store(name, entry(name, rv))
+					c.Store(name, entry(name, rv))
 				}
 			}
 		})
@@ -86,37 +86,37 @@ func TestNodeCache(t *testing.T) {
 // replaces or forgets.
 func TestNodeCacheByObject(t *testing.T) {
 	t.Parallel()
-	c := &nodeCache{max: 100}
+	c := New[int](100)
 	v1 := &corev1.Node{}
 	v1.Name, v1.UID, v1.ResourceVersion = "n", "uid-n", "1"
-	e1 := &nodeEntry{node: v1, uid: v1.UID, resourceVersion: "1"}
-	c.store("n", e1)
-	if c.load(v1) != e1 {
+	e1 := &Entry[int]{Node: v1, UID: v1.UID, ResourceVersion: "1"}
+	c.Store("n", e1)
+	if c.Load(v1) != e1 {
 		t.Fatal("the stored version is not found")
 	}
 	for range 3 { // merge into the read map, whose hit fills the slot
-		c.load(v1)
+		c.Load(v1)
 	}
 	if c.slot(v1).Load() != e1 {
 		t.Fatal("a read of the object did not fill its slot")
 	}
 	v2 := v1.DeepCopy()
 	v2.ResourceVersion = "2"
-	if c.load(v2) != nil {
+	if c.Load(v2) != nil {
 		t.Fatal("another version was found")
 	}
-	e2 := &nodeEntry{node: v2, uid: v2.UID, resourceVersion: "2"}
-	c.store("n", e2)
+	e2 := &Entry[int]{Node: v2, UID: v2.UID, ResourceVersion: "2"}
+	c.Store("n", e2)
 	if c.slot(v1).Load() != nil {
 		t.Error("the replaced entry is still in its slot")
 	}
-	if c.load(v2) != e2 {
+	if c.Load(v2) != e2 {
 		t.Error("the new version is not found")
 	}
 	for range 3 {
-		c.load(v2)
+		c.Load(v2)
 	}
-	c.store("n", nil)
+	c.Store("n", nil)
 	if c.slot(v2).Load() != nil {
 		t.Error("the forgotten entry is still in its slot")
 	}
