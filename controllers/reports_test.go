@@ -11,8 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -103,8 +105,10 @@ func TestReportsNotServed(t *testing.T) {
 	log.ByNamespace.Store(true)
 	log.Report(events.NewFakeRecorder(10), &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}, "n",
 		[]schedv1alpha1.AuditViolation{{Pod: "ns/x", Rule: "filters/f"}})
-	w.Flush(t.Context())
-	if left := log.TakeNamespaces(); len(left) != 0 {
+	if _, err := w.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := log.Namespaces.Policies(); len(left) != 0 {
 		t.Errorf("evidence kept while reports are not served: %v", left)
 	}
 }
