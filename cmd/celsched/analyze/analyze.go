@@ -2,8 +2,9 @@
 // policies that together leave a class of pods no node, filters that are
 // true or false on every node, scores that are the same everywhere,
 // policies that select nothing, params that fit no node or are missing,
-// pods running where the policies in force refuse them, and classes of
-// pods with few feasible nodes. `celsched analyze` is built on it.
+// pods running where the policies in force refuse them, classes of pods
+// with few feasible nodes, and the inputs of the policies that a tenant
+// writes. `celsched analyze` is built on it.
 package analyze
 
 import (
@@ -59,10 +60,15 @@ const (
 	// big, or selecting and tolerating no node): about the pods and the
 	// cluster, not the policies, so it names none.
 	NoNodeFits Kind = "no-node-fits"
+	// TenantWritableInput: an input a tenant writes that moves a fence:
+	// a params object that subjects bound in its namespace may write
+	// (live only), or a rule that a pod's author can widen by setting
+	// pod fields.
+	TenantWritableInput Kind = "tenant-writable-input"
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, TenantWritableInput}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
@@ -74,9 +80,17 @@ type Finding struct {
 	// and an example pod), a namespace, a params object.
 	Subject string `json:"subject,omitempty"`
 	// Pods counts the pods concerned.
-	Pods       int    `json:"pods,omitempty"`
-	Evidence   string `json:"evidence"`
-	Suggestion string `json:"suggestion"`
+	Pods int `json:"pods,omitempty"`
+	// Writers (tenant-writable-input) are the RBAC subjects bound in a
+	// params object's namespace that may write it: User alice, Group
+	// devs, ServiceAccount team-a/ci.
+	Writers []string `json:"writers,omitempty"`
+	// PodFields (tenant-writable-input) are the pod fields by which the
+	// pod's author widens a rule, as CEL reads them:
+	// pod.metadata.labels['tier'].
+	PodFields  []string `json:"podFields,omitempty"`
+	Evidence   string   `json:"evidence"`
+	Suggestion string   `json:"suggestion"`
 }
 
 // Report is what analyze found.
@@ -181,6 +195,12 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 	}
 	r.Findings = append(r.Findings, unusedOverrides(s.Policies(), namespaces)...)
+	tenant, notes, err := tenantFindings(ctx, in, s.Policies())
+	if err != nil {
+		return nil, err
+	}
+	r.Findings = append(r.Findings, tenant...)
+	r.Notes = append(r.Notes, notes...)
 	sort.SliceStable(r.Findings, func(i, j int) bool {
 		a, b := r.Findings[i], r.Findings[j]
 		if a.Kind != b.Kind {
@@ -188,8 +208,8 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 		return cmp.Or(strings.Compare(a.Subject, b.Subject), slices.Compare(a.Policies, b.Policies), slices.Compare(a.Rules, b.Rules)) < 0
 	})
-	for _, f := range r.Findings {
-		r.Summary.ByKind[f.Kind]++
+	for i := range r.Findings {
+		r.Summary.ByKind[r.Findings[i].Kind]++
 	}
 	return r, nil
 }
