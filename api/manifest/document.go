@@ -131,12 +131,22 @@ func ReadDocuments(paths []string, stdin io.Reader) ([]*Document, error) {
 // parseDocuments splits a file into its non-empty documents.
 func parseDocuments(file string, data []byte) ([]*Document, error) {
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
-	var out []*Document
-	for {
+	var roots []*yamlv3.Node
+	for decoded := 0; ; decoded++ {
 		var n yamlv3.Node
 		err := dec.Decode(&n)
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			if decoded == 1 && len(roots) == 1 {
+				// The file is one document (a dump, as kubectl get -o yaml
+				// prints a List): its JSON is the file's, without writing
+				// the document out again first.
+				json, err := yaml.YAMLToJSON(data)
+				if err != nil {
+					return nil, fmt.Errorf("%s:%d: %w", file, roots[0].Line, err)
+				}
+				return []*Document{{File: file, Root: roots[0], JSON: json}}, nil
+			}
+			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
@@ -144,7 +154,10 @@ func parseDocuments(file string, data []byte) ([]*Document, error) {
 		if len(n.Content) == 0 || n.Content[0].Kind == yamlv3.ScalarNode && n.Content[0].Tag == "!!null" {
 			continue
 		}
-		root := n.Content[0]
+		roots = append(roots, n.Content[0])
+	}
+	out := make([]*Document, 0, len(roots))
+	for _, root := range roots {
 		raw, err := yamlv3.Marshal(root)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", file, root.Line, err)
@@ -155,6 +168,7 @@ func parseDocuments(file string, data []byte) ([]*Document, error) {
 		}
 		out = append(out, &Document{File: file, Root: root, JSON: json})
 	}
+	return out, nil
 }
 
 // Kind returns the document's apiVersion and kind.

@@ -1,9 +1,11 @@
 package manifest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	goruntime "runtime"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
@@ -41,17 +44,23 @@ func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error)
 				return nil, fmt.Errorf("%s:%d: %w", d.File, d.Root.Line, err)
 			}
 			items := child(d.Root, "items")
-			for i, raw := range list.Items {
+			objs := make([]T, len(list.Items))
+			errs := make([]error, len(list.Items))
+			// The items one per CPU: a dump's thousands of objects decode
+			// independently. The first error in the list's order is said.
+			workqueue.ParallelizeUntil(context.Background(), goruntime.GOMAXPROCS(0), len(list.Items), func(i int) {
 				node := d.Root
 				if items != nil && i < len(items.Content) {
 					node = items.Content[i]
 				}
-				obj, err := DecodeOne[T](d.File, node, raw, kind)
+				objs[i], errs[i] = DecodeOne[T](d.File, node, list.Items[i], kind)
+			})
+			for _, err := range errs {
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, obj)
 			}
+			out = append(out, objs...)
 			continue
 		}
 		obj, err := DecodeOne[T](d.File, d.Root, d.JSON, kind)
