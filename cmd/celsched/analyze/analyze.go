@@ -267,6 +267,12 @@ func classify(ctx context.Context, s *dryrun.Scheduler, pods, plain []*corev1.Po
 			add(p, true)
 		}
 	}
+	// The classes of a namespace one after the other: a rule's remembered
+	// results on a node are kept per namespace (and the pod fields it
+	// reads), a few at a time, so that classes taken in turn from many
+	// namespaces would miss them every time. Each namespace's classes keep
+	// their order, and so does what the report lists per namespace.
+	slices.SortStableFunc(out, func(a, b *class) int { return strings.Compare(a.pod.Namespace, b.pod.Namespace) })
 	return out, nil
 }
 
