@@ -7,6 +7,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -177,7 +178,7 @@ func (d *Document) Kind() (string, string) {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 	}
-	_ = yaml.Unmarshal(d.JSON, &tm)
+	_ = json.Unmarshal(d.JSON, &tm) // JSON: YAMLToJSON's
 	return tm.APIVersion, tm.Kind
 }
 
