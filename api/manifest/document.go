@@ -131,6 +131,16 @@ func ReadDocuments(paths []string, stdin io.Reader) ([]*Document, error) {
 
 // parseDocuments splits a file into its non-empty documents.
 func parseDocuments(file string, data []byte) ([]*Document, error) {
+	// A file of one document (a dump, as kubectl get -o yaml prints a
+	// List) has the file's JSON, without writing the document out again
+	// first. Converted before the document's tree is built when no line
+	// starts a second document: the conversion's own tree of a large
+	// dump is gone by then.
+	var whole []byte
+	var wholeErr error
+	if !bytes.Contains(data, []byte("\n---")) && !bytes.Contains(data, []byte("\n...")) {
+		whole, wholeErr = yaml.YAMLToJSON(data)
+	}
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
 	var roots []*yamlv3.Node
 	for decoded := 0; ; decoded++ {
@@ -138,10 +148,10 @@ func parseDocuments(file string, data []byte) ([]*Document, error) {
 		err := dec.Decode(&n)
 		if errors.Is(err, io.EOF) {
 			if decoded == 1 && len(roots) == 1 {
-				// The file is one document (a dump, as kubectl get -o yaml
-				// prints a List): its JSON is the file's, without writing
-				// the document out again first.
-				json, err := yaml.YAMLToJSON(data)
+				json, err := whole, wholeErr
+				if json == nil && err == nil {
+					json, err = yaml.YAMLToJSON(data)
+				}
 				if err != nil {
 					return nil, fmt.Errorf("%s:%d: %w", file, roots[0].Line, err)
 				}

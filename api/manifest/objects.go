@@ -34,6 +34,14 @@ var scheme = func() *runtime.Scheme {
 // strictly (decodeStrict); a List (as `kubectl get -o yaml` prints)
 // contributes its items.
 func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error) {
+	return decodeObjects[T](docs, kind, false)
+}
+
+// decodeObjects is DecodeObjects; with release, it drops each List
+// item's YAML tree and JSON once the item is decoded (the documents are
+// the caller's own and not read again), so that a large dump is not held
+// twice.
+func decodeObjects[T runtime.Object](docs []*Document, kind string, release bool) ([]T, error) {
 	var out []T
 	for _, d := range docs {
 		if _, k := d.Kind(); k == "List" {
@@ -42,6 +50,9 @@ func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error)
 			}
 			if err := json.Unmarshal(d.JSON, &list); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", d.File, d.Root.Line, err)
+			}
+			if release {
+				d.JSON = nil
 			}
 			items := child(d.Root, "items")
 			objs := make([]T, len(list.Items))
@@ -54,6 +65,12 @@ func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error)
 					node = items.Content[i]
 				}
 				objs[i], errs[i] = DecodeOne[T](d.File, node, list.Items[i], kind)
+				if release {
+					list.Items[i] = nil
+					if items != nil && i < len(items.Content) {
+						items.Content[i] = nil
+					}
+				}
 			})
 			for _, err := range errs {
 				if err != nil {
@@ -121,7 +138,7 @@ func ReadObjects[T runtime.Object](stdin io.Reader, files []string, kind string)
 	if err != nil {
 		return nil, err
 	}
-	return DecodeObjects[T](docs, kind)
+	return decodeObjects[T](docs, kind, true)
 }
 
 // ReadPolicies reads the SchedulingPolicies of files and directories,
