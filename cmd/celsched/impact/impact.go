@@ -414,11 +414,15 @@ func (c *change) evaluateClass(ctx context.Context, pods []*corev1.Pod, class []
 		if err != nil {
 			return nil, fmt.Errorf("pod %s/%s: %w", first.Namespace, first.Name, err)
 		}
-		for _, j := range pending {
-			if out[j] == nil {
-				out[j] = newImpact(pods[class[j]], relevant, params)
+		if len(pending) > 0 {
+			// One outcome for the class's pending pods (its Nodes shared).
+			outcome := pendingOutcome(cv.Result())
+			for _, j := range pending {
+				if out[j] == nil {
+					out[j] = newImpact(pods[class[j]], relevant, params)
+				}
+				*side.pick(out[j]) = outcome
 			}
-			*side.pick(out[j]) = pendingOutcome(cv.Result())
 		}
 		for _, j := range bound {
 			pod := pods[class[j]]
