@@ -86,7 +86,7 @@ func (e *Evaluator) EvaluateClass(ctx context.Context, pod *corev1.Pod) (*ClassV
 	pod.Spec.SchedulerName = fw.ProfileName()
 	c := &ClassVerdict{e: e, fw: fw, pod: pod, result: &Result{}, plugins: fw.ListPlugins()}
 	e.sweeps.Add(1)
-	if c.state, err = c.result.schedule(ctx, fw, pod, e.cluster.nodeInfos, nil, scored); err != nil {
+	if c.state, err = c.result.schedule(ctx, fw, pod, e.cluster.nodeInfos, nil, scoredTotals); err != nil {
 		return nil, err
 	}
 	for _, n := range c.result.Ranking {
@@ -96,7 +96,8 @@ func (e *Evaluator) EvaluateClass(ctx context.Context, pod *corev1.Pod) (*ClassV
 	return c, nil
 }
 
-// Result is the class's verdict: a pending pod's of the class.
+// Result is the class's verdict: a pending pod's of the class. Its nodes'
+// PluginScores are not set (their totals are).
 func (c *ClassVerdict) Result() *Result { return c.result }
 
 // Fallbacks counts the bound pods Reschedule evaluated with a whole cycle.
@@ -161,7 +162,8 @@ func (c *ClassVerdict) onItsNode(ctx context.Context, bound *corev1.Pod) (Placem
 	if err != nil {
 		return Placement{}, false, err
 	}
-	n := filterNode(ctx, c.fw, state, pod, result, ni)
+	n := &NodeResult{}
+	filterNode(ctx, c.fw, state, pod, result, ni, n)
 	was := c.result.Nodes[i]
 	if !n.Feasible {
 		feasible := len(c.result.Feasible)

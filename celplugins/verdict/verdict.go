@@ -361,7 +361,12 @@ const (
 	released
 	// scored runs PreScore and Score on the feasible nodes too.
 	scored
+	// scoredTotals is scored without each node's PluginScores.
+	scoredTotals
 )
+
+// scores says whether a cycle runs PreScore and Score.
+func (s stage) scores() bool { return s == scored || s == scoredTotals }
 
 // stopsWhenHeld says whether a cycle stops where a PreEnqueue plugin holds the pod.
 func (s stage) stopsWhenHeld() bool { return s != released }
@@ -466,8 +471,17 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	}
 	var feasible []fwk.NodeInfo
 	var feasibleResults []*NodeResult // in the order of feasible
-	for _, ni := range nodeInfos {
-		n := filterNode(ctx, fw, state, pod, result, ni)
+	var results []NodeResult          // every node's, in one allocation
+	if until != anyNode {
+		results = make([]NodeResult, len(nodeInfos))
+		r.Nodes = make([]*NodeResult, 0, len(nodeInfos))
+	}
+	for i, ni := range nodeInfos {
+		n := &NodeResult{}
+		if results != nil {
+			n = &results[i]
+		}
+		filterNode(ctx, fw, state, pod, result, ni, n)
 		r.Nodes = append(r.Nodes, n)
 		if !n.Feasible {
 			continue
@@ -479,7 +493,7 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 			return state, nil
 		}
 	}
-	if len(feasible) == 0 || until != scored {
+	if len(feasible) == 0 || !until.scores() {
 		return state, nil
 	}
 	if st := fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
@@ -492,9 +506,11 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	for i, s := range scores { // in the order of feasible
 		n := feasibleResults[i]
 		n.Score = s.TotalScore
-		n.PluginScores = make(map[string]int64, len(s.Scores))
-		for _, ps := range s.Scores {
-			n.PluginScores[ps.Name] = ps.Score
+		if until == scored {
+			n.PluginScores = make(map[string]int64, len(s.Scores))
+			for _, ps := range s.Scores {
+				n.PluginScores[ps.Name] = ps.Score
+			}
 		}
 		r.Ranking = append(r.Ranking, RankedNode{Node: s.Name, Score: s.TotalScore})
 	}
@@ -509,25 +525,28 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 
 // filterNode is the framework's verdict on one node: PreFilter's choice
 // of nodes, then the Filter plugins.
-func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, result *fwk.PreFilterResult, ni fwk.NodeInfo) *NodeResult {
-	n := &NodeResult{Name: ni.Node().Name}
+// It fills n.
+func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, result *fwk.PreFilterResult, ni fwk.NodeInfo, n *NodeResult) {
+	n.Name = ni.Node().Name
 	if !result.AllNodes() && !result.NodeNames.Has(n.Name) {
 		n.RejectedBy = &Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"}
-		return n
+		return
 	}
 	if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
 		n.RejectedBy = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
-		return n
+		return
 	}
 	n.Feasible = true
-	return n
 }
 
 // unevaluated lists the nodes, none evaluated: the pod was held or
 // rejected before Filter.
 func (r *Result) unevaluated(nodeInfos []fwk.NodeInfo) {
-	for _, ni := range nodeInfos {
-		r.Nodes = append(r.Nodes, &NodeResult{Name: ni.Node().Name})
+	results := make([]NodeResult, len(nodeInfos))
+	r.Nodes = make([]*NodeResult, len(nodeInfos))
+	for i, ni := range nodeInfos {
+		results[i].Name = ni.Node().Name
+		r.Nodes[i] = &results[i]
 	}
 }
 
