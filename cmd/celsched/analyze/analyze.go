@@ -171,7 +171,10 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 			if verdicts[i], err = s.Verdicts(ctx, c.pod); err != nil {
 				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
 			}
-			if feasible[i], err = feasibility(ctx, s, base, c.pod); err != nil {
+			needBase := func(r *verdict.Result) bool {
+				return verdicts[i].Rejection == nil && len(r.Feasible) < max(in.MinFeasible, 1)
+			}
+			if feasible[i], err = feasibility(ctx, s, base, c.pod, needBase); err != nil {
 				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
 			}
 			return nil
@@ -287,6 +290,12 @@ func classify(ctx context.Context, s *dryrun.Scheduler, pods, plain []*corev1.Po
 			add(p, true)
 		}
 	}
+	// The classes of a namespace one after the other: a rule's remembered
+	// results on a node are kept per namespace (and the pod fields it
+	// reads), a few at a time, so that classes taken in turn from many
+	// namespaces would miss them every time. Each namespace's classes keep
+	// their order, and so does what the report lists per namespace.
+	slices.SortStableFunc(out, func(a, b *class) int { return strings.Compare(a.pod.Namespace, b.pod.Namespace) })
 	return out, nil
 }
 
@@ -327,24 +336,28 @@ type violation struct {
 // policies, and the nodes the built-in plugins admit without any policy.
 type classFeasible struct {
 	// policies and builtin are the framework's verdicts with and without
-	// the policies.
+	// the policies; builtin is nil when the class's findings do not need
+	// it (feasibility's needBase).
 	policies, builtin *verdict.Result
 }
 
 // feasibility runs the framework for the class's pod with the policies
-// (s) and without (base), past any PreEnqueue hold: a hold waits for a
-// change by design (a namespace's approval), and what analyze asks is
-// which nodes the pods may have once released.
-func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod) (*classFeasible, error) {
+// (s), and without (base) when needBase says the findings need it, past
+// any PreEnqueue hold: a hold waits for a change by design (a namespace's
+// approval), and what analyze asks is which nodes the pods may have once
+// released.
+func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod, needBase func(withPolicies *verdict.Result) bool) (*classFeasible, error) {
 	withPolicies, err := s.FeasibleOnceReleased(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	builtin, err := base.FeasibleOnceReleased(ctx, pod)
-	if err != nil {
-		return nil, err
+	out := &classFeasible{policies: withPolicies}
+	if needBase(withPolicies) {
+		if out.builtin, err = base.FeasibleOnceReleased(ctx, pod); err != nil {
+			return nil, err
+		}
 	}
-	return &classFeasible{policies: withPolicies, builtin: builtin}, nil
+	return out, nil
 }
 
 // indexes returns the indexes in nodes (name order) of the names given.
@@ -405,7 +418,6 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 	}
 
 	feasible := indexes(v.Nodes, f.policies.Feasible)
-	builtin := indexes(v.Nodes, f.builtin.Feasible)
 	a.addScores(v, feasible)
 	switch {
 	case v.Rejection != nil && v.Rejection.Rule == "paramRef":
@@ -418,6 +430,11 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 			Suggestion: "fix the policy's match conditions, or set failurePolicy Ignore"}}
 	case len(feasible) > 0 && len(feasible) >= max(a.in.MinFeasible, 1):
 		return nil
+	}
+	// Fewer feasible nodes than the minimum: feasibility evaluated the
+	// class without the policies too.
+	builtin := indexes(v.Nodes, f.builtin.Feasible)
+	switch {
 	case len(builtin) == 0:
 		// No node fits these pods whatever the policies: not a policy
 		// finding (removing every policy would change nothing).

@@ -66,6 +66,7 @@ the answer.
   celsched analyze --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			limitMemory()
 			report, err := runAnalyze(cmd.Context(), &o)
 			if err != nil {
 				return err
