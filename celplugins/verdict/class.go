@@ -56,9 +56,12 @@ func (r *Result) Placement(node string) Placement {
 // answered from it by evaluating its own node only (Reschedule). It holds
 // the cycle's state: keep only the classes being evaluated.
 type ClassVerdict struct {
-	e   *Evaluator
-	fw  framework.Framework
-	pod *corev1.Pod // the pod evaluated: defaulted, unbound
+	e  *Evaluator
+	fw framework.Framework
+	// profile is the pod's profile (its schedulerName; the framework's
+	// own name ends with DryRunProfileSuffix).
+	profile string
+	pod     *corev1.Pod // the pod evaluated: defaulted, unbound
 	// result is the cycle's; nodes in name order, as the cluster's.
 	result *Result
 	// state is the cycle's after Score; nil when the pod was held or
@@ -79,12 +82,13 @@ type ClassVerdict struct {
 func (e *Evaluator) EvaluateClass(ctx context.Context, pod *corev1.Pod) (*ClassVerdict, error) {
 	pod = Default(pod)
 	pod.Spec.NodeName = ""
-	fw, err := e.Framework(pod)
+	profile, err := e.SchedulerName(pod)
 	if err != nil {
 		return nil, err
 	}
-	pod.Spec.SchedulerName = fw.ProfileName()
-	c := &ClassVerdict{e: e, fw: fw, pod: pod, result: &Result{}, plugins: fw.ListPlugins()}
+	fw := e.frameworks[profile]
+	pod.Spec.SchedulerName = profile
+	c := &ClassVerdict{e: e, fw: fw, profile: profile, pod: pod, result: &Result{}, plugins: fw.ListPlugins()}
 	e.sweeps.Add(1)
 	if c.state, err = c.result.schedule(ctx, fw, pod, e.cluster.nodeInfos, nil, scoredTotals); err != nil {
 		return nil, err
@@ -149,7 +153,7 @@ func (c *ClassVerdict) onItsNode(ctx context.Context, bound *corev1.Pod) (Placem
 	}
 	pod := Default(bound)
 	pod.Spec.NodeName = ""
-	pod.Spec.SchedulerName = c.fw.ProfileName()
+	pod.Spec.SchedulerName = c.profile
 	state := framework.NewCycleState()
 	result, st, _ := c.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !st.IsSuccess() && !st.IsSkip() {
@@ -205,7 +209,7 @@ func sortSearchAbove(totals []int64, x int64) int {
 func (c *ClassVerdict) tracksRemovals(state fwk.CycleState) bool {
 	skipped := state.GetSkipFilterPlugins()
 	for _, p := range c.plugins.PreFilter.Enabled {
-		pl, ok := c.e.plugins[c.fw.ProfileName()][p.Name].(fwk.PreFilterPlugin)
+		pl, ok := c.e.plugins[c.profile][p.Name].(fwk.PreFilterPlugin)
 		if !ok || (pl.PreFilterExtensions() != nil && !skipped.Has(p.Name)) {
 			return true
 		}
@@ -238,7 +242,7 @@ func (c *ClassVerdict) scoreChange(ctx context.Context, was, now fwk.NodeInfo) (
 			}
 			continue
 		}
-		pl, ok := c.e.plugins[c.fw.ProfileName()][sp.Name].(fwk.ScorePlugin)
+		pl, ok := c.e.plugins[c.profile][sp.Name].(fwk.ScorePlugin)
 		if !ok {
 			return 0, false
 		}

@@ -188,7 +188,9 @@ func (f fixed) Snapshot() *engine.Snapshot { return f.s }
 // (the profile "celsched" is "celsched/dry-run" in them), which label the
 // metrics kube-scheduler's framework records of every run
 // (scheduler_framework_extension_point_duration_seconds,
-// scheduler_plugin_evaluation_total).
+// scheduler_plugin_evaluation_total). A framework's ProfileName is
+// therefore not a schedulerName: the pods evaluated keep their profile's
+// (SchedulerName), which the policies' schedulerNames select.
 const DryRunProfileSuffix = "/dry-run"
 
 // New builds the frameworks of every profile of opts.Config over the
@@ -259,7 +261,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 			return nil, err
 		}
 		built = map[string]fwk.Plugin{}
-		e.plugins[prof.SchedulerName] = built
+		e.plugins[name] = built
 		fw, err := frameworkruntime.NewFramework(ctx, pluginRegistry, prof,
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(factory),
