@@ -21,7 +21,7 @@ mkdir -p "${dir}"
 
 log() { echo "envtest-assets: $*" >&2; }
 
-# kube-apiserver --version prints "Kubernetes v1.36.3".
+# kube-apiserver --version prints "Kubernetes v1.37.2".
 if [[ -x "${dir}/kube-apiserver" ]] && [[ "$("${dir}/kube-apiserver" --version 2>/dev/null)" == "Kubernetes ${k8s_version}" ]]; then
   log "reusing ${dir}/kube-apiserver (${k8s_version})"
 else
@@ -36,7 +36,7 @@ else
   mv "${dir}/kube-apiserver.tmp" "${dir}/kube-apiserver"
 fi
 
-# etcd --version prints "etcd Version: 3.6.8" on its first line.
+# etcd --version prints "etcd Version: 3.7.0" on its first line.
 if [[ -x "${dir}/etcd" ]] && "${dir}/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${etcd_version#v}"; then
   log "reusing ${dir}/etcd (${etcd_version})"
 else

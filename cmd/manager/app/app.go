@@ -519,7 +519,9 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		return nil, fmt.Errorf("creating the scheduler's dynamic client: %w", err)
 	}
 	r := &schedulerRunner{
-		factory:     scheduler.NewInformerFactory(client, 0),
+		// No informer name (client-go's informer metrics): the name is
+		// unique per process, and tests run several managers in one.
+		factory:     scheduler.NewInformerFactory(client, 0, nil),
 		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dynClient, 0),
 		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: eventsClient.EventsV1()}),
 		synced:      make(chan struct{}),
