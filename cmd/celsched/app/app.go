@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
@@ -37,6 +38,17 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 		Version:       Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+	}
+	// kube-scheduler's feature gates, as the manager takes them: the dry
+	// run's frameworks read the same process-wide gate (celplugins/featuregates).
+	var gates map[string]bool
+	root.PersistentFlags().Var(featuregates.NewFlag(&gates), featuregates.FlagName,
+		"kube-scheduler's feature gates for the dry run's scheduling framework (Name=true,Other=false), as the manager's --feature-gates: give the manager's to evaluate as its scheduler does")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := featuregates.Set(gates); err != nil {
+			return &usageErr{err: err}
+		}
+		return nil
 	}
 	root.SetArgs(args)
 	root.SetIn(s.in)
