@@ -37,7 +37,9 @@ else
 fi
 
 # etcd --version prints "etcd Version: 3.7.0" on its first line.
-if [[ -x "${dir}/etcd" ]] && "${dir}/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${etcd_version#v}"; then
+# (Read whole before grep: grep -q stops at the first line, and etcd writing
+# the rest into the closed pipe would fail the pipeline under pipefail.)
+if [[ -x "${dir}/etcd" ]] && grep -qx "etcd Version: ${etcd_version#v}" <<<"$("${dir}/etcd" --version 2>/dev/null)"; then
   log "reusing ${dir}/etcd (${etcd_version})"
 else
   log "building etcd ${etcd_version}"
