@@ -18,6 +18,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
+PROMQL := $(BIN)/promql
 
 # Generated files that `make verify` checks are up to date.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml config/webhook/manifests.yaml charts/celsched/crds charts/celsched/files
@@ -43,11 +44,12 @@ VERDICT_NODES ?= 60
 VERDICT_PODS ?= 200
 VERDICT_SEED ?= 1
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
-# where the runs go (one directory per run: DataItems JSON, go test output,
-# logs of failed workloads).
+# where the runs go (one directory per run: DataItems JSON, the phases'
+# CPU and allocations, go test output, logs of failed workloads). A full
+# run (both sizes) takes about 80 minutes on 2 cores (docs/performance.md).
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
-PERF_TIMEOUT ?= 60m
+PERF_TIMEOUT ?= 150m
 # `make run`: kube-scheduler's feature gates for the manager (and the local
 # kube-apiserver), e.g. FEATURE_GATES=GenericWorkload=true.
 FEATURE_GATES ?=
@@ -110,9 +112,9 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
@@ -134,7 +136,7 @@ bench: $(BENCHSTAT) ## Run the Go benchmarks (-count=5) and print their medians 
 	$(BENCHSTAT) bin/bench.txt
 
 .PHONY: perf
-perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 nodes (PERF_NODES=1000 for one size) and print pods/s and the ratios to the stock profile (docs/performance.md).
+perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 nodes (PERF_NODES=1000 for one size), three runs each, and print per workload the median and spread of pods/s, the ratios to plain stock and to the native rules, CPU and allocations per pod (docs/performance.md).
 	@assets=$$(hack/envtest-assets.sh); \
 	filter=performance; \
 	case "$(PERF_NODES)" in \
@@ -146,7 +148,7 @@ perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 n
 	echo "make perf: workloads labelled $$filter; output in $$out (go test output: $$out/go-test.txt)"; \
 	start=$$(date +%s); status=0; \
 	PATH="$(CURDIR)/$$assets:$$PATH" ARTIFACTS="$$out/logs" $(GO) test ./test/performance -run '^$$' -bench '^BenchmarkPerfScheduling$$' \
-		-benchtime 1x -timeout $(PERF_TIMEOUT) -args -perf-scheduling-label-filter="$$filter" -data-items-dir="$$out" \
+		-benchtime 1x -timeout $(PERF_TIMEOUT) -args -perf-scheduling-label-filter="$$filter" -data-items-dir="$$out" -celsched-phases="$$out/phases.jsonl" \
 		> "$$out/go-test.txt" 2>&1 || status=$$?; \
 	echo "make perf: go test took $$(( $$(date +%s) - start ))s, exit status $$status"; \
 	if [ $$status -ne 0 ]; then grep -E -e '^--- FAIL' -e 'FATAL|ERROR' "$$out/go-test.txt" | head -n 40; fi; \
@@ -180,6 +182,12 @@ $(BENCHSTAT): hack/tools/benchstat/go.mod
 
 $(HELM): hack/tools/helm/go.mod
 	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+
+# Not a third-party command: Prometheus's rule loader (rulefmt, as promtool
+# uses it) and PromQL parser behind a small main of ours; the chart test
+# checks the PrometheusRule and the Grafana dashboard with it.
+$(PROMQL): hack/tools/promql/go.mod hack/tools/promql/main.go
+	cd hack/tools/promql && $(GO) build -o $@ .
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint

@@ -198,6 +198,15 @@ func (c *Cycle) message(d *engine.Decision) string {
 	return static.String()
 }
 
+// MessagesFull says whether the cycle holds maxDistinctMessages distinct
+// rejection messages: a new one is replaced by its rule's static message
+// from then on.
+func (c *Cycle) MessagesFull() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.distinct >= maxDistinctMessages
+}
+
 // ReadCycle returns the Cycle of a CycleState, or nil when none was written.
 func ReadCycle(state fwk.CycleState) *Cycle {
 	data, err := state.Read(StateKey)

@@ -4,8 +4,13 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
@@ -36,84 +41,139 @@ const (
 	ReportNamePrefix = "celsched-"
 )
 
-// ReportWriter writes the evidence of Audit policies (audit.Log, per
-// namespace) as OpenReports objects (openreports.io/v1alpha1 Report): one
-// Report per namespace and policy, named celsched-<policy>, owned by the
-// policy (deleted with it). Its summary counts are exact (pass: pods
-// placed that the policy would have let be; fail: pods it would have held
-// or kept off their node), its results the newest violations, at most
-// audit.MaxReportResults. It runs on the leader, every Interval, adding to
-// the stored counts with an optimistic lock, as AuditStatusWriter does.
-// When the Report kind is not served (the OpenReports CRDs are not
-// installed), the evidence is dropped, and the writer looks again at the
-// next interval.
+// ReportWriter writes the evidence of Audit policies (the evidence cache
+// audit.Log.Namespaces) as OpenReports objects (openreports.io/v1alpha1
+// Report): one Report per namespace and policy, named celsched-<policy>,
+// owned by the policy (deleted with it). Its summary counts are exact
+// (pass: pods placed that the policy would have let be; fail: pods it
+// would have held or kept off their node), its results the newest
+// violations, at most audit.MaxReportResults. It is a reconciler of
+// policies, woken when a policy gains evidence: it writes a policy's
+// reports at most once per Interval (each Report at most once), adding to
+// the stored counts with an optimistic lock, and takes a namespace's
+// evidence out of the cache only once its Report was written, as
+// AuditStatusWriter does. It runs on the leader. When the Report kind is
+// not served (the OpenReports CRDs are not installed), the evidence is
+// dropped, and the writer looks again when there is more.
 type ReportWriter struct {
 	Client client.Client
 	// Reader reads the reports (the manager's API reader: the reports are
-	// not cached, so that the manager needs no informer on them).
+	// not cached, so that the manager needs no informer on them), and
+	// confirms that a policy missing from the cache is gone.
 	Reader   client.Reader
 	Log      *audit.Log
 	Interval time.Duration
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
+	// mu makes one write of a policy's reports at a time.
+	mu     sync.Mutex
 	served bool
+	// lastWrite is when each policy's reports were last written. Key:
+	// policy name; bound: the policies written; an entry leaves with its
+	// policy. Written under mu.
+	lastWrite map[string]time.Time
 }
 
-// SetupWithManager adds the writer to the manager and has the audit log
-// collect evidence per namespace.
+// SetupWithManager registers the writer, which runs on the leader, and
+// its flush at the stop, and has the audit log collect evidence per
+// namespace.
 func (w *ReportWriter) SetupWithManager(mgr ctrl.Manager) error {
 	w.Log.ByNamespace.Store(true)
-	return mgr.Add(w)
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("schedulingpolicy-reports").
+		WatchesRawSource(evidenceSource(&w.Log.Namespaces)).
+		Complete(w); err != nil {
+		return err
+	}
+	return mgr.Add(flushOnStop(w.Flush))
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (w *ReportWriter) NeedLeaderElection() bool { return true }
-
-// Start writes every Interval until ctx is done, then once more.
-func (w *ReportWriter) Start(ctx context.Context) error {
-	every(ctx, w.Interval, DefaultAuditStatusInterval, w.Flush, true)
-	return nil
+// Reconcile writes a policy's reports, or says when it may.
+func (w *ReportWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writePolicy(ctx, req.Name, false)
 }
 
-// Flush writes what was collected; what cannot be written now is kept for
-// the next time, and dropped when reports are not served.
+// Flush writes the reports of every policy now, whenever they were last
+// written.
 func (w *ReportWriter) Flush(ctx context.Context) {
-	log := ctrl.LoggerFrom(ctx).WithName("reports")
-	deltas := w.Log.TakeNamespaces()
-	if len(deltas) == 0 {
-		return
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, name := range w.Log.Namespaces.Policies() {
+		if _, err := w.writePolicy(ctx, name, true); err != nil {
+			ctrl.LoggerFrom(ctx).WithName("reports").Info("Writing reports failed", "policy", name, "err", err)
+		}
+	}
+}
+
+func (w *ReportWriter) interval() time.Duration {
+	if w.Interval > 0 {
+		return w.Interval
+	}
+	return DefaultAuditStatusInterval
+}
+
+// writePolicy adds a policy's unwritten evidence to its reports, one per
+// namespace: now when force is set or Interval has passed since the last
+// write, otherwise later (RequeueAfter). A report that cannot be written
+// keeps its evidence for the next try.
+func (w *ReportWriter) writePolicy(ctx context.Context, name string, force bool) (ctrl.Result, error) {
+	unwritten := w.Log.Namespaces.Unwritten(name)
+	if len(unwritten) == 0 {
+		return ctrl.Result{}, nil
 	}
 	if !w.reportsServed(ctx) {
-		return
+		w.Log.Namespaces.Written(name, unwritten) // dropped
+		return ctrl.Result{}, nil
 	}
-	policies := map[string]*schedv1alpha1.SchedulingPolicy{}
-	for key, d := range deltas {
-		policy, ok := policies[key.Policy]
-		if !ok {
-			policy = &schedv1alpha1.SchedulingPolicy{}
-			if err := w.Client.Get(ctx, client.ObjectKey{Name: key.Policy}, policy); err != nil {
-				policy = nil
-				if !apierrors.IsNotFound(err) {
-					log.Error(err, "Reading the policy for its reports", "policy", key.Policy)
-					w.Log.ReturnNamespace(key, d)
-					continue
-				}
-			}
-			policies[key.Policy] = policy
-		}
+	policy, err := livePolicy(ctx, w.Client, w.Reader, name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if policy == nil {
+		w.Log.Namespaces.Drop(name)
+		delete(w.lastWrite, name)
+		return ctrl.Result{}, nil
+	}
+	now := w.now()
+	if wait := untilNextWrite(w.lastWrite[name], w.interval(), now); wait > 0 && !force {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	written := map[string]audit.Delta{}
+	var errs []error
+	ahead := false
+	for _, namespace := range slices.Sorted(maps.Keys(unwritten)) {
+		d := unwritten[namespace]
 		switch {
-		case policy == nil || policy.Generation > d.Generation:
-			continue // deleted, or an older spec whose counts restarted
+		case policy.Generation > d.Generation:
+			written[namespace] = d // an older spec, whose counts restarted
+			continue
 		case policy.Generation < d.Generation:
-			w.Log.ReturnNamespace(key, d) // the cache is behind the scheduler
+			ahead = true // the cache is behind the scheduler
 			continue
 		}
-		if err := w.write(ctx, policy, key.Namespace, d); err != nil {
-			log.V(2).Info("Writing a report failed; retrying at the next interval", "policy", key.Policy, "namespace", key.Namespace, "err", err)
-			w.Log.ReturnNamespace(key, d)
+		if err := w.write(ctx, policy, namespace, &d); err != nil {
+			errs = append(errs, fmt.Errorf("the report of namespace %s: %w", namespace, err))
+			continue
 		}
+		written[namespace] = d
 	}
+	if w.lastWrite == nil {
+		w.lastWrite = map[string]time.Time{}
+	}
+	w.lastWrite[name] = now
+	remains := w.Log.Namespaces.Written(name, written)
+	switch {
+	case len(errs) > 0:
+		return ctrl.Result{}, errors.Join(errs...)
+	case ahead:
+		return ctrl.Result{RequeueAfter: registryLag}, nil
+	case remains:
+		return ctrl.Result{RequeueAfter: w.interval()}, nil
+	}
+	return ctrl.Result{}, nil
 }
 
 // reportsServed says whether the API server serves the Report kind, and

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,9 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine"
@@ -103,8 +109,92 @@ func TestReportsNotServed(t *testing.T) {
 	log.ByNamespace.Store(true)
 	log.Report(events.NewFakeRecorder(10), &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x"}}, "n",
 		[]schedv1alpha1.AuditViolation{{Pod: "ns/x", Rule: "filters/f"}})
-	w.Flush(t.Context())
-	if left := log.TakeNamespaces(); len(left) != 0 {
+	if _, err := w.Reconcile(t.Context(), ctrl.Request{NamespacedName: types.NamespacedName{Name: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := log.Namespaces.Policies(); len(left) != 0 {
 		t.Errorf("evidence kept while reports are not served: %v", left)
+	}
+}
+
+// TestReportWriterFailedWrites: a Report whose create or update fails
+// keeps its evidence, and the next write adds it once: the counts end
+// exact, as if no write had failed.
+func TestReportWriterFailedWrites(t *testing.T) {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{schedv1alpha1.AddToScheme, reportsv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schedv1alpha1.GroupVersion.WithKind("SchedulingPolicy"), meta.RESTScopeRoot)
+	mapper.Add(schema.GroupVersionKind{Group: reportsv1alpha1.GroupVersion.Group, Version: reportsv1alpha1.GroupVersion.Version, Kind: "Report"}, meta.RESTScopeNamespace)
+	policy := &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1, UID: "p"}}
+	failCreates, failUpdates := 0, 0
+	c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(policy).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				if _, ok := obj.(*reportsv1alpha1.Report); ok && fail(&failCreates) {
+					return errInjected
+				}
+				return c.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				if _, ok := obj.(*reportsv1alpha1.Report); ok && fail(&failUpdates) {
+					return errInjected
+				}
+				return c.Update(ctx, obj, opts...)
+			},
+		}).Build()
+	clock := time.Unix(1000, 0)
+	log := &audit.Log{}
+	log.ByNamespace.Store(true)
+	w := &ReportWriter{Client: c, Reader: c, Log: log, Interval: 10 * time.Second, Now: func() time.Time { return clock }}
+	compiled := &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}
+	reconcile := func(wantErr bool) {
+		t.Helper()
+		clock = clock.Add(10 * time.Second)
+		_, err := w.Reconcile(t.Context(), policyRequest("p"))
+		if (err != nil) != wantErr {
+			t.Fatalf("at %d: error %v, want an error: %v", clock.Unix(), err, wantErr)
+		}
+	}
+	summary := func() reportsv1alpha1.ReportSummary {
+		t.Helper()
+		report := &reportsv1alpha1.Report{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: ReportName("p")}, report); err != nil {
+			t.Fatal(err)
+		}
+		return report.Summary
+	}
+
+	bind(log, compiled, 3, 2) // 1 pass, 2 fail
+	failCreates = 1
+	reconcile(true)
+	if left := log.Namespaces.Policies(); len(left) != 1 {
+		t.Fatalf("the evidence of a failed create was not kept: %v", left)
+	}
+	bind(log, compiled, 2, 1) // 1 pass, 1 fail, while the write failed
+	reconcile(false)
+	if s := summary(); s.Pass != 2 || s.Fail != 3 {
+		t.Errorf("after the create's retry: %+v, want pass 2, fail 3", s)
+	}
+	bind(log, compiled, 4, 0)
+	failUpdates = 1
+	reconcile(true)
+	if s := summary(); s.Pass != 2 || s.Fail != 3 {
+		t.Errorf("a failed update changed the report: %+v", s)
+	}
+	reconcile(false)
+	if s := summary(); s.Pass != 6 || s.Fail != 3 {
+		t.Errorf("after the update's retry: %+v, want pass 6, fail 3", s)
+	}
+	if left := log.Namespaces.Policies(); len(left) != 0 {
+		t.Errorf("evidence left once written: %v", left)
+	}
+	reconcile(false)
+	if s := summary(); s.Pass != 6 || s.Fail != 3 {
+		t.Errorf("a write with nothing new changed the report: %+v", s)
 	}
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -95,15 +98,16 @@ const (
 	ReasonRolloutAction    = "RolloutAction"
 )
 
-// DefaultRolloutInterval is how often the rollouts are looked at.
-const DefaultRolloutInterval = time.Second
-
 // RolloutController runs the rollouts of spec.rollout: the one writer of
-// status.rollout. It runs on the leader, where the scheduler binds pods
-// and so collects the evidence (audit.Log.TakeWaves), and keeps time by
-// the leader's clock; everything it decides is in status, so a new leader
-// continues from there (the evidence collected by the old leader and not
-// yet written, at most one Interval's, is lost).
+// status.rollout. It is a reconciler of policies: a policy's rollout is
+// looked at on the policy's events (a spec change, an action's
+// annotation, a status write), when the evidence of its waves grows
+// (audit.Log.Waves signals it) and at its next deadline (RequeueAfter:
+// the end of the current wave's soak, the next count of its pending pods,
+// the next write of evidence held back); no policy is looked at on a
+// timer. It runs on the leader, where the scheduler binds pods and so
+// collects the evidence, and keeps time by the leader's clock; everything
+// it decides is in status, so a new leader continues from there.
 //
 // A wave is Pending until the waves before it are Enforced, then Soaking
 // from its startTime; after its soak it is promoted (Enforced) when the
@@ -120,12 +124,23 @@ const DefaultRolloutInterval = time.Second
 // (lastAction), the evidence and the waves' phases. What follows the
 // write (the Events, the annotation's removal) may be lost to a crash or
 // fail; it is never applied twice, because the next step starts from the
-// status written.
+// status written. The evidence is taken from the cache (audit.Log.Waves)
+// only once a write holding it succeeded. A step that would only add
+// evidence to the waves' counts is held back until WriteInterval has
+// passed since the policy's last write: at most one such write per policy
+// per WriteInterval.
 type RolloutController struct {
-	Client   client.Client
+	Client client.Client
+	// Reader, when set, confirms that a policy missing from the cache is
+	// gone before what is kept of it is dropped (the manager's API
+	// reader).
+	Reader   client.Reader
 	Log      *audit.Log
 	Recorder events.EventRecorder
-	Interval time.Duration
+	// WriteInterval is the least time between two writes of a policy's
+	// status.rollout that only add evidence (DefaultAuditStatusInterval
+	// when 0); decisions are written at once.
+	WriteInterval time.Duration
 	// Pending counts, for the gate, a wave's pods that are pending (no
 	// bind reports on them) and that the policy, enforced, would hold or
 	// leave with no node; nil: only the pods bound during the soak are
@@ -138,10 +153,21 @@ type RolloutController struct {
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
 
-	// counted is the last count of the pending pods of each wave (policy
-	// and index) that soaks or is paused; Step writes it, on one
-	// goroutine, and drops the entries of the waves that no longer do.
-	counted map[audit.WaveKey]lastCount
+	mu sync.Mutex
+	// memory is what the controller keeps of each policy with a rollout
+	// between its steps. Key: policy name. Bound: the policies with a
+	// rollout; an entry leaves when its policy is deleted or loses its
+	// rollout, and a count when its wave no longer soaks nor is paused.
+	// Written by Reconcile only (one step of a policy at a time).
+	memory map[string]*rolloutMemory
+}
+
+// rolloutMemory is what a RolloutController keeps of one policy: when its
+// status was last written, and the last count of the pending pods of each
+// wave (by index) that soaks or is paused.
+type rolloutMemory struct {
+	lastWrite time.Time
+	counted   map[int]lastCount
 }
 
 // lastCount is the last count of a wave's pending pods: when, for which
@@ -168,67 +194,85 @@ const DefaultPendingRecheck = 30 * time.Second
 // a count that does not end decides nothing.
 const maxPendingCount = 20 * time.Second
 
-// SetupWithManager adds the controller to the manager.
+// SetupWithManager registers the controller, which runs on the leader:
+// on the policies' events, and on the policies whose waves gained
+// evidence; and its flush of the evidence when the leader stops.
 func (r *RolloutController) SetupWithManager(mgr ctrl.Manager) error {
-	return mgr.Add(r)
+	if err := ctrl.NewControllerManagedBy(mgr).
+		For(&schedv1alpha1.SchedulingPolicy{}).
+		WatchesRawSource(evidenceSource(&r.Log.Waves)).
+		Named("schedulingpolicy-rollout").
+		Complete(r); err != nil {
+		return err
+	}
+	return mgr.Add(flushOnStop(r.Flush))
 }
 
-// NeedLeaderElection implements manager.LeaderElectionRunnable.
-func (r *RolloutController) NeedLeaderElection() bool { return true }
-
-// Start runs the rollouts every Interval until ctx is done.
-func (r *RolloutController) Start(ctx context.Context) error {
-	every(ctx, r.Interval, DefaultRolloutInterval, r.Step, false)
-	return nil
+// Reconcile advances one policy's rollout: one step, and the time of the
+// next one.
+func (r *RolloutController) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return r.reconcile(ctx, req.Name, false)
 }
 
-// Step looks at every policy with a rollout once.
-func (r *RolloutController) Step(ctx context.Context) {
+// Flush steps every policy whose waves have evidence not written yet, and
+// writes it whenever the last write was: when the leader stops.
+func (r *RolloutController) Flush(ctx context.Context) {
+	for _, name := range r.Log.Waves.Policies() {
+		if _, err := r.reconcile(ctx, name, true); err != nil {
+			ctrl.LoggerFrom(ctx).WithName("rollout").Info("Writing a rollout's evidence failed", "policy", name, "err", err)
+		}
+	}
+}
+
+// reconcile steps the rollout of the policy name; force writes its
+// evidence even within WriteInterval of the last write.
+func (r *RolloutController) reconcile(ctx context.Context, name string, force bool) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx).WithName("rollout")
-	evidence := r.Log.TakeWaves()
-	var list schedv1alpha1.SchedulingPolicyList
-	if err := r.Client.List(ctx, &list); err != nil {
-		log.Error(err, "Listing the policies")
-		for k, d := range evidence {
-			r.Log.ReturnWave(k, d)
-		}
-		return
+	p, err := livePolicy(ctx, r.Client, r.Reader, name)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	live := map[audit.WaveKey]bool{}
-	for i := range list.Items {
-		p := &list.Items[i]
-		if p.Spec.Rollout == nil {
-			continue
-		}
-		st, err := r.step(ctx, p, evidence)
-		if err != nil {
-			// Nothing was written: the evidence is taken again next time.
-			log.V(2).Info("Writing a rollout's status failed; retrying", "policy", p.Name, "err", err)
-			for k, d := range evidence {
-				if k.Policy == p.Name {
-					r.Log.ReturnWave(k, d)
-				}
-			}
-			st = p.Status.Rollout
-		}
-		for i, w := range waves(st) {
-			if w.Phase == schedv1alpha1.WaveSoaking || w.Phase == schedv1alpha1.WavePaused {
-				live[audit.WaveKey{Policy: p.Name, Wave: i}] = true
-			}
-		}
+	if p == nil || p.Spec.Rollout == nil {
+		r.forget(name)
+		return ctrl.Result{}, nil
 	}
-	for k := range r.counted {
-		if !live[k] {
-			delete(r.counted, k)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.memory == nil {
+		r.memory = map[string]*rolloutMemory{}
+	}
+	mem := r.memory[p.Name]
+	if mem == nil {
+		mem = &rolloutMemory{}
+		r.memory[p.Name] = mem
+	}
+	st, next, err := r.step(ctx, p, mem, force)
+	if err != nil {
+		if apierrors.IsConflict(err) {
+			// A newer version exists (often this controller's own last
+			// write, not yet in the cache): its event brings the policy
+			// back; nothing was written.
+			log.V(1).Info("SchedulingPolicy changed while its rollout was written; looking again", "policy", p.Name)
+			return ctrl.Result{RequeueAfter: registryLag}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	// The counts of the waves that no longer soak nor are paused go.
+	for i := range mem.counted {
+		if i >= len(st.Waves) || (st.Waves[i].Phase != schedv1alpha1.WaveSoaking && st.Waves[i].Phase != schedv1alpha1.WavePaused) {
+			delete(mem.counted, i)
 		}
 	}
+	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-func waves(st *schedv1alpha1.RolloutStatus) []schedv1alpha1.WaveStatus {
-	if st == nil {
-		return nil
-	}
-	return st.Waves
+// forget drops what the controller keeps of a policy, and its evidence:
+// the policy is gone, or has no rollout.
+func (r *RolloutController) forget(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.memory, name)
+	r.Log.Waves.Drop(name)
 }
 
 func (r *RolloutController) now() time.Time {
@@ -238,11 +282,27 @@ func (r *RolloutController) now() time.Time {
 	return time.Now()
 }
 
-// step advances one policy's rollout, writes its status when it changed,
-// and returns the status written. An error means that nothing was
-// written; the removal of the annotation that follows the write is
-// retried at the next step when it fails.
-func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, evidence map[audit.WaveKey]*audit.Delta) (*schedv1alpha1.RolloutStatus, error) {
+func (r *RolloutController) writeInterval() time.Duration {
+	if r.WriteInterval > 0 {
+		return r.WriteInterval
+	}
+	return DefaultAuditStatusInterval
+}
+
+func (r *RolloutController) pendingRecheck() time.Duration {
+	if r.PendingRecheck > 0 {
+		return r.PendingRecheck
+	}
+	return DefaultPendingRecheck
+}
+
+// step advances one policy's rollout, writes its status when it changed
+// (or, when only evidence was added, once WriteInterval has passed since
+// the last write, unless force), and returns the status it stands on and how soon to
+// step again (0: on events only). An error means that the status was not
+// written, or that the removal of the annotation after the write failed
+// (retried at the next step, which removes it only).
+func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, mem *rolloutMemory, force bool) (*schedv1alpha1.RolloutStatus, time.Duration, error) {
 	log := ctrl.LoggerFrom(ctx).WithName("rollout")
 	now := metav1.NewTime(r.now())
 	value, requested := p.Annotations[RolloutActionAnnotation]
@@ -253,12 +313,27 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		if invalid == nil && req.id == "" {
 			var err error
 			if req, err = r.identify(ctx, p, req); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			value = req.value
 		}
 	}
+	evidence := r.Log.Waves.Unwritten(p.Name)
+	ahead := false
+	for wave, d := range evidence {
+		if d.Generation > p.Generation {
+			// The scheduler saw a newer spec than this cache yet: kept
+			// for the step of that generation.
+			delete(evidence, wave)
+			ahead = true
+		}
+	}
 	st := restart(p)
+	// unchanged is the status as it would be with nothing decided: the
+	// stored one with the new evidence added.
+	unchanged := st.DeepCopy()
+	addEvidence(p, unchanged, evidence)
+	restarted := !apiequality.Semantic.DeepEqual(p.Status.Rollout, st)
 	var decided []rolloutEvent
 	if requested && invalid == nil {
 		if st.LastAction != nil && st.LastAction.ID == req.value {
@@ -268,25 +343,88 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		}
 	}
 	addEvidence(p, st, evidence)
-	decided = append(decided, advance(p, st, now, r.pendingCount(ctx, p, now.Time))...)
+	decided = append(decided, advance(p, st, now, r.pendingCount(ctx, p, mem, now.Time))...)
+	next := r.next(p, st, mem, now.Time)
+	if ahead {
+		next = shortest(next, registryLag)
+	}
 	if !apiequality.Semantic.DeepEqual(p.Status.Rollout, st) {
+		if !force && !requested && !restarted && apiequality.Semantic.DeepEqual(unchanged, st) {
+			// Only evidence was added: written once WriteInterval has
+			// passed since the last write.
+			if wait := untilNextWrite(mem.lastWrite, r.writeInterval(), now.Time); wait > 0 {
+				return p.Status.Rollout, shortest(next, wait), nil
+			}
+		}
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 		p.Status.Rollout = st
 		if err := r.Client.Status().Patch(ctx, p, patch); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
+		mem.lastWrite = now.Time
+	}
+	// Written (or nothing of it applies to a wave that soaks): the
+	// evidence leaves the cache.
+	if r.Log.Waves.Written(p.Name, evidence) {
+		next = shortest(next, r.writeInterval())
 	}
 	r.record(ctx, p, decided)
 	if requested {
 		if err := r.removeAction(ctx, p, value); err != nil {
+			// Retried with the queue's backoff; the next step finds the
+			// action in lastAction and only removes it.
 			log.Info("Removing a rollout action's annotation failed; retrying at the next step", "policy", p.Name, "action", value, "err", err)
+			return st, next, fmt.Errorf("removing the rollout action %q: %w", value, err)
 		} else if invalid != nil {
 			// Said once the request is gone, not at every step it stays.
 			r.record(ctx, p, []rolloutEvent{{corev1.EventTypeWarning, ReasonRolloutAction,
 				fmt.Sprintf("%s %q removed, not applied: %v", RolloutActionAnnotation, value, invalid)}})
 		}
 	}
-	return st, nil
+	return st, next, nil
+}
+
+// next is how soon a rollout in status st has a step due by the clock: the
+// end of the current wave's soak, or the next count of its pending pods
+// (a soak over whose count failed, a wave paused by its gate); 0 when
+// only an event moves it.
+func (r *RolloutController) next(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, mem *rolloutMemory, now time.Time) time.Duration {
+	i := current(st)
+	if i == len(st.Waves) || i >= len(p.Spec.Rollout.Waves) {
+		return 0
+	}
+	w := &st.Waves[i]
+	recount := func() time.Duration {
+		if r.Pending == nil {
+			return 0
+		}
+		last, ok := mem.counted[i]
+		if !ok || last.generation != p.Generation {
+			return time.Second
+		}
+		return max(last.time.Add(r.pendingRecheck()).Sub(now), time.Second)
+	}
+	switch {
+	case st.Phase == schedv1alpha1.RolloutProgressing && w.Phase == schedv1alpha1.WaveSoaking && w.StartTime != nil:
+		if end := w.StartTime.Add(p.Spec.Rollout.Waves[i].Soak.Duration); end.After(now) {
+			return end.Sub(now)
+		}
+		return recount()
+	case st.Phase == schedv1alpha1.RolloutPaused && st.PauseReason == schedv1alpha1.PauseGateExceeded:
+		return recount()
+	}
+	return 0
+}
+
+// shortest is the sooner of two delays, 0 meaning none.
+func shortest(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
 }
 
 // identify gives a bare action of the annotation its identity,
@@ -336,27 +474,22 @@ func (r *RolloutController) record(ctx context.Context, p *schedv1alpha1.Schedul
 // count (of this generation) it does not count again for a paused wave
 // (nil, nil), nor after a count that failed (its error again): a count
 // that cannot end in maxPendingCount is not retried at every step.
-func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, now time.Time) pendingCount {
+func (r *RolloutController) pendingCount(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, mem *rolloutMemory, now time.Time) pendingCount {
 	if r.Pending == nil {
 		return nil
 	}
 	return func(wave int, paused bool) (*audit.Stranded, error) {
-		recheck := r.PendingRecheck
-		if recheck <= 0 {
-			recheck = DefaultPendingRecheck
-		}
-		key := audit.WaveKey{Policy: p.Name, Wave: wave}
-		last, ok := r.counted[key]
-		if ok && last.generation == p.Generation && now.Sub(last.time) < recheck && (paused || last.err != nil) {
+		last, ok := mem.counted[wave]
+		if ok && last.generation == p.Generation && now.Sub(last.time) < r.pendingRecheck() && (paused || last.err != nil) {
 			return nil, last.err
 		}
 		ctx, cancel := context.WithTimeout(ctx, maxPendingCount)
 		defer cancel()
 		s, err := r.Pending.WouldStrand(ctx, p.Name, p.Generation, wave)
-		if r.counted == nil {
-			r.counted = map[audit.WaveKey]lastCount{}
+		if mem.counted == nil {
+			mem.counted = map[int]lastCount{}
 		}
-		r.counted[key] = lastCount{time: now, generation: p.Generation, err: err}
+		mem.counted[wave] = lastCount{time: now, generation: p.Generation, err: err}
 		if err != nil {
 			ctrl.LoggerFrom(ctx).WithName("rollout").Info("Counting a wave's pending pods failed; retrying later", "policy", p.Name, "wave", wave, "err", err)
 			return nil, err
@@ -502,14 +635,16 @@ func promote(st *schedv1alpha1.RolloutStatus, i int, now metav1.Time) {
 	st.Waves[i].PromotedTime = &now
 }
 
-// addEvidence adds the evidence collected since the last step to the
-// waves that soak (or are paused on it).
-func addEvidence(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, evidence map[audit.WaveKey]*audit.Delta) {
-	for k, d := range evidence {
-		if k.Policy != p.Name || d.Generation != p.Generation || k.Wave >= len(st.Waves) {
+// addEvidence adds a policy's evidence not yet written, by wave, to the
+// waves that soak (or are paused on it); the evidence of other waves, or
+// of another generation, is not theirs.
+func addEvidence(p *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus, evidence map[int]audit.Delta) {
+	for _, wave := range slices.Sorted(maps.Keys(evidence)) {
+		d := evidence[wave]
+		if d.Generation != p.Generation || wave >= len(st.Waves) {
 			continue
 		}
-		w := &st.Waves[k.Wave]
+		w := &st.Waves[wave]
 		if w.Phase != schedv1alpha1.WaveSoaking && w.Phase != schedv1alpha1.WavePaused {
 			continue
 		}

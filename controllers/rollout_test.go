@@ -48,9 +48,9 @@ func TestRolloutSteps(t *testing.T) {
 		t.Fatalf("started: %v", got)
 	}
 	// Evidence for wave two (pending) is not counted; wave one's is.
-	addEvidence(p, st, map[audit.WaveKey]*audit.Delta{
-		{Policy: "p", Wave: 0}: {Generation: 1, Evaluated: 3},
-		{Policy: "p", Wave: 1}: {Generation: 1, Evaluated: 2, WouldReject: 2},
+	addEvidence(p, st, map[int]audit.Delta{
+		0: {Generation: 1, Evaluated: 3},
+		1: {Generation: 1, Evaluated: 2, WouldReject: 2},
 	})
 	if st.Waves[0].Evaluated != 3 || st.Waves[1].Evaluated != 0 {
 		t.Errorf("evidence: %+v", st.Waves)
@@ -63,7 +63,7 @@ func TestRolloutSteps(t *testing.T) {
 	if got := phases(st); got[0] != schedv1alpha1.WaveEnforced || got[1] != schedv1alpha1.WaveSoaking || !st.Waves[1].StartTime.Equal(&metav1.Time{Time: t0.Add(time.Minute)}) {
 		t.Fatalf("after wave one's soak: %v, %+v", got, st.Waves[1])
 	}
-	addEvidence(p, st, map[audit.WaveKey]*audit.Delta{{Policy: "p", Wave: 1}: {Generation: 1, Evaluated: 1, WouldReject: 1,
+	addEvidence(p, st, map[int]audit.Delta{1: {Generation: 1, Evaluated: 1, WouldReject: 1,
 		Violations: []schedv1alpha1.AuditViolation{{Pod: "ns/web"}}}})
 	advance(p, st, at(2*time.Minute), nil)
 	if st.Phase != schedv1alpha1.RolloutPaused || st.Waves[1].Phase != schedv1alpha1.WavePaused || st.Waves[1].LastViolations[0] != "ns/web" {
@@ -145,11 +145,12 @@ func TestRolloutPendingGate(t *testing.T) {
 	at := func(d time.Duration) metav1.Time { clock = t0.Add(d); return metav1.NewTime(clock) }
 	fake := &fakePending{}
 	r := &RolloutController{Pending: fake, PendingRecheck: 30 * time.Second}
+	mem := &rolloutMemory{}
 	p := rolloutPolicy(1, "one", "two")
 	st := restart(p)
 	step := func(d time.Duration) []rolloutEvent {
 		now := at(d)
-		return advance(p, st, now, r.pendingCount(context.Background(), p, now.Time))
+		return advance(p, st, now, r.pendingCount(context.Background(), p, mem, now.Time))
 	}
 	step(0)
 	if fake.asked != 0 {
@@ -191,7 +192,7 @@ func TestRolloutPendingGate(t *testing.T) {
 
 	// Wave two: one pod bound against the rule; the pending count cannot
 	// clear it.
-	addEvidence(p, st, map[audit.WaveKey]*audit.Delta{{Policy: "p", Wave: 1}: {Generation: 1, Evaluated: 1, WouldReject: 1,
+	addEvidence(p, st, map[int]audit.Delta{1: {Generation: 1, Evaluated: 1, WouldReject: 1,
 		Violations: []schedv1alpha1.AuditViolation{{Pod: "ns/bound"}}}})
 	step(3 * time.Minute)
 	if st.Waves[1].Phase != schedv1alpha1.WavePaused {

@@ -7,6 +7,7 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -130,13 +131,33 @@ func ReadDocuments(paths []string, stdin io.Reader) ([]*Document, error) {
 
 // parseDocuments splits a file into its non-empty documents.
 func parseDocuments(file string, data []byte) ([]*Document, error) {
+	// A file of one document (a dump, as kubectl get -o yaml prints a
+	// List) has the file's JSON, without writing the document out again
+	// first. Converted before the document's tree is built when no line
+	// starts a second document: the conversion's own tree of a large
+	// dump is gone by then.
+	var whole []byte
+	var wholeErr error
+	if !bytes.Contains(data, []byte("\n---")) && !bytes.Contains(data, []byte("\n...")) {
+		whole, wholeErr = yaml.YAMLToJSON(data)
+	}
 	dec := yamlv3.NewDecoder(bytes.NewReader(data))
-	var out []*Document
-	for {
+	var roots []*yamlv3.Node
+	for decoded := 0; ; decoded++ {
 		var n yamlv3.Node
 		err := dec.Decode(&n)
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			if decoded == 1 && len(roots) == 1 {
+				json, err := whole, wholeErr
+				if json == nil && err == nil {
+					json, err = yaml.YAMLToJSON(data)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%s:%d: %w", file, roots[0].Line, err)
+				}
+				return []*Document{{File: file, Root: roots[0], JSON: json}}, nil
+			}
+			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", file, err)
@@ -144,7 +165,10 @@ func parseDocuments(file string, data []byte) ([]*Document, error) {
 		if len(n.Content) == 0 || n.Content[0].Kind == yamlv3.ScalarNode && n.Content[0].Tag == "!!null" {
 			continue
 		}
-		root := n.Content[0]
+		roots = append(roots, n.Content[0])
+	}
+	out := make([]*Document, 0, len(roots))
+	for _, root := range roots {
 		raw, err := yamlv3.Marshal(root)
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", file, root.Line, err)
@@ -155,6 +179,7 @@ func parseDocuments(file string, data []byte) ([]*Document, error) {
 		}
 		out = append(out, &Document{File: file, Root: root, JSON: json})
 	}
+	return out, nil
 }
 
 // Kind returns the document's apiVersion and kind.
@@ -163,7 +188,7 @@ func (d *Document) Kind() (string, string) {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 	}
-	_ = yaml.Unmarshal(d.JSON, &tm)
+	_ = json.Unmarshal(d.JSON, &tm) // JSON: YAMLToJSON's
 	return tm.APIVersion, tm.Kind
 }
 

@@ -1,9 +1,11 @@
 package manifest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	goruntime "runtime"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/workqueue"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
@@ -31,6 +34,14 @@ var scheme = func() *runtime.Scheme {
 // strictly (decodeStrict); a List (as `kubectl get -o yaml` prints)
 // contributes its items.
 func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error) {
+	return decodeObjects[T](docs, kind, false)
+}
+
+// decodeObjects is DecodeObjects; with release, it drops each List
+// item's YAML tree and JSON once the item is decoded (the documents are
+// the caller's own and not read again), so that a large dump is not held
+// twice.
+func decodeObjects[T runtime.Object](docs []*Document, kind string, release bool) ([]T, error) {
 	var out []T
 	for _, d := range docs {
 		if _, k := d.Kind(); k == "List" {
@@ -40,18 +51,33 @@ func DecodeObjects[T runtime.Object](docs []*Document, kind string) ([]T, error)
 			if err := json.Unmarshal(d.JSON, &list); err != nil {
 				return nil, fmt.Errorf("%s:%d: %w", d.File, d.Root.Line, err)
 			}
+			if release {
+				d.JSON = nil
+			}
 			items := child(d.Root, "items")
-			for i, raw := range list.Items {
+			objs := make([]T, len(list.Items))
+			errs := make([]error, len(list.Items))
+			// The items one per CPU: a dump's thousands of objects decode
+			// independently. The first error in the list's order is said.
+			workqueue.ParallelizeUntil(context.Background(), goruntime.GOMAXPROCS(0), len(list.Items), func(i int) {
 				node := d.Root
 				if items != nil && i < len(items.Content) {
 					node = items.Content[i]
 				}
-				obj, err := DecodeOne[T](d.File, node, raw, kind)
+				objs[i], errs[i] = DecodeOne[T](d.File, node, list.Items[i], kind)
+				if release {
+					list.Items[i] = nil
+					if items != nil && i < len(items.Content) {
+						items.Content[i] = nil
+					}
+				}
+			})
+			for _, err := range errs {
 				if err != nil {
 					return nil, err
 				}
-				out = append(out, obj)
 			}
+			out = append(out, objs...)
 			continue
 		}
 		obj, err := DecodeOne[T](d.File, d.Root, d.JSON, kind)
@@ -112,7 +138,7 @@ func ReadObjects[T runtime.Object](stdin io.Reader, files []string, kind string)
 	if err != nil {
 		return nil, err
 	}
-	return DecodeObjects[T](docs, kind)
+	return decodeObjects[T](docs, kind, true)
 }
 
 // ReadPolicies reads the SchedulingPolicies of files and directories,

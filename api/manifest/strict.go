@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	kjson "sigs.k8s.io/json"
@@ -81,7 +82,7 @@ func checkStrict(n *yamlv3.Node, t reflect.Type, path string, out *[]fieldProble
 			problem(n, path, "want an object, got "+describe(n))
 			return
 		}
-		fields := jsonFields(t)
+		fields := cachedJSONFields(t)
 		for key, value := range pairs(n, path, problem) {
 			f, ok := fields[key.Value]
 			if !ok {
@@ -189,6 +190,20 @@ func checkScalar(n *yamlv3.Node, t reflect.Type, path string, problem func(*yaml
 	if !ok {
 		problem(n, path, fmt.Sprintf("want %s, got %s", kindName(t), describe(n)))
 	}
+}
+
+// fieldsByType caches jsonFields. Key: the struct type; bound: the types
+// decoded (a fixed set); never invalidated; written by the first decode
+// of a type. Its maps are only read.
+var fieldsByType sync.Map // reflect.Type -> map[string]reflect.Type
+
+func cachedJSONFields(t reflect.Type) map[string]reflect.Type {
+	if f, ok := fieldsByType.Load(t); ok {
+		return f.(map[string]reflect.Type)
+	}
+	f := jsonFields(t)
+	fieldsByType.Store(t, f)
+	return f
 }
 
 // jsonFields are a struct's fields by JSON name, with the fields of

@@ -57,6 +57,22 @@ func TestCombine(t *testing.T) {
 	}
 }
 
+// prepared is the state CELFilter's PreFilter leaves for the pod, with a
+// time budget that no load on the machine uses up: without it, PreScore
+// prepares the cycle with DefaultEvaluationBudget (100 ms), which a test
+// machine under load (-race, parallel packages) can spend before the
+// first score is computed.
+func prepared(t *testing.T, rt *celplugins.Runtime, pod *corev1.Pod) *framework.CycleState {
+	t.Helper()
+	c, err := rt.Prepare(context.Background(), pod, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := framework.NewCycleState()
+	state.Write(celplugins.StateKey, c)
+	return state
+}
+
 // TestStatusCodes: PreScore skips pods no scored policy matches; a score
 // rule's error under Fail fails the cycle (Error: the pod is retried with
 // backoff); under Ignore the rule scores 0 on that node and the other
@@ -100,7 +116,12 @@ func TestStatusCodes(t *testing.T) {
 			t.Parallel()
 			pl := &Score{rt: plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))}
 			ctx := context.Background()
+			// A skipped pod evaluates nothing: PreScore prepares its cycle
+			// itself, as without CELFilter.
 			state := framework.NewCycleState()
+			if tc.wantPreScore != fwk.Skip {
+				state = prepared(t, pl.rt, pod)
+			}
 			if got := pl.PreScore(ctx, state, pod, nodes); got.Code() != tc.wantPreScore {
 				t.Fatalf("PreScore: %v, want %v", got, tc.wantPreScore)
 			}
@@ -163,7 +184,7 @@ func TestParamsScoresCombine(t *testing.T) {
 			rt.Inputs.Params = params
 			pl := &Score{rt: rt}
 			ctx := context.Background()
-			state := framework.NewCycleState()
+			state := prepared(t, rt, pod)
 			if got := pl.PreScore(ctx, state, pod, nodes); !got.IsSuccess() {
 				t.Fatalf("PreScore: %v", got)
 			}

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +25,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -170,7 +170,13 @@ type Evaluator struct {
 	rt         *celplugins.Runtime
 	cfg        *schedulerconfig.KubeSchedulerConfiguration
 	frameworks map[string]framework.Framework
-	cancel     context.CancelFunc
+	// plugins are each profile's plugin instances by name, as the
+	// framework built them (see ClassVerdict): written in New only.
+	plugins map[string]map[string]fwk.Plugin
+	cancel  context.CancelFunc
+	// sweeps counts the evaluations that ran Filter over every node (a
+	// whole cycle), for tests: a class of pods should cost one.
+	sweeps atomic.Int64
 }
 
 // fixed is an evaluation's policies: they do not change.
@@ -182,7 +188,9 @@ func (f fixed) Snapshot() *engine.Snapshot { return f.s }
 // (the profile "celsched" is "celsched/dry-run" in them), which label the
 // metrics kube-scheduler's framework records of every run
 // (scheduler_framework_extension_point_duration_seconds,
-// scheduler_plugin_evaluation_total).
+// scheduler_plugin_evaluation_total). A framework's ProfileName is
+// therefore not a schedulerName: the pods evaluated keep their profile's
+// (SchedulerName), which the policies' schedulerNames select.
 const DryRunProfileSuffix = "/dry-run"
 
 // New builds the frameworks of every profile of opts.Config over the
@@ -199,6 +207,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		rt:         celplugins.NewRuntime(fixed{policies.Snapshot}, policies.Converter),
 		cfg:        opts.Config,
 		frameworks: map[string]framework.Framework{},
+		plugins:    map[string]map[string]fwk.Plugin{},
 	}
 	e.rt.Inputs.Params = policies.Params
 	// An evaluation is not the scheduler's: it counts in no metric, and
@@ -224,6 +233,19 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	}); err != nil {
 		return nil, err
 	}
+	// Each plugin the framework builds is kept (not wrapped: the framework
+	// gets it as built), so that a class's evaluation can ask a plugin
+	// what the framework would (ClassVerdict.Reschedule).
+	var built map[string]fwk.Plugin
+	for name, factory := range pluginRegistry {
+		pluginRegistry[name] = func(ctx context.Context, args runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+			pl, err := factory(ctx, args, h)
+			if err == nil {
+				built[name] = pl
+			}
+			return pl, err
+		}
+	}
 	ctx, e.cancel = context.WithCancel(ctx)
 	metrics.Register() // the framework records into kube-scheduler's metrics; idempotent
 	for i := range opts.Config.Profiles {
@@ -238,6 +260,8 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 			e.cancel()
 			return nil, err
 		}
+		built = map[string]fwk.Plugin{}
+		e.plugins[name] = built
 		fw, err := frameworkruntime.NewFramework(ctx, pluginRegistry, prof,
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(factory),
@@ -355,7 +379,12 @@ const (
 	released
 	// scored runs PreScore and Score on the feasible nodes too.
 	scored
+	// scoredTotals is scored without each node's PluginScores.
+	scoredTotals
 )
+
+// scores says whether a cycle runs PreScore and Score.
+func (s stage) scores() bool { return s == scored || s == scoredTotals }
 
 // stopsWhenHeld says whether a cycle stops where a PreEnqueue plugin holds the pod.
 func (s stage) stopsWhenHeld() bool { return s != released }
@@ -423,7 +452,8 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 	fw := e.frameworks[name]
 	pod.Spec.SchedulerName = name
 	r := &Result{}
-	if err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until); err != nil {
+	e.sweeps.Add(1)
+	if _, err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -431,15 +461,16 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 
 // schedule runs the framework's extension points as a scheduling cycle
 // does, on the nodes in the order given. evicted, when set, is the pod as
-// bound: it is removed from its node first.
-func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage) error {
+// bound: it is removed from its node first. It returns the cycle's state
+// once PreFilter admitted the pod (nil when held or rejected before).
+func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage) (fwk.CycleState, error) {
 	for _, pl := range fw.PreEnqueuePlugins() {
 		if st := pl.PreEnqueue(ctx, pod); !st.IsSuccess() {
 			// Held: nothing else runs, as in the scheduler.
 			r.PreEnqueue = &Rejection{Plugin: pl.Name(), Message: st.Message()}
 			if until.stopsWhenHeld() {
 				r.unevaluated(nodeInfos)
-				return nil
+				return nil, nil
 			}
 			break
 		}
@@ -449,51 +480,56 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	if !st.IsSuccess() && !st.IsSkip() {
 		r.PreFilter = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
 		r.unevaluated(nodeInfos)
-		return nil
+		return nil, nil
 	}
 	if evicted != nil {
 		var err error
 		if nodeInfos, err = evict(ctx, fw, state, pod, evicted, nodeInfos); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	var feasible []fwk.NodeInfo
 	var feasibleResults []*NodeResult // in the order of feasible
-	for _, ni := range nodeInfos {
-		n := &NodeResult{Name: ni.Node().Name}
+	var results []NodeResult          // every node's, in one allocation
+	if until != anyNode {
+		results = make([]NodeResult, len(nodeInfos))
+		r.Nodes = make([]*NodeResult, 0, len(nodeInfos))
+	}
+	for i, ni := range nodeInfos {
+		n := &NodeResult{}
+		if results != nil {
+			n = &results[i]
+		}
+		filterNode(ctx, fw, state, pod, result, ni, n)
 		r.Nodes = append(r.Nodes, n)
-		if !result.AllNodes() && !result.NodeNames.Has(n.Name) {
-			n.RejectedBy = &Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"}
+		if !n.Feasible {
 			continue
 		}
-		if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
-			n.RejectedBy = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
-			continue
-		}
-		n.Feasible = true
 		feasible = append(feasible, ni)
 		feasibleResults = append(feasibleResults, n)
 		r.Feasible = append(r.Feasible, n.Name)
 		if until == anyNode {
-			return nil
+			return state, nil
 		}
 	}
-	if len(feasible) == 0 || until != scored {
-		return nil
+	if len(feasible) == 0 || !until.scores() {
+		return state, nil
 	}
 	if st := fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
-		return fmt.Errorf("running the prescore plugins: %w", st.AsError())
+		return nil, fmt.Errorf("running the prescore plugins: %w", st.AsError())
 	}
 	scores, st := fw.RunScorePlugins(ctx, state, pod, feasible)
 	if !st.IsSuccess() {
-		return fmt.Errorf("running the score plugins: %w", st.AsError())
+		return nil, fmt.Errorf("running the score plugins: %w", st.AsError())
 	}
 	for i, s := range scores { // in the order of feasible
 		n := feasibleResults[i]
 		n.Score = s.TotalScore
-		n.PluginScores = make(map[string]int64, len(s.Scores))
-		for _, ps := range s.Scores {
-			n.PluginScores[ps.Name] = ps.Score
+		if until == scored {
+			n.PluginScores = make(map[string]int64, len(s.Scores))
+			for _, ps := range s.Scores {
+				n.PluginScores[ps.Name] = ps.Score
+			}
 		}
 		r.Ranking = append(r.Ranking, RankedNode{Node: s.Name, Score: s.TotalScore})
 	}
@@ -503,14 +539,33 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 		}
 		return r.Ranking[i].Node < r.Ranking[j].Node
 	})
-	return nil
+	return state, nil
+}
+
+// filterNode is the framework's verdict on one node: PreFilter's choice
+// of nodes, then the Filter plugins.
+// It fills n.
+func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, result *fwk.PreFilterResult, ni fwk.NodeInfo, n *NodeResult) {
+	n.Name = ni.Node().Name
+	if !result.AllNodes() && !result.NodeNames.Has(n.Name) {
+		n.RejectedBy = &Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"}
+		return
+	}
+	if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
+		n.RejectedBy = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
+		return
+	}
+	n.Feasible = true
 }
 
 // unevaluated lists the nodes, none evaluated: the pod was held or
 // rejected before Filter.
 func (r *Result) unevaluated(nodeInfos []fwk.NodeInfo) {
-	for _, ni := range nodeInfos {
-		r.Nodes = append(r.Nodes, &NodeResult{Name: ni.Node().Name})
+	results := make([]NodeResult, len(nodeInfos))
+	r.Nodes = make([]*NodeResult, len(nodeInfos))
+	for i, ni := range nodeInfos {
+		results[i].Name = ni.Node().Name
+		r.Nodes[i] = &results[i]
 	}
 }
 
@@ -525,18 +580,9 @@ func evict(ctx context.Context, fw framework.Framework, state fwk.CycleState, po
 	if i < 0 {
 		return nil, fmt.Errorf("pod %s/%s is bound to %s, which is not a node of the cluster", evicted.Namespace, evicted.Name, evicted.Spec.NodeName)
 	}
-	ni := nodeInfos[i].Snapshot()
-	var victim fwk.PodInfo
-	for _, p := range ni.GetPods() {
-		if p.GetPod().UID == evicted.UID {
-			victim = p
-		}
-	}
-	if victim == nil {
-		return nil, fmt.Errorf("pod %s/%s is not on node %s of the scheduler's snapshot", evicted.Namespace, evicted.Name, evicted.Spec.NodeName)
-	}
-	if err := ni.RemovePod(klog.FromContext(ctx), victim.GetPod()); err != nil {
-		return nil, fmt.Errorf("removing pod %s/%s from its node: %w", evicted.Namespace, evicted.Name, err)
+	ni, victim, err := withoutPod(ctx, nodeInfos[i], evicted)
+	if err != nil {
+		return nil, err
 	}
 	if st := fw.RunPreFilterExtensionRemovePod(ctx, state, pod, victim, ni); !st.IsSuccess() {
 		return nil, fmt.Errorf("removing pod %s/%s from the PreFilter state: %w", evicted.Namespace, evicted.Name, st.AsError())

@@ -2,7 +2,9 @@
 // have done: the scheduler plugins record each bound pod's would-be
 // rejections here (an event on the pod, celsched_policy_would_reject_total)
 // and collect them in a Log, which the status writer
-// (controllers.AuditStatusWriter) adds to each policy's status.audit.
+// (controllers.AuditStatusWriter) adds to each policy's status.audit, the
+// report writer to the OpenReports Reports and the rollout controller to
+// the waves of status.rollout.
 package audit
 
 import (
@@ -66,32 +68,27 @@ func Violation(d *engine.Decision, pod *corev1.Pod, node string, now metav1.Time
 	return v
 }
 
-// Log collects what Audit policies would have done until the status
-// writer takes it.
+// Log is the evidence cache of Audit decisions: what the scheduler's
+// plugins saw, not yet written, per policy (status.audit), per namespace
+// and policy (the OpenReports Reports) and per rollout wave and policy
+// (status.rollout). The plugins write it (Report); each writer reads a
+// policy's evidence (Unwritten), writes it, and only then subtracts what
+// it wrote (Written): a write that fails leaves the evidence where it was,
+// with what came since.
 type Log struct {
 	// ByNamespace, when set, also collects each policy's evidence per
-	// namespace of the pods, for the OpenReports writer (TakeNamespaces).
+	// namespace of the pods, for the OpenReports writer.
 	ByNamespace atomic.Bool
 
-	mu      sync.Mutex
-	pending map[string]*Delta
-	// namespaces is the evidence per namespace and policy, when
+	// Policies is the evidence per policy (the sub-key is always the
+	// zero struct{}).
+	Policies Evidence[struct{}]
+	// Namespaces is the evidence per policy and namespace, when
 	// ByNamespace is set.
-	namespaces map[NamespaceKey]*Delta
-	// waves is the evidence per rollout wave of a policy (TakeWaves).
-	waves map[WaveKey]*Delta
-}
-
-// WaveKey names one policy's evidence in one wave of its rollout (the
-// index in spec.rollout.waves).
-type WaveKey struct {
-	Policy string
-	Wave   int
-}
-
-// NamespaceKey names one policy's evidence in one namespace.
-type NamespaceKey struct {
-	Namespace, Policy string
+	Namespaces Evidence[string]
+	// Waves is the evidence per policy and rollout wave (the index in
+	// spec.rollout.waves).
+	Waves Evidence[int]
 }
 
 // Stranded is the evidence of a wave's pending pods, which no scheduling
@@ -107,20 +104,26 @@ type Stranded struct {
 // MaxStrandedNames is how many pods Stranded names.
 const MaxStrandedNames = schedv1alpha1.MaxAuditViolations
 
-// Delta is what one policy gained since the last status write.
+// Delta is what one policy (in a namespace, a wave) gained since its last
+// write.
 type Delta struct {
 	// Generation is the policy generation the counts are for.
 	Generation             int64
 	Evaluated, WouldReject int64
-	// Violations are the newest first, at most MaxAuditViolations.
+	// Violations are the newest first, at most MaxAuditViolations (per
+	// namespace, MaxReportResults).
 	Violations []schedv1alpha1.AuditViolation
+
+	// added counts the violations ever added to this delta, so that
+	// Written keeps those added after the copy it is given.
+	added int64
 }
 
 // Report records, for one Audit policy and one bound pod, what the policy
 // would have done: violations (none when it would have let the placement
 // be) are counted, noted in one event on the pod with the policy as the
 // related object (the events API folds events of the same pod, reason and
-// related object into one series), and logged for the policy's status.
+// related object into one series), and kept for the policy's writers.
 func (l *Log) Report(recorder events.EventRecorder, p *engine.CompiledPolicy, pod *corev1.Pod, node string, violations []schedv1alpha1.AuditViolation) {
 	if len(violations) > 0 {
 		parts := make([]string, len(violations))
@@ -144,93 +147,174 @@ func (l *Log) Report(recorder events.EventRecorder, p *engine.CompiledPolicy, po
 
 // record counts one evaluated pod of a namespace for a policy.
 func (l *Log) record(p *engine.CompiledPolicy, namespace string, violations []schedv1alpha1.AuditViolation) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	record(&l.pending, p.Name, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
+	l.Policies.record(p.Name, struct{}{}, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
 	if l.ByNamespace.Load() {
-		record(&l.namespaces, NamespaceKey{Namespace: namespace, Policy: p.Name}, p.Generation, violations, MaxReportResults)
+		l.Namespaces.record(p.Name, namespace, p.Generation, violations, MaxReportResults)
 	}
 	if wave := p.Wave(); wave >= 0 {
-		record(&l.waves, WaveKey{Policy: p.Name, Wave: wave}, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
+		l.Waves.record(p.Name, wave, p.Generation, violations, schedv1alpha1.MaxAuditViolations)
 	}
 }
 
-// TakeWaves returns and clears the evidence collected per rollout wave.
-func (l *Log) TakeWaves() map[WaveKey]*Delta { return take(l, &l.waves) }
+// MaxReportResults bounds the violations kept per namespace and policy,
+// and the results of an OpenReports Report.
+const MaxReportResults = 50
 
-// ReturnWave puts back a wave's delta that could not be written.
-func (l *Log) ReturnWave(key WaveKey, d *Delta) {
-	putBack(l, &l.waves, key, d, schedv1alpha1.MaxAuditViolations)
+// Evidence is the evidence not yet written of one kind, by policy and a
+// sub-key S (a namespace, a wave). Key: policy, then S. Bound: one Delta
+// per policy and sub-key seen since its last write, each with at most its
+// kind's number of violations. Invalidated: Written subtracts what a write
+// held (an entry written in full leaves); a new policy generation replaces
+// an entry (its counts restart, as the status's); Drop removes a deleted
+// policy's. Writers: the plugins add (Log.Report); one controller per kind
+// subtracts.
+//
+// A policy whose evidence goes from none to some is signalled once (Wake,
+// Touched): its writer is woken for it, and, until it has written all of
+// it, requeues itself; so a policy is signalled at most once per write,
+// whatever the rate of pods.
+type Evidence[S comparable] struct {
+	mu        sync.Mutex
+	unwritten map[string]map[S]*Delta
+	// touched are the policies signalled since the last Touched.
+	touched map[string]struct{}
+	wake    chan struct{}
 }
 
-// record counts one evaluated pod in the delta of key; the caller holds
-// the Log's lock.
-func record[K comparable](pending *map[K]*Delta, key K, generation int64, violations []schedv1alpha1.AuditViolation, keep int) {
-	if *pending == nil {
-		*pending = map[K]*Delta{}
+// record counts one evaluated pod in the delta of (policy, sub), keeping
+// the newest keep violations.
+func (e *Evidence[S]) record(policy string, sub S, generation int64, violations []schedv1alpha1.AuditViolation, keep int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unwritten == nil {
+		e.unwritten = map[string]map[S]*Delta{}
 	}
-	d := (*pending)[key]
+	subs := e.unwritten[policy]
+	if subs == nil {
+		subs = map[S]*Delta{}
+		e.unwritten[policy] = subs
+		e.signal(policy)
+	}
+	d := subs[sub]
 	if d == nil || d.Generation != generation {
 		// A new spec restarts the counts.
 		d = &Delta{Generation: generation}
-		(*pending)[key] = d
+		subs[sub] = d
 	}
 	d.Evaluated++
 	if len(violations) > 0 {
 		d.WouldReject++
+		d.added += int64(len(violations))
 		d.Violations = newestFirst(violations, d.Violations, keep)
 	}
 }
 
-// MaxReportResults bounds the violations kept per namespace and policy
-// (TakeNamespaces), and the results of an OpenReports Report.
-const MaxReportResults = 50
-
-// Take returns and clears what was collected, by policy name.
-func (l *Log) Take() map[string]*Delta { return take(l, &l.pending) }
-
-// TakeNamespaces returns and clears what was collected per namespace and
-// policy (ByNamespace).
-func (l *Log) TakeNamespaces() map[NamespaceKey]*Delta { return take(l, &l.namespaces) }
-
-// Return puts back a delta that could not be written, merged with what
-// was collected since.
-func (l *Log) Return(name string, d *Delta) {
-	putBack(l, &l.pending, name, d, schedv1alpha1.MaxAuditViolations)
+// signal marks a policy touched and wakes the reader of Wake; the caller
+// holds the lock. It never blocks.
+func (e *Evidence[S]) signal(policy string) {
+	if e.touched == nil {
+		e.touched = map[string]struct{}{}
+	}
+	e.touched[policy] = struct{}{}
+	select {
+	case e.wakeChan() <- struct{}{}:
+	default: // a wake-up is pending already
+	}
 }
 
-// ReturnNamespace puts back a namespace's delta that could not be written.
-func (l *Log) ReturnNamespace(key NamespaceKey, d *Delta) {
-	putBack(l, &l.namespaces, key, d, MaxReportResults)
+func (e *Evidence[S]) wakeChan() chan struct{} {
+	if e.wake == nil {
+		e.wake = make(chan struct{}, 1)
+	}
+	return e.wake
 }
 
-// take returns and clears one of the Log's collections.
-func take[K comparable](l *Log, pending *map[K]*Delta) map[K]*Delta {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := *pending
-	*pending = nil
+// Wake receives when policies were touched since the last Touched.
+func (e *Evidence[S]) Wake() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.wakeChan()
+}
+
+// Touched returns and clears the policies that gained evidence after
+// having none unwritten.
+func (e *Evidence[S]) Touched() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]string, 0, len(e.touched))
+	for p := range e.touched {
+		out = append(out, p)
+	}
+	e.touched = nil
+	slices.Sort(out)
 	return out
 }
 
-// putBack merges a delta that could not be written with what one of the
-// Log's collections gathered since, keeping the newest keep violations.
-func putBack[K comparable](l *Log, pending *map[K]*Delta, key K, d *Delta, keep int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if *pending == nil {
-		*pending = map[K]*Delta{}
+// Unwritten returns a copy of a policy's evidence not yet written, by
+// sub-key; nil when there is none.
+func (e *Evidence[S]) Unwritten(policy string) map[S]Delta {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	subs := e.unwritten[policy]
+	if len(subs) == 0 {
+		return nil
 	}
-	cur := (*pending)[key]
-	switch {
-	case cur == nil:
-		(*pending)[key] = d
-	case cur.Generation == d.Generation:
-		cur.Evaluated += d.Evaluated
-		cur.WouldReject += d.WouldReject
-		cur.Violations = newestFirst(cur.Violations, d.Violations, keep)
+	out := make(map[S]Delta, len(subs))
+	for k, d := range subs {
+		c := *d
+		c.Violations = slices.Clone(d.Violations)
+		out[k] = c
 	}
-	// Otherwise the spec changed meanwhile: the old counts are dropped.
+	return out
+}
+
+// Written subtracts from a policy's evidence what a write held (a copy
+// Unwritten returned, or part of it): its counts, and the violations
+// added before that copy. What was added since stays; an entry whose
+// generation changed since stays whole. It says whether any evidence of
+// the policy remains unwritten.
+func (e *Evidence[S]) Written(policy string, written map[S]Delta) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	subs := e.unwritten[policy]
+	for k, w := range written {
+		cur := subs[k]
+		if cur == nil || cur.Generation != w.Generation {
+			continue
+		}
+		cur.Evaluated -= w.Evaluated
+		cur.WouldReject -= w.WouldReject
+		if newer := cur.added - w.added; newer < int64(len(cur.Violations)) {
+			cur.Violations = cur.Violations[:newer]
+		}
+		if cur.Evaluated <= 0 {
+			delete(subs, k)
+		}
+	}
+	if len(subs) == 0 {
+		delete(e.unwritten, policy)
+		return false
+	}
+	return true
+}
+
+// Drop forgets a policy's evidence: the policy is gone.
+func (e *Evidence[S]) Drop(policy string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.unwritten, policy)
+}
+
+// Policies returns the policies with evidence not yet written.
+func (e *Evidence[S]) Policies() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]string, 0, len(e.unwritten))
+	for p := range e.unwritten {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Apply adds the delta to a policy's audit status and returns the result;

@@ -279,11 +279,12 @@ func TestAnalyzeNamesPoliciesThatStrand(t *testing.T) {
 	}
 }
 
-// analyzeReport runs `celsched analyze` against the cluster with -o json.
-func analyzeReport(t *testing.T) *analyze.Report {
+// analyzeReport runs `celsched analyze` against the cluster with -o json
+// and the other args.
+func analyzeReport(t *testing.T, args ...string) *analyze.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	args := []string{"analyze", "--kubeconfig", kubeconfig, "-o", "json"}
+	args = append([]string{"analyze", "--kubeconfig", kubeconfig, "-o", "json"}, args...)
 	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}

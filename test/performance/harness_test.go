@@ -41,6 +41,7 @@ import (
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/performance/perfdata"
 )
 
 // Files the harness reads, relative to this package (go test runs in it).
@@ -60,8 +61,12 @@ var placementsFile = flag.String("celsched-placements", "", "append a JSON line 
 // and compiled before its first pod.
 func perfOptions() []benchmark.SchedulerPerfOption {
 	return []benchmark.SchedulerPerfOption{
-		benchmark.WithPreRunFn(func(ktesting.TContext, *benchmark.Workload) (func(), error) {
-			current.Store(&workloadRuntime{})
+		benchmark.WithPreRunFn(func(_ ktesting.TContext, w *benchmark.Workload) (func(), error) {
+			pods, err := w.GetParam("measurePods")
+			if err != nil {
+				return nil, fmt.Errorf("workload %s: %w", w.Name, err)
+			}
+			current.Store(&workloadRuntime{measurePods: pods})
 			return nil, nil
 		}),
 		benchmark.WithPrepareFn(prepare),
@@ -100,10 +105,15 @@ func pluginFactory[T fwk.Plugin](newPlugin func(context.Context, runtime.Object,
 // workloadRuntime is the celsched runtime of one workload's scheduler,
 // built by the first CEL plugin that scheduler_perf constructs.
 type workloadRuntime struct {
+	// measurePods is the number of pods of each measured phase.
+	measurePods int
+
 	once     sync.Once
 	rt       *celplugins.Runtime
 	err      error
 	registry atomic.Pointer[engine.Registry]
+	// pods is the scheduler's pod informer, which the phase meter rides on.
+	pods atomic.Pointer[cache.SharedIndexInformer]
 }
 
 func (w *workloadRuntime) runtime(ctx context.Context, h fwk.Handle) (*celplugins.Runtime, error) {
@@ -152,6 +162,8 @@ func (w *workloadRuntime) start(ctx context.Context, h fwk.Handle) (*celplugins.
 		return nil, fmt.Errorf("waiting for the SchedulingPolicy informer to sync: %w", context.Cause(ctx))
 	}
 	w.registry.Store(registry)
+	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	w.pods.Store(&pods)
 	return rt, nil
 }
 
@@ -217,6 +229,9 @@ func prepare(tCtx ktesting.TContext) error {
 		tCtx.Cleanup(func() { recordPlacement(tCtx, testCase, workload, len(created)) })
 	}
 	w := current.Load()
+	if err := meterPhases(tCtx, w, testCase, workload); err != nil {
+		return err
+	}
 	if w == nil || w.registry.Load() == nil {
 		tCtx.Logf("No profile runs the CEL plugins: %d SchedulingPolicies stored, none in force", len(created))
 		return nil
@@ -237,6 +252,43 @@ func prepare(tCtx ktesting.TContext) error {
 		return err
 	}
 	tCtx.Logf("%d SchedulingPolicies of %s compiled", len(created), testCase)
+	return nil
+}
+
+// meterPhases measures the cost of the workload's measured phases
+// (phaseMeter) on the scheduler's pod informer, and appends them to
+// phasesFile when the workload is done, before its control plane stops. A
+// phase that started and did not end fails the workload.
+func meterPhases(tCtx ktesting.TContext, w *workloadRuntime, testCase, workload string) error {
+	if *phasesFile == "" {
+		return nil
+	}
+	if w == nil || w.pods.Load() == nil {
+		return errors.New("measuring the phases: no profile runs the CEL plugins, so the harness has no pod informer of the scheduler's")
+	}
+	informer := *w.pods.Load()
+	meter := newPhaseMeter(testCase, workload, w.measurePods)
+	reg, err := informer.AddEventHandler(meter.handler())
+	if err != nil {
+		return fmt.Errorf("measuring the phases: %w", err)
+	}
+	// Cleanups run last-in first-out: this one after the workload and
+	// before the control plane stops.
+	tCtx.Cleanup(func() {
+		if err := informer.RemoveEventHandler(reg); err != nil {
+			tCtx.Errorf("measuring the phases: %v", err)
+		}
+		phases, err := meter.finish()
+		if err != nil {
+			tCtx.Errorf("measuring the phases: %v", err)
+		}
+		for _, p := range phases {
+			if err := perfdata.AppendPhase(*phasesFile, p); err != nil {
+				tCtx.Errorf("recording the phases: %v", err)
+				return
+			}
+		}
+	})
 	return nil
 }
 

@@ -11,3 +11,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- .Values.webhook.certs -}}
 {{- end }}
+
+{{/* The label matcher of this release's manager metrics (monitoring.selector). */}}
+{{- define "celsched.metricsSelector" -}}
+{{- .Values.monitoring.selector | default (printf "namespace=%q" .Release.Namespace) -}}
+{{- end }}

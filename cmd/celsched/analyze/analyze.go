@@ -2,8 +2,9 @@
 // policies that together leave a class of pods no node, filters that are
 // true or false on every node, scores that are the same everywhere,
 // policies that select nothing, params that fit no node or are missing,
-// pods running where the policies in force refuse them, and classes of
-// pods with few feasible nodes. `celsched analyze` is built on it.
+// pods running where the policies in force refuse them, classes of pods
+// with few feasible nodes, and the inputs of the policies that a tenant
+// writes. `celsched analyze` is built on it.
 package analyze
 
 import (
@@ -59,10 +60,15 @@ const (
 	// big, or selecting and tolerating no node): about the pods and the
 	// cluster, not the policies, so it names none.
 	NoNodeFits Kind = "no-node-fits"
+	// TenantWritableInput: an input a tenant writes that moves a fence:
+	// a params object that subjects bound in its namespace may write
+	// (live only), or a rule that a pod's author can widen by setting
+	// pod fields.
+	TenantWritableInput Kind = "tenant-writable-input"
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, TenantWritableInput}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
@@ -74,9 +80,17 @@ type Finding struct {
 	// and an example pod), a namespace, a params object.
 	Subject string `json:"subject,omitempty"`
 	// Pods counts the pods concerned.
-	Pods       int    `json:"pods,omitempty"`
-	Evidence   string `json:"evidence"`
-	Suggestion string `json:"suggestion"`
+	Pods int `json:"pods,omitempty"`
+	// Writers (tenant-writable-input) are the RBAC subjects bound in a
+	// params object's namespace that may write it: User alice, Group
+	// devs, ServiceAccount team-a/ci.
+	Writers []string `json:"writers,omitempty"`
+	// PodFields (tenant-writable-input) are the pod fields by which the
+	// pod's author widens a rule, as CEL reads them:
+	// pod.metadata.labels['tier'].
+	PodFields  []string `json:"podFields,omitempty"`
+	Evidence   string   `json:"evidence"`
+	Suggestion string   `json:"suggestion"`
 }
 
 // Report is what analyze found.
@@ -157,7 +171,10 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 			if verdicts[i], err = s.Verdicts(ctx, c.pod); err != nil {
 				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
 			}
-			if feasible[i], err = feasibility(ctx, s, base, c.pod); err != nil {
+			needBase := func(r *verdict.Result) bool {
+				return verdicts[i].Rejection == nil && len(r.Feasible) < max(in.MinFeasible, 1)
+			}
+			if feasible[i], err = feasibility(ctx, s, base, c.pod, needBase); err != nil {
 				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
 			}
 			return nil
@@ -181,6 +198,12 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 	}
 	r.Findings = append(r.Findings, unusedOverrides(s.Policies(), namespaces)...)
+	tenant, notes, err := tenantFindings(ctx, in, s.Policies())
+	if err != nil {
+		return nil, err
+	}
+	r.Findings = append(r.Findings, tenant...)
+	r.Notes = append(r.Notes, notes...)
 	sort.SliceStable(r.Findings, func(i, j int) bool {
 		a, b := r.Findings[i], r.Findings[j]
 		if a.Kind != b.Kind {
@@ -188,8 +211,8 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 		return cmp.Or(strings.Compare(a.Subject, b.Subject), slices.Compare(a.Policies, b.Policies), slices.Compare(a.Rules, b.Rules)) < 0
 	})
-	for _, f := range r.Findings {
-		r.Summary.ByKind[f.Kind]++
+	for i := range r.Findings {
+		r.Summary.ByKind[r.Findings[i].Kind]++
 	}
 	return r, nil
 }
@@ -267,6 +290,12 @@ func classify(ctx context.Context, s *dryrun.Scheduler, pods, plain []*corev1.Po
 			add(p, true)
 		}
 	}
+	// The classes of a namespace one after the other: a rule's remembered
+	// results on a node are kept per namespace (and the pod fields it
+	// reads), a few at a time, so that classes taken in turn from many
+	// namespaces would miss them every time. Each namespace's classes keep
+	// their order, and so does what the report lists per namespace.
+	slices.SortStableFunc(out, func(a, b *class) int { return strings.Compare(a.pod.Namespace, b.pod.Namespace) })
 	return out, nil
 }
 
@@ -307,24 +336,28 @@ type violation struct {
 // policies, and the nodes the built-in plugins admit without any policy.
 type classFeasible struct {
 	// policies and builtin are the framework's verdicts with and without
-	// the policies.
+	// the policies; builtin is nil when the class's findings do not need
+	// it (feasibility's needBase).
 	policies, builtin *verdict.Result
 }
 
 // feasibility runs the framework for the class's pod with the policies
-// (s) and without (base), past any PreEnqueue hold: a hold waits for a
-// change by design (a namespace's approval), and what analyze asks is
-// which nodes the pods may have once released.
-func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod) (*classFeasible, error) {
+// (s), and without (base) when needBase says the findings need it, past
+// any PreEnqueue hold: a hold waits for a change by design (a namespace's
+// approval), and what analyze asks is which nodes the pods may have once
+// released.
+func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod, needBase func(withPolicies *verdict.Result) bool) (*classFeasible, error) {
 	withPolicies, err := s.FeasibleOnceReleased(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	builtin, err := base.FeasibleOnceReleased(ctx, pod)
-	if err != nil {
-		return nil, err
+	out := &classFeasible{policies: withPolicies}
+	if needBase(withPolicies) {
+		if out.builtin, err = base.FeasibleOnceReleased(ctx, pod); err != nil {
+			return nil, err
+		}
 	}
-	return &classFeasible{policies: withPolicies, builtin: builtin}, nil
+	return out, nil
 }
 
 // indexes returns the indexes in nodes (name order) of the names given.
@@ -385,7 +418,6 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 	}
 
 	feasible := indexes(v.Nodes, f.policies.Feasible)
-	builtin := indexes(v.Nodes, f.builtin.Feasible)
 	a.addScores(v, feasible)
 	switch {
 	case v.Rejection != nil && v.Rejection.Rule == "paramRef":
@@ -398,6 +430,11 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 			Suggestion: "fix the policy's match conditions, or set failurePolicy Ignore"}}
 	case len(feasible) > 0 && len(feasible) >= max(a.in.MinFeasible, 1):
 		return nil
+	}
+	// Fewer feasible nodes than the minimum: feasibility evaluated the
+	// class without the policies too.
+	builtin := indexes(v.Nodes, f.builtin.Feasible)
+	switch {
 	case len(builtin) == 0:
 		// No node fits these pods whatever the policies: not a policy
 		// finding (removing every policy would change nothing).

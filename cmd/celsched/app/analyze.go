@@ -49,6 +49,12 @@ to), evaluates every policy on every node for each class, and reports:
                         built-in plugins admit
   no-node-fits          a class of pods no node fits even without any
                         policy (it names none)
+  tenant-writable-input an input a tenant writes that moves a fence: a
+                        params object that subjects bound in its
+                        namespace may update (asked of a live cluster
+                        with SubjectAccessReviews: it names them), or a
+                        rule that a pod's author widens by setting pod
+                        labels, annotations or spec (it names the fields)
 
 Feasibility is kube-scheduler's framework for the pods' profile, as the
 scheduler runs it: a policy is named only when removing it would change
@@ -60,6 +66,7 @@ the answer.
   celsched analyze --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			limitMemory()
 			report, err := runAnalyze(cmd.Context(), &o)
 			if err != nil {
 				return err
@@ -144,7 +151,8 @@ func printAnalyze(w io.Writer, r *analyze.Report, format string) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "KIND\tPOLICIES\tSUBJECT\tPODS\tEVIDENCE")
-	for _, f := range r.Findings {
+	for i := range r.Findings {
+		f := &r.Findings[i]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, findingPolicies(f), orDash(f.Subject), orDash(podCount(f.Pods)), f.Evidence)
 		fmt.Fprintf(tw, "\t\t\t\t-> %s\n", f.Suggestion)
 	}
@@ -161,7 +169,8 @@ func printAnalyzeMarkdown(w io.Writer, r *analyze.Report) error {
 	}
 	if len(r.Findings) > 0 {
 		b.WriteString("\n| kind | policies | subject | pods | evidence | suggestion |\n|---|---|---|---:|---|---|\n")
-		for _, f := range r.Findings {
+		for i := range r.Findings {
+			f := &r.Findings[i]
 			fmt.Fprintf(&b, "| **%s** | %s | %s | %s | %s | %s |\n", f.Kind, mdText(findingPolicies(f)), mdText(orDash(f.Subject)),
 				orDash(podCount(f.Pods)), mdText(f.Evidence), mdText(f.Suggestion))
 		}
@@ -185,7 +194,7 @@ func findingCounts(r *analyze.Report) string {
 }
 
 // findingPolicies names a finding's rules, or its policies.
-func findingPolicies(f analyze.Finding) string {
+func findingPolicies(f *analyze.Finding) string {
 	if len(f.Rules) > 0 {
 		return strings.Join(f.Rules, ", ")
 	}

@@ -50,12 +50,15 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 		}
 		return nil
 	}
+	var prof profiling
+	prof.addFlags(root)
 	root.SetArgs(args)
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
 	cmd, err := root.ExecuteC()
+	err = errors.Join(err, prof.stop())
 	if err == nil {
 		return 0
 	}

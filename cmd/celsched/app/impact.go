@@ -58,6 +58,7 @@ change. Changes: ` + changeNames() + `.
   celsched impact -f draft.yaml --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			limitMemory()
 			report, err := runImpact(cmd.Context(), &o)
 			if err != nil {
 				return err

@@ -390,7 +390,7 @@ func TestAnalyze(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kind := range []string{"no-feasible-node", "params-mismatch", "running-in-violation", "always-false", "always-true", "constant-score", "matches-nothing", "capacity"} {
+	for _, kind := range []string{"no-feasible-node", "params-mismatch", "running-in-violation", "always-false", "always-true", "constant-score", "matches-nothing", "capacity", "no-node-fits", "tenant-writable-input"} {
 		if !strings.Contains(string(table), "\n"+kind+" ") {
 			t.Errorf("no %s finding in table.golden", kind)
 		}

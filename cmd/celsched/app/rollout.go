@@ -38,7 +38,7 @@ current wave to Enforce now, or abort it (every wave is audited again,
 including the waves already promoted, and the rollout stops until
 resumed). The request is the annotation ` + controllers.RolloutActionAnnotation + `
 on the policy, "<action>/<id>" with a new id: the manager's leader applies
-it once within a second, records its id in status.rollout.lastAction and an
+it once, at once on the annotation's event, records its id in status.rollout.lastAction and an
 Event, and removes the annotation.`,
 		Example: `  kubectl celsched rollout status no-spot-for-production
   kubectl celsched rollout promote no-spot-for-production`,
@@ -79,7 +79,7 @@ Event, and removes the annotation.`,
 				if err := requestRollout(cmd.Context(), c, args[0], request); err != nil {
 					return err
 				}
-				fmt.Fprintf(s.out, "SchedulingPolicy %s: %s requested (annotation %s=%s); the manager acts on it within a second: celsched rollout status %s\n",
+				fmt.Fprintf(s.out, "SchedulingPolicy %s: %s requested (annotation %s=%s); the manager acts on it at once: celsched rollout status %s\n",
 					args[0], action.name, controllers.RolloutActionAnnotation, request, args[0])
 				return nil
 			},

@@ -89,6 +89,13 @@ type Cluster struct {
 	// plugins' time budget per pod (verdict.Options.Budget) in the
 	// Schedulers built afterwards.
 	EvaluationBudget time.Duration
+	// env and converter are the CEL environment and the nodes' CEL values
+	// of every Scheduler of the cluster, built by the first: the nodes
+	// are converted once, and the results remembered on them (per
+	// expression: the environment numbers them apart) serve every policy
+	// set, as the scheduler's converter does.
+	env       *engine.Environment
+	converter *engine.Converter
 }
 
 // NewCluster defaults the objects as the API server would and builds the
@@ -120,7 +127,7 @@ type Scheduler struct {
 // namespace is taken as cluster-scoped); cfg must be defaulted (as loaded
 // by the manager).
 func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.SchedulingPolicy, params []*unstructured.Unstructured, cfg *schedulerconfig.KubeSchedulerConfiguration) (*Scheduler, error) {
-	env, err := engine.NewEnvironment()
+	env, converter, err := c.environment()
 	if err != nil {
 		return nil, err
 	}
@@ -138,18 +145,6 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 	if err != nil {
 		return nil, fmt.Errorf("reading the params objects: %w", err)
 	}
-	converter := engine.NewConverter(env, 0)
-	// Every node converted now, outside any pod's time budget: a dry run
-	// evaluates a pod on every node one after the other, where the
-	// scheduler converts the nodes it samples, in parallel, and keeps them.
-	// Without this, the first pod of a large cluster would spend its 100
-	// ms budget converting nodes, and rules the scheduler runs in time
-	// would be reported cut off.
-	for _, ni := range c.NodeInfos() {
-		if _, err := converter.NodeValue(ni.Node()); err != nil {
-			return nil, fmt.Errorf("converting node %s: %w", ni.Node().Name, err)
-		}
-	}
 	e, err := verdict.New(ctx, c.Cluster, verdict.Policies{Snapshot: snap, Params: static, Converter: converter},
 		verdict.Options{Config: cfg, Budget: c.EvaluationBudget})
 	if err != nil {
@@ -161,6 +156,32 @@ func (c *Cluster) Scheduler(ctx context.Context, policies []*schedv1alpha1.Sched
 		compiled:  snap.Policies(), // later policies of a name replace earlier ones
 		why:       &engine.Why{},
 	}, nil
+}
+
+// environment returns the cluster's CEL environment and converter, built
+// and every node converted on the first call.
+func (c *Cluster) environment() (*engine.Environment, *engine.Converter, error) {
+	if c.env != nil {
+		return c.env, c.converter, nil
+	}
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		return nil, nil, err
+	}
+	converter := engine.NewConverter(env, 0)
+	// Every node converted now, outside any pod's time budget: a dry run
+	// evaluates a pod on every node one after the other, where the
+	// scheduler converts the nodes it samples, in parallel, and keeps them.
+	// Without this, the first pod of a large cluster would spend its 100
+	// ms budget converting nodes, and rules the scheduler runs in time
+	// would be reported cut off.
+	for _, ni := range c.NodeInfos() {
+		if _, err := converter.NodeValue(ni.Node()); err != nil {
+			return nil, nil, fmt.Errorf("converting node %s: %w", ni.Node().Name, err)
+		}
+	}
+	c.env, c.converter = env, converter
+	return env, converter, nil
 }
 
 // Policies are the scheduler's compiled policies, in name order.

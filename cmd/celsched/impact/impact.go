@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
+	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/pool"
 	"github.com/celsched/celsched/cmd/celsched/source"
@@ -237,19 +238,31 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 
 	results := make([]*PodImpact, len(evaluate))
-	err = pool.Run(ctx, in.Parallelism, len(evaluate), func(ctx context.Context, i int) error {
-		var err error
-		results[i], err = c.evaluatePod(ctx, evaluate[i])
-		if err != nil || !in.Why || results[i] == nil {
+	classes := c.classes(evaluate)
+	// A class at a time on each worker: its pods share one evaluation per
+	// policy set, kept only while the class is evaluated.
+	err = pool.Run(ctx, in.Parallelism, len(classes), func(ctx context.Context, i int) error {
+		pods := classes[i]
+		out, err := c.evaluateClass(ctx, evaluate, pods)
+		if err != nil {
 			return err
 		}
-		switch results[i].Change {
-		case Held:
-			results[i].Why, err = c.next.Why(ctx, evaluate[i], "")
-		case EvictedWouldNotReturn:
-			results[i].Why, err = c.next.Why(ctx, evaluate[i], evaluate[i].Spec.NodeName)
+		for j, k := range pods {
+			results[k] = out[j]
+			if !in.Why || results[k] == nil {
+				continue
+			}
+			switch results[k].Change {
+			case Held:
+				results[k].Why, err = c.next.Why(ctx, evaluate[k], "")
+			case EvictedWouldNotReturn:
+				results[k].Why, err = c.next.Why(ctx, evaluate[k], evaluate[k].Spec.NodeName)
+			}
+			if err != nil {
+				return err
+			}
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -332,20 +345,125 @@ func count(m map[string]map[Change]int, key string, c Change) {
 	m[key][c]++
 }
 
-// evaluatePod evaluates a pod with both policy sets; nil when the change
-// cannot touch it: no changed policy applies to it either way, and no
-// policy that applies reads a changed params object for it.
-func (c *change) evaluatePod(ctx context.Context, pod *corev1.Pod) (*PodImpact, error) {
+// classes groups the pods (their indexes) by class (verdict.Class,
+// with the live and with the drafted policies), in the order of their
+// first pod: pods that differ only in their identity, status and node
+// have one verdict of the framework per policy set. A pod that no class
+// holds is a class of its own.
+func (c *change) classes(pods []*corev1.Pod) [][]int {
+	byKey := map[string]int{}
+	var out [][]int
+	now, next := c.now.Runtime().Inputs.Policies.Snapshot(), c.next.Runtime().Inputs.Policies.Snapshot()
+	for i, pod := range pods {
+		key, ok := verdict.Class(now, pod)
+		if _, okNext := verdict.Class(next, pod); !ok || !okNext {
+			out = append(out, []int{i})
+			continue
+		}
+		j, seen := byKey[key]
+		if !seen {
+			j = len(out)
+			byKey[key] = j
+			out = append(out, nil)
+		}
+		out[j] = append(out[j], i)
+	}
+	return out
+}
+
+// evaluateClass evaluates the pods of a class (indexes in pods) with both
+// policy sets; nil for the pods the change cannot touch: no changed policy
+// applies to them either way, and no policy that applies reads a changed
+// params object for them. Which policies apply, and which params they
+// read, is the same for every pod of the class (verdict.Class holds what
+// matching reads).
+func (c *change) evaluateClass(ctx context.Context, pods []*corev1.Pod, class []int) ([]*PodImpact, error) {
+	out := make([]*PodImpact, len(class))
+	relevant, params, err := c.relevant(ctx, pods[class[0]])
+	if err != nil || len(relevant) == 0 {
+		return out, err
+	}
+	var pending, bound []int // indexes in class
+	for j, k := range class {
+		if pods[k].Spec.NodeName == "" {
+			pending = append(pending, j)
+		} else {
+			bound = append(bound, j)
+		}
+	}
+	for _, side := range []struct {
+		s    *dryrun.Scheduler
+		pick func(*PodImpact) *Outcome
+	}{{c.now, func(p *PodImpact) *Outcome { return &p.Now }}, {c.next, func(p *PodImpact) *Outcome { return &p.Draft }}} {
+		if len(pending) == 0 && len(bound) == 1 {
+			// One bound pod: a whole cycle of its own costs no more than
+			// the class's.
+			pod := pods[class[bound[0]]]
+			r, err := side.s.Evaluator.Reschedule(ctx, pod)
+			if err != nil {
+				return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			}
+			if out[bound[0]] == nil {
+				out[bound[0]] = newImpact(pod, relevant, params)
+			}
+			*side.pick(out[bound[0]]) = onNode(r.Placement(pod.Spec.NodeName))
+			continue
+		}
+		first := pods[class[0]]
+		cv, err := side.s.EvaluateClass(ctx, first)
+		if err != nil {
+			return nil, fmt.Errorf("pod %s/%s: %w", first.Namespace, first.Name, err)
+		}
+		if len(pending) > 0 {
+			// One outcome for the class's pending pods (its Nodes shared).
+			outcome := pendingOutcome(cv.Result())
+			for _, j := range pending {
+				if out[j] == nil {
+					out[j] = newImpact(pods[class[j]], relevant, params)
+				}
+				*side.pick(out[j]) = outcome
+			}
+		}
+		for _, j := range bound {
+			pod := pods[class[j]]
+			p, err := cv.Reschedule(ctx, pod)
+			if err != nil {
+				return nil, fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			}
+			if out[j] == nil {
+				out[j] = newImpact(pod, relevant, params)
+			}
+			*side.pick(out[j]) = onNode(p)
+		}
+	}
+	for _, res := range out {
+		res.Change = classify(res.Now, res.Draft)
+	}
+	return out, nil
+}
+
+func newImpact(pod *corev1.Pod, relevant sets.Set[string], params sets.Set[string]) *PodImpact {
+	res := &PodImpact{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName, Policies: sets.List(relevant)}
+	if params.Len() > 0 {
+		res.Params = sets.List(params)
+	}
+	return res
+}
+
+// relevant names the changed policies that apply to the pod now or with
+// the draft, or that read a changed params object for it, and those
+// params objects.
+func (c *change) relevant(ctx context.Context, pod *corev1.Pod) (relevant, params sets.Set[string], err error) {
 	before, err := c.now.Applies(ctx, pod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	after, err := c.next.Applies(ctx, pod)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	relevant := c.policies.Intersection(sets.New(before...).Insert(after...))
-	params := sets.New[string]()
+	relevant = c.policies.Intersection(sets.New(before...).Insert(after...))
+	params = sets.New[string]()
 	if len(c.params) > 0 {
 		for _, side := range []struct {
 			s        *dryrun.Scheduler
@@ -354,7 +472,7 @@ func (c *change) evaluatePod(ctx context.Context, pod *corev1.Pod) (*PodImpact, 
 			for _, policy := range side.policies {
 				keys, err := side.s.ParamsRead(pod, policy)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				for _, k := range keys {
 					if name, ok := c.params[k]; ok {
@@ -365,35 +483,11 @@ func (c *change) evaluatePod(ctx context.Context, pod *corev1.Pod) (*PodImpact, 
 			}
 		}
 	}
-	if len(relevant) == 0 {
-		return nil, nil
-	}
-	res := &PodImpact{Pod: pod.Namespace + "/" + pod.Name, Node: pod.Spec.NodeName, Policies: sets.List(relevant)}
-	if params.Len() > 0 {
-		res.Params = sets.List(params)
-	}
-	outcome := pending
-	eval := (*dryrun.Scheduler).Schedule
-	if pod.Spec.NodeName != "" {
-		outcome = onNode(pod.Spec.NodeName)
-		eval = (*dryrun.Scheduler).Reschedule
-	}
-	for _, side := range []struct {
-		s   *dryrun.Scheduler
-		out *Outcome
-	}{{c.now, &res.Now}, {c.next, &res.Draft}} {
-		report, err := eval(side.s, ctx, pod)
-		if err != nil {
-			return nil, fmt.Errorf("pod %s: %w", res.Pod, err)
-		}
-		*side.out = outcome(report)
-	}
-	res.Change = classify(res.Now, res.Draft)
-	return res, nil
+	return relevant, params, nil
 }
 
-// pending is a pending pod's outcome.
-func pending(r *dryrun.Report) Outcome {
+// pendingOutcome is a pending pod's outcome.
+func pendingOutcome(r *verdict.Result) Outcome {
 	o := Outcome{Feasible: len(r.Feasible)}
 	switch {
 	case r.PreEnqueue != nil:
@@ -412,34 +506,27 @@ func pending(r *dryrun.Report) Outcome {
 }
 
 // onNode is a bound pod's outcome on its node.
-func onNode(node string) func(*dryrun.Report) Outcome {
-	return func(r *dryrun.Report) Outcome {
-		o := Outcome{Feasible: len(r.Feasible)}
-		switch n := r.Node(node); {
-		case r.PreEnqueue != nil:
-			o.State, o.Reason = StateRefused, "held by "+r.PreEnqueue.Plugin+": "+r.PreEnqueue.Message
-		case r.PreFilter != nil:
-			o.State, o.Reason = StateRefused, r.PreFilter.Plugin+": "+r.PreFilter.Message
-		case n == nil || !n.Feasible:
-			o.State, o.Reason = StateRefused, "refused"
-			if n != nil && n.RejectedBy != nil {
-				o.Reason = n.RejectedBy.Plugin + ": " + n.RejectedBy.Message
-			}
-		default:
-			o.State, o.Rank = StateAccepted, 1
-			for _, other := range r.Ranking {
-				if other.Score > n.Score {
-					o.Rank++
-				}
-			}
+func onNode(p verdict.Placement) Outcome {
+	o := Outcome{Feasible: p.Feasible}
+	switch n := p.Node; {
+	case p.PreEnqueue != nil:
+		o.State, o.Reason = StateRefused, "held by "+p.PreEnqueue.Plugin+": "+p.PreEnqueue.Message
+	case p.PreFilter != nil:
+		o.State, o.Reason = StateRefused, p.PreFilter.Plugin+": "+p.PreFilter.Message
+	case n == nil || !n.Feasible:
+		o.State, o.Reason = StateRefused, "refused"
+		if n != nil && n.RejectedBy != nil {
+			o.Reason = n.RejectedBy.Plugin + ": " + n.RejectedBy.Message
 		}
-		return o
+	default:
+		o.State, o.Rank = StateAccepted, p.Rank
 	}
+	return o
 }
 
 // unschedulable says why no node is feasible, as the scheduler's
 // condition does: "0/3 nodes are available: 2 <message>, 1 <message>."
-func unschedulable(r *dryrun.Report) string {
+func unschedulable(r *verdict.Result) string {
 	if r.PreFilter != nil {
 		return r.PreFilter.Plugin + ": " + r.PreFilter.Message
 	}

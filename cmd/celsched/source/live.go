@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -31,6 +31,9 @@ import (
 func (s *Source) readLive(ctx context.Context, in *Input, drafts []*unstructured.Unstructured) error {
 	c, err := NewClient(s.Kube)
 	if err != nil {
+		return err
+	}
+	if in.Access, err = newAccess(s.Kube); err != nil {
 		return err
 	}
 	paramsNamespace := func(ref *schedv1alpha1.ParamRef) string { return ref.Namespace }
@@ -182,16 +185,17 @@ func listAll[T runtime.Object](ctx context.Context, c client.Client, list client
 // NewClient returns a client of the kubeconfig's cluster that knows the
 // core and celsched types.
 func NewClient(kube *genericclioptions.ConfigFlags) (client.Client, error) {
+	return newClient(kube, 0, 0)
+}
+
+// newClient is NewClient with a client-side rate limit of qps requests a
+// second (bursts of burst); zero is client-go's default (5, bursts of 10).
+func newClient(kube *genericclioptions.ConfigFlags, qps float32, burst int) (client.Client, error) {
 	restConfig, err := kube.ToRESTConfig()
 	if err != nil {
 		return nil, inputError(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := schedv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
+	restConfig = rest.CopyConfig(restConfig)
+	restConfig.QPS, restConfig.Burst = qps, burst
 	return client.New(restConfig, client.Options{Scheme: scheme})
 }

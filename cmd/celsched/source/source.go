@@ -4,7 +4,8 @@
 // read), the scheduler configuration and draft changes, from the
 // kubeconfig's cluster or from files. impact, analyze, eval and explain
 // are reports over its Input; ProfilePods is their one view of the pods
-// the scheduler's profiles place.
+// the scheduler's profiles place. Access asks the cluster read live who
+// may write its objects (analyze's tenant-writable params).
 package source
 
 import (
@@ -53,6 +54,9 @@ type Input struct {
 	Config *schedulerconfig.KubeSchedulerConfiguration
 	// Notes are what reading noticed, for the report to say first.
 	Notes []string
+	// Access asks the cluster who may write its objects: set for a
+	// cluster read live, nil for files.
+	Access *Access
 }
 
 // Source is where a command reads its Input from; its fields are the

@@ -102,11 +102,14 @@ type Options struct {
 	// WebhookCert).
 	WebhookCerts string
 	WebhookCert  SelfSignedCert
-	// AuditStatusInterval is how often Audit policies' status.audit is
-	// written; 0 means controllers.DefaultAuditStatusInterval.
+	// AuditStatusInterval is the least time between two writes of a
+	// policy's evidence (status.audit, its OpenReports Reports, the counts
+	// of its rollout's waves); 0 means
+	// controllers.DefaultAuditStatusInterval.
 	AuditStatusInterval time.Duration
-	// RolloutInterval is how often the rollouts (spec.rollout) are looked
-	// at; 0 means controllers.DefaultRolloutInterval.
+	// RolloutInterval is deprecated and has no effect: rollouts are
+	// reconciled on their policy's events, new evidence and deadlines.
+	// When set, New logs that it is ignored.
 	RolloutInterval time.Duration
 	// RolloutPendingRecheck is how often the pending pods of a wave paused
 	// by its gate are counted again; 0 means
@@ -191,11 +194,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	})
 	fs.DurationVar(&o.WebhookCert.Validity, "webhook-cert-validity", webhookcert.DefaultValidity, "With --webhook-certs=self-signed: lifetime of a serving certificate; renewed when a third remains.")
 	fs.DurationVar(&o.WebhookCert.CAValidity, "webhook-ca-validity", webhookcert.DefaultCAValidity, "With --webhook-certs=self-signed: lifetime of the CA; renewed when a third remains, the old one trusted until it expires.")
-	fs.DurationVar(&o.RolloutInterval, "rollout-interval", controllers.DefaultRolloutInterval, "How often the leader advances the policies' rollouts (spec.rollout): starts, promotes or pauses waves and writes status.rollout.")
+	fs.DurationVar(&o.RolloutInterval, "rollout-interval", 0, "Deprecated, no effect (accepted so that existing command lines still start): the leader advances a policy's rollout on the policy's changes, on new evidence for its waves and at its deadlines (the end of a soak, --rollout-pending-recheck); new evidence alone is written at most once per --audit-status-interval.")
 	fs.DurationVar(&o.RolloutPendingRecheck, "rollout-pending-recheck", controllers.DefaultPendingRecheck, "How often the leader counts again the pending pods of a wave its gate paused (each count evaluates the wave's pending pods on the nodes they may use), to promote the wave once they no longer exceed the gate.")
-	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, every --audit-status-interval) when the API server serves them; false writes none.")
+	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, each written at most once per --audit-status-interval) when the API server serves them; false writes none.")
 	fs.Var(featuregates.NewFlag(&o.FeatureGates), featuregates.FlagName, featuregates.Usage())
-	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "How often the scheduler writes the summary of each Audit policy (status.audit): at most one status write per policy per interval.")
+	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "The least time between two writes of a policy's evidence: its status.audit, its OpenReports Reports (each), and the counts of its rollout's waves (status.rollout; a rollout's decisions are written at once). At most one such write per policy (per report) per interval; what comes meanwhile is written together.")
 }
 
 // Manager is the celsched manager. Start it with Start.
@@ -238,6 +241,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	if o.RolloutInterval != 0 {
+		klog.FromContext(ctx).Info("--rollout-interval is deprecated and has no effect: rollouts are reconciled on their policy's events, new evidence and deadlines", "rolloutInterval", o.RolloutInterval)
+	}
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		return nil, fmt.Errorf("building the CEL environment: %w", err)
@@ -255,7 +261,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 			return nil, err
 		}
 	}
-	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.AuditStatusWriter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog,
+		Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
 	if o.Reports {
@@ -268,6 +275,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The leader gauge, and the rollouts' state from status (every replica).
+	if err := mgr.Add(leading()); err != nil {
+		return nil, err
+	}
+	if err := (&controllers.RolloutMetrics{Reader: mgr.GetCache()}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the rollout metrics: %w", err)
+	}
 	names := make([]string, len(schedCfg.Profiles))
 	for i, p := range schedCfg.Profiles {
 		names[i] = p.SchedulerName
@@ -278,8 +292,8 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister(),
 		Namespaces: runner.factory.Core().V1().Namespaces().Lister(), Objects: runner.volumeObjects(),
 		Synced: func() bool { return runner.readyz(nil) == nil }}
-	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
-		Interval: o.RolloutInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
+	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
+		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
 	return &Manager{Manager: mgr, SchedulerNames: names, sched: runner.sched}, nil

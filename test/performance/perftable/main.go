@@ -1,9 +1,12 @@
-// Command perftable prints the throughput table of a `make perf` run: it
-// reads the DataItems file that scheduler_perf wrote for
-// BenchmarkPerfScheduling (test/performance) and prints, per workload, node
-// count, batching and profile, the pods/s average and p50 that
-// scheduler_perf reports, and the celsched profile's ratios to the stock
-// profile of the same workload in the same file.
+// Command perftable prints the table of a `make perf` run: it reads the
+// DataItems file that scheduler_perf wrote for BenchmarkPerfScheduling
+// (test/performance) and the harness's phases file beside it
+// (phases.jsonl), and prints, per workload, node count, batching and
+// profile (stock, native, celsched), the median over the workload's runs
+// and the spread (min-max) of pods/s, of the ratios to the stock and the
+// native profile of the same run, of the process's CPU milliseconds per
+// pod and of KiB allocated per pod (docs/performance.md, "Reading the
+// table").
 //
 // Usage: perftable FILE.json | DIR   (DIR: its newest BenchmarkPerfScheduling_benchmark_*.json)
 package main
@@ -26,24 +29,12 @@ func run(args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("usage: perftable FILE.json | DIR")
 	}
-	path := args[0]
-	if fi, err := os.Stat(path); err != nil {
-		return err
-	} else if fi.IsDir() {
-		if path, err = perfdata.Latest(path); err != nil {
-			return err
-		}
-	}
-	items, err := perfdata.Read(path)
-	if err != nil {
-		return err
-	}
-	results, err := perfdata.Results(items)
+	results, err := perfdata.Load(args[0])
 	if err != nil {
 		return err
 	}
 	if len(results) == 0 {
-		return fmt.Errorf("%s: no workload results", path)
+		return fmt.Errorf("%s: no workload results", args[0])
 	}
 	return perfdata.WriteTable(os.Stdout, perfdata.Rows(results))
 }

@@ -1,0 +1,189 @@
+package verdict
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// TestClassVerdictReschedule: a bound pod's verdict from its class's
+// evaluation and its own node (ClassVerdict.Reschedule) is the verdict of
+// a whole cycle of its own (Evaluator.Reschedule, Result.Placement) on
+// every bound pod: accepted and refused nodes, the feasible count, the
+// node's total score and rank. Where removing the pod could move another
+// node's verdict or normalized score (a node that admits the pod only
+// without it, topology spread over the pods on each node, a score rule
+// reading nodeInfo, a cycle out of distinct messages), it takes the whole
+// cycle; otherwise it never does.
+func TestClassVerdictReschedule(t *testing.T) {
+	zones := []string{"a", "b", "c"}
+	spread := func(when corev1.UnsatisfiableConstraintAction) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname,
+				WhenUnsatisfiable: when, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+		}
+	}
+	zoneFilter := builder.MakePolicy("no-c").Filter("zone", "node.metadata.labels['zone'] != 'c'").Obj()
+	preferA := builder.MakePolicy("prefer-a").Score("a", "node.metadata.labels['zone'] == 'a' ? 100 : 0", 1, schedv1alpha1.MinMax).Obj()
+	tests := map[string]struct {
+		policies []*schedv1alpha1.SchedulingPolicy
+		// cpu is each replica's request; nodeCPU, when set, the first
+		// node's allocatable CPU.
+		cpu     string
+		nodeCPU string
+		mutate  func(*corev1.Pod)
+		// wantFallbacks says whether some pod takes a whole cycle.
+		wantFallbacks bool
+	}{
+		"node rules and resources": {policies: []*schedv1alpha1.SchedulingPolicy{zoneFilter, preferA}, cpu: "500m"},
+		"no policy":                {cpu: "100m"},
+		"a node that fits the pod only without it": {policies: []*schedv1alpha1.SchedulingPolicy{preferA}, cpu: "900m", nodeCPU: "1",
+			wantFallbacks: true},
+		"soft spread over each node's pods":       {cpu: "100m", mutate: spread(corev1.ScheduleAnyway), wantFallbacks: true},
+		"hard spread (PreFilter tracks removals)": {cpu: "100m", mutate: spread(corev1.DoNotSchedule), wantFallbacks: true},
+		"a score reading nodeInfo": {policies: []*schedv1alpha1.SchedulingPolicy{
+			builder.MakePolicy("fewest").Score("pods", "nodeInfo.podCount", 1, schedv1alpha1.MinMaxReverse).Obj()}, cpu: "100m", wantFallbacks: true},
+		"a message per node": {policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("named").
+			FilterMsg("zone", "node.metadata.labels['zone'] != 'c'", "", "'node ' + node.metadata.name + ' is in zone c'").Obj()},
+			cpu: "100m", wantFallbacks: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			var nodes []*corev1.Node
+			for i := range 60 {
+				n := node(fmt.Sprintf("n-%02d", i), map[string]string{"zone": zones[i%3], corev1.LabelHostname: fmt.Sprintf("n-%02d", i)})
+				if i == 0 && tc.nodeCPU != "" {
+					n.Status.Allocatable[corev1.ResourceCPU] = resourceQuantity(tc.nodeCPU)
+				}
+				nodes = append(nodes, n)
+			}
+			var pods []*corev1.Pod
+			for i := range 40 {
+				p := pod("web", fmt.Sprintf("web-%02d", i), map[string]string{"app": "web"})
+				requesting(tc.cpu)(p)
+				if tc.mutate != nil {
+					tc.mutate(p)
+				}
+				p.Spec.NodeName = nodes[(i*7)%len(nodes)].Name // some nodes hold two
+				pods = append(pods, p)
+			}
+			e := newEvaluator(t, namespace("web", nil), nodes, pods, tc.policies)
+			cv, err := e.EvaluateClass(ctx, pods[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			accepted, refused := 0, 0
+			for _, p := range pods {
+				got, err := cv.Reschedule(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				full, err := e.Reschedule(ctx, p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := full.Placement(p.Spec.NodeName)
+				if diff := cmp.Diff(comparable(want), comparable(got)); diff != "" {
+					t.Errorf("pod %s on %s (-whole cycle +class):\n%s", p.Name, p.Spec.NodeName, diff)
+				}
+				if want.Node != nil && want.Node.Feasible {
+					accepted++
+				} else {
+					refused++
+				}
+			}
+			if (cv.Fallbacks() > 0) != tc.wantFallbacks {
+				t.Errorf("%d of %d pods took a whole cycle; want some: %v", cv.Fallbacks(), len(pods), tc.wantFallbacks)
+			}
+			if accepted == 0 {
+				t.Errorf("no pod's node accepts it: the case tests nothing")
+			}
+			t.Logf("%d accepted, %d refused, %d whole cycles", accepted, refused, cv.Fallbacks())
+		})
+	}
+}
+
+// comparable is what Reschedule's verdicts must agree on: the node's
+// per-plugin scores are a whole cycle's detail.
+func comparable(p Placement) Placement {
+	if p.Node != nil {
+		n := *p.Node
+		n.PluginScores = nil
+		p.Node = &n
+	}
+	return p
+}
+
+// TestClassEvaluatedOnce: a class's pods cost one cycle over every node,
+// whatever their number; pending pods share its Result.
+func TestClassEvaluatedOnce(t *testing.T) {
+	ctx := context.Background()
+	var nodes []*corev1.Node
+	for i := range 20 {
+		nodes = append(nodes, node(fmt.Sprintf("n-%02d", i), map[string]string{"zone": []string{"a", "b"}[i%2]}))
+	}
+	var bound []*corev1.Pod
+	for i := range 30 {
+		p := pod("web", fmt.Sprintf("web-%02d", i), map[string]string{"app": "web"})
+		p.Spec.NodeName = nodes[i%len(nodes)].Name
+		bound = append(bound, p)
+	}
+	e := newEvaluator(t, namespace("web", nil), nodes, bound,
+		[]*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("only-a").Filter("zone", "node.metadata.labels['zone'] == 'a'").Obj()})
+	before := e.sweeps.Load()
+	cv, err := e.EvaluateClass(ctx, pod("web", "pending", map[string]string{"app": "web"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range bound {
+		if _, err := cv.Reschedule(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.sweeps.Load() - before; got != 1 || cv.Fallbacks() != 0 {
+		t.Errorf("%d cycles over every node and %d whole cycles for one class of %d bound pods; want 1 and 0", got, cv.Fallbacks(), len(bound))
+	}
+	if got := len(cv.Result().Feasible); got != 10 {
+		t.Errorf("the class has %d feasible nodes; want the 10 of zone a", got)
+	}
+}
+
+func newEvaluator(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, policies []*schedv1alpha1.SchedulingPolicy) *Evaluator {
+	t.Helper()
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiler := engine.NewCompiler(env)
+	var compiled []*engine.CompiledPolicy
+	for i, p := range policies {
+		p = p.DeepCopy()
+		p.UID = ktypes.UID(fmt.Sprint("uid-", i))
+		compiled = append(compiled, compiler.Compile(p, engine.CompileOptions{Stored: true}))
+	}
+	cfg, err := schedulerconfigfile.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewCluster([]*corev1.Namespace{ns}, nodes, pods, nil)
+	e, err := New(context.Background(), c, Policies{Snapshot: engine.NewSnapshot(compiled...), Converter: engine.NewConverter(env, 0)}, Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
+func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }

@@ -1,0 +1,184 @@
+package analyze
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/cmd/celsched/analyze/trust"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/engine"
+)
+
+// This file finds the fences a tenant can move (tenant-writable-input):
+// params objects that users of their namespace may write, and rules that
+// let a pod's author widen where the pod may go.
+
+// tenantFindings returns the tenant-writable-input findings of the
+// policies in force (those that compile), and notes of what was not
+// checked: who may write params objects is asked of a live cluster only
+// (in.Access), and not when the user may not ask.
+func tenantFindings(ctx context.Context, in Input, compiled []*engine.CompiledPolicy) ([]Finding, []string, error) {
+	var ok []*engine.CompiledPolicy
+	for _, p := range compiled {
+		if p.Err() == nil {
+			ok = append(ok, p)
+		}
+	}
+	out, err := podFieldFindings(in.Policies, ok)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !slices.ContainsFunc(ok, func(p *engine.CompiledPolicy) bool { return p.ParamSpec() != nil }) {
+		return out, nil, nil
+	}
+	if in.Access == nil {
+		return out, []string{"who may write the params objects (tenant-writable-input) is asked of a live cluster only: run analyze against the cluster, not files"}, nil
+	}
+	writable, err := paramsFindings(ctx, in, ok)
+	if apierrors.IsForbidden(err) {
+		return out, []string{"who may write the params objects (tenant-writable-input) was not checked: it needs permission to list RoleBindings and ClusterRoleBindings and to create SubjectAccessReviews: " + err.Error()}, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(out, writable...), nil, nil
+}
+
+// podFieldFindings are the rules of the policies that a pod's author can
+// widen (trust.Widenings), one finding per rule.
+func podFieldFindings(specs []*schedv1alpha1.SchedulingPolicy, compiled []*engine.CompiledPolicy) ([]Finding, error) {
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	for _, p := range compiled {
+		// The spec compiled: the last of its name, as in the snapshot.
+		var spec *schedv1alpha1.SchedulingPolicy
+		for _, s := range specs {
+			if s.Name == p.Name {
+				spec = s
+			}
+		}
+		if spec == nil {
+			continue
+		}
+		// Checked as the dry run compiled it (stored expressions, params
+		// typed by the kinds celsched ships and the built-in ones): a
+		// policy that compiled checks; one that would not is left out
+		// rather than guessed at.
+		checked, errs := env.Check(spec, nil)
+		if len(errs) > 0 {
+			continue
+		}
+		for _, w := range trust.Widenings(spec, checked) {
+			out = append(out, widening(p.Name, w))
+		}
+	}
+	return out, nil
+}
+
+// widening is the finding of a rule that a pod's author can widen.
+func widening(policy string, w trust.Widening) Finding {
+	f := Finding{Kind: TenantWritableInput, Policies: []string{policy}, Subject: w.Field, PodFields: w.PodFields}
+	fields := strings.Join(w.PodFields, ", ")
+	if w.Name != "" {
+		f.Rules = []string{policy + "/" + w.Name}
+	}
+	them := "it"
+	if len(w.PodFields) > 1 {
+		them = "them"
+	}
+	switch w.Kind {
+	case trust.Filter:
+		f.Evidence = fmt.Sprintf("a pod whose author sets %s passes filter %s on nodes the filter refuses to a pod without %s: the author widens where the pod may go", fields, w.Name, them)
+	case trust.PreEnqueue:
+		f.Evidence = fmt.Sprintf("a pod whose author sets %s is released by preEnqueue rule %s, which holds a pod without %s", fields, w.Name, them)
+	case trust.Condition:
+		f.Evidence = fmt.Sprintf("a pod whose author sets %s makes match condition %s false: the policy, which applies to a pod without %s, no longer fences the pod", fields, w.Name, them)
+	case trust.PodSelector:
+		f.Evidence = fmt.Sprintf("a pod whose author sets %s is not selected by the podSelector: the policy, which applies to a pod without %s, no longer fences the pod", fields, them)
+	}
+	f.Suggestion = "decide by what the pod's author cannot set (its namespace, a namespace label or params the tenant cannot write, node labels); " +
+		"if the pod field is a request, make setting it narrow where the pod may go, or check its values at admission (a ValidatingAdmissionPolicy on pods)"
+	return f
+}
+
+// paramsFindings are the params objects that subjects bound in their
+// namespace may update or patch (source.Access.Writers), of the policies
+// that read them: with paramRef.namespace, for every pod they match;
+// without, for the pods of the object's namespace, when the policy's
+// namespaceSelector selects it.
+func paramsFindings(ctx context.Context, in Input, compiled []*engine.CompiledPolicy) ([]Finding, error) {
+	namespaces := map[string]*corev1.Namespace{}
+	for _, ns := range in.Namespaces {
+		namespaces[ns.Name] = ns
+	}
+	params := slices.Clone(in.Params)
+	slices.SortFunc(params, func(a, b *unstructured.Unstructured) int {
+		return cmp.Compare(dryrun.ParamsKeyOf(a).String(), dryrun.ParamsKeyOf(b).String())
+	})
+	var out []Finding
+	for _, obj := range params {
+		if obj.GetNamespace() == "" {
+			continue // cluster-scoped: no RoleBinding grants it
+		}
+		var readers []string
+		whose := "the pods of namespace " + obj.GetNamespace()
+		for _, p := range compiled {
+			spec := p.ParamSpec()
+			if !dryrun.Reads(spec, dryrun.ParamsKeyOf(obj), obj.GetLabels()) {
+				continue
+			}
+			if spec.Namespace == "" && !selectsNamespace(p, namespaces[obj.GetNamespace()]) {
+				continue
+			}
+			if spec.Namespace != "" {
+				whose = "every pod these policies match"
+			}
+			readers = append(readers, p.Name)
+		}
+		if len(readers) == 0 {
+			continue
+		}
+		writers, err := in.Access.Writers(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		if len(writers) == 0 {
+			continue
+		}
+		names := make([]string, len(writers))
+		described := make([]string, len(writers))
+		for i, w := range writers {
+			names[i] = w.String()
+			described[i] = fmt.Sprintf("%s (%s; %s)", w.String(), strings.Join(w.Verbs, ", "), strings.Join(w.Bindings, ", "))
+		}
+		out = append(out, Finding{Kind: TenantWritableInput, Policies: readers,
+			Subject: (&engine.Params{Kind: obj.GroupVersionKind(), Namespace: obj.GetNamespace(), Name: obj.GetName()}).String(),
+			Writers: names,
+			Evidence: fmt.Sprintf("subjects bound in namespace %s may write it, and so move the fence of %s: %s",
+				obj.GetNamespace(), whose, strings.Join(described, "; ")),
+			Suggestion: "keep the params in a kind these subjects cannot write (celsched's TenantPlacement, written by celsched-tenantplacement-editor), " +
+				"or take update and patch of it out of their roles"})
+	}
+	return out, nil
+}
+
+// selectsNamespace says whether the policy's namespaceSelector selects
+// the namespace (an unknown namespace: only without a selector).
+func selectsNamespace(p *engine.CompiledPolicy, ns *corev1.Namespace) bool {
+	if p.NamespaceSelector == nil {
+		return true
+	}
+	return ns != nil && p.NamespaceSelector.Matches(labels.Set(ns.Labels))
+}

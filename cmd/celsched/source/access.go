@@ -1,0 +1,206 @@
+package source
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Access asks the cluster read live who may write its objects: the
+// subjects bound in an object's namespace (by its RoleBindings, and its
+// service accounts by ClusterRoleBindings), each asked of the API
+// server's authorizer with a SubjectAccessReview. Its user needs to list
+// RoleBindings and ClusterRoleBindings and to create SubjectAccessReviews.
+// It is not safe for concurrent use.
+type Access struct {
+	c client.Client
+	// Caches, written by Writers only and bounded by the namespaces and
+	// kinds asked about: bound, the subjects bound in a namespace (by
+	// namespace); clusterBindings, the ClusterRoleBindings, listed once
+	// (listedCluster); everywhere, whether a subject may do a verb on a
+	// resource in every namespace (by subject, verb, group, resource).
+	// Nothing invalidates them: an Access lives for one report.
+	bound           map[string][]BoundSubject
+	clusterBindings []*rbacv1.ClusterRoleBinding
+	listedCluster   bool
+	everywhere      map[string]bool
+}
+
+// accessQPS and accessBurst are the client-side rate limit of Access's
+// requests: a SubjectAccessReview reads nothing from storage, and one is
+// asked per subject, object and verb.
+const (
+	accessQPS   = 50
+	accessBurst = 100
+)
+
+func newAccess(kube *genericclioptions.ConfigFlags) (*Access, error) {
+	c, err := newClient(kube, accessQPS, accessBurst)
+	if err != nil {
+		return nil, err
+	}
+	return &Access{c: c, bound: map[string][]BoundSubject{}, everywhere: map[string]bool{}}, nil
+}
+
+// BoundSubject is an RBAC subject and the bindings that bind it in a
+// namespace.
+type BoundSubject struct {
+	rbacv1.Subject
+	// Bindings name them: RoleBinding edit-team (ClusterRole edit).
+	Bindings []string
+}
+
+// String names the subject: User alice, Group devs, ServiceAccount
+// team-a/ci.
+func (s BoundSubject) String() string {
+	if s.Kind == rbacv1.ServiceAccountKind {
+		return s.Kind + " " + s.Namespace + "/" + s.Name
+	}
+	return s.Kind + " " + s.Name
+}
+
+// Writer is a subject that may write an object, and how.
+type Writer struct {
+	BoundSubject
+	// Verbs are those of update and patch it may use on the object.
+	Verbs []string
+}
+
+// Writers returns the subjects bound in a namespaced object's namespace
+// that may update or patch it, but may not update or patch every object
+// of its kind in every namespace (those are cluster admins, or a platform
+// team bound cluster-wide: not the namespace's users), sorted by subject.
+// A cluster-scoped object has none: RoleBindings grant no cluster-scoped
+// resource.
+func (a *Access) Writers(ctx context.Context, obj *unstructured.Unstructured) ([]Writer, error) {
+	if obj.GetNamespace() == "" {
+		return nil, nil
+	}
+	gvk := obj.GroupVersionKind()
+	mapping, err := a.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	resource := mapping.Resource
+	subjects, err := a.boundIn(ctx, obj.GetNamespace())
+	if err != nil {
+		return nil, err
+	}
+	var out []Writer
+	for _, s := range subjects {
+		w := Writer{BoundSubject: s}
+		for _, verb := range []string{"update", "patch"} {
+			attrs := authorizationv1.ResourceAttributes{Namespace: obj.GetNamespace(), Name: obj.GetName(), Verb: verb, Group: resource.Group, Resource: resource.Resource}
+			allowed, err := a.allowed(ctx, s.Subject, attrs)
+			if err != nil {
+				return nil, err
+			}
+			if !allowed {
+				continue
+			}
+			key := strings.Join([]string{s.String(), verb, resource.Group, resource.Resource}, "\x00")
+			all, ok := a.everywhere[key]
+			if !ok {
+				if all, err = a.allowed(ctx, s.Subject, authorizationv1.ResourceAttributes{Verb: verb, Group: resource.Group, Resource: resource.Resource}); err != nil {
+					return nil, err
+				}
+				a.everywhere[key] = all
+			}
+			if !all {
+				w.Verbs = append(w.Verbs, verb)
+			}
+		}
+		if len(w.Verbs) > 0 {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// boundIn lists the subjects bound in a namespace: those of its
+// RoleBindings, and its service accounts that ClusterRoleBindings bind,
+// sorted by subject.
+func (a *Access) boundIn(ctx context.Context, namespace string) ([]BoundSubject, error) {
+	if subjects, ok := a.bound[namespace]; ok {
+		return subjects, nil
+	}
+	roleBindings, err := listAll[*rbacv1.RoleBinding](ctx, a.c, &rbacv1.RoleBindingList{}, client.InNamespace(namespace))
+	if err != nil {
+		return nil, fmt.Errorf("listing the RoleBindings of namespace %s: %w", namespace, err)
+	}
+	if !a.listedCluster {
+		if a.clusterBindings, err = listAll[*rbacv1.ClusterRoleBinding](ctx, a.c, &rbacv1.ClusterRoleBindingList{}); err != nil {
+			return nil, fmt.Errorf("listing ClusterRoleBindings: %w", err)
+		}
+		a.listedCluster = true
+	}
+	byName := map[string]*BoundSubject{}
+	add := func(s rbacv1.Subject, binding string) {
+		if s.Kind == rbacv1.ServiceAccountKind && s.Namespace == "" {
+			s.Namespace = namespace // a RoleBinding's service account defaults to its namespace
+		}
+		s.APIGroup = ""
+		b := BoundSubject{Subject: s}
+		if byName[b.String()] == nil {
+			byName[b.String()] = &b
+		}
+		byName[b.String()].Bindings = append(byName[b.String()].Bindings, binding)
+	}
+	for _, rb := range roleBindings {
+		for _, s := range rb.Subjects {
+			add(s, fmt.Sprintf("RoleBinding %s (%s %s)", rb.Name, rb.RoleRef.Kind, rb.RoleRef.Name))
+		}
+	}
+	for _, crb := range a.clusterBindings {
+		for _, s := range crb.Subjects {
+			if s.Kind == rbacv1.ServiceAccountKind && s.Namespace == namespace {
+				add(s, fmt.Sprintf("ClusterRoleBinding %s (ClusterRole %s)", crb.Name, crb.RoleRef.Name))
+			}
+		}
+	}
+	out := make([]BoundSubject, 0, len(byName))
+	for _, s := range byName {
+		slices.Sort(s.Bindings)
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(x, y BoundSubject) int { return cmp.Compare(x.String(), y.String()) })
+	a.bound[namespace] = out
+	return out, nil
+}
+
+// allowed asks the authorizer whether a subject may act on a resource,
+// as a request of that subject would be: a user or a service account is
+// authenticated (system:authenticated), a service account is in its
+// groups.
+func (a *Access) allowed(ctx context.Context, s rbacv1.Subject, attrs authorizationv1.ResourceAttributes) (bool, error) {
+	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{ResourceAttributes: &attrs}}
+	switch s.Kind {
+	case rbacv1.UserKind:
+		review.Spec.User, review.Spec.Groups = s.Name, []string{user.AllAuthenticated}
+	case rbacv1.GroupKind:
+		review.Spec.Groups = []string{s.Name}
+	case rbacv1.ServiceAccountKind:
+		review.Spec.User = serviceaccount.MakeUsername(s.Namespace, s.Name)
+		review.Spec.Groups = append(serviceaccount.MakeGroupNames(s.Namespace), user.AllAuthenticated)
+	default:
+		return false, nil
+	}
+	if err := a.c.Create(ctx, review); err != nil {
+		where := "in every namespace"
+		if attrs.Namespace != "" {
+			where = "in namespace " + attrs.Namespace
+		}
+		return false, fmt.Errorf("asking whether %s %s may %s %s %s (a SubjectAccessReview): %w", s.Kind, s.Name, attrs.Verb, attrs.Resource, where, err)
+	}
+	return review.Status.Allowed, nil
+}
