@@ -44,14 +44,16 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	var gates map[string]bool
 	root.PersistentFlags().Var(featuregates.NewFlag(&gates), featuregates.FlagName,
 		"kube-scheduler's feature gates for the dry run's scheduling framework (Name=true,Other=false), as the manager's --feature-gates: give the manager's to evaluate as its scheduler does")
-	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+	var prof profiling
+	prof.addFlags(root)
+	// The gates are set before the profile starts and the command runs.
+	startProfile := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
 		if err := featuregates.Set(gates); err != nil {
 			return &usageErr{err: err}
 		}
-		return nil
+		return startProfile(cmd, args)
 	}
-	var prof profiling
-	prof.addFlags(root)
 	root.SetArgs(args)
 	root.SetIn(s.in)
 	root.SetOut(s.out)
