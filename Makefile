@@ -50,6 +50,10 @@ VERDICT_SEED ?= 1
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 150m
+# `make run`: kube-scheduler's feature gates for the manager (and the local
+# kube-apiserver), e.g. FEATURE_GATES=GenericWorkload=true.
+FEATURE_GATES ?=
+FEATURE_GATES_FLAG := $(if $(FEATURE_GATES),--feature-gates=$(FEATURE_GATES))
 
 .PHONY: all
 all: build
@@ -63,15 +67,15 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: run
-run: ## Run the manager on a local control plane with sample nodes, policies and pods (or against $$KUBECONFIG / KUBECONFIG=...).
+run: ## Run the manager on a local control plane with sample nodes, policies and pods (or against $$KUBECONFIG / KUBECONFIG=...); FEATURE_GATES=Name=true,... sets kube-scheduler's feature gates.
 	@if [ -n "$(KUBECONFIG)" ]; then \
 		echo "make run: KUBECONFIG is set: running the celsched manager against $(KUBECONFIG)"; \
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager; \
-		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --webhook-port=0 --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081; \
+		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --webhook-port=0 --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(FEATURE_GATES_FLAG); \
 	fi; \
 	assets=$$(hack/envtest-assets.sh); \
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched-local ./hack/local; \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" exec $(BIN)/celsched-local
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" exec $(BIN)/celsched-local $(FEATURE_GATES_FLAG)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests in config/, and copy the CRD and scheduler configuration into charts/celsched.
@@ -164,7 +168,7 @@ build: ## Build the manager and the celsched CLI (also as the kubectl plugin kub
 	ln -sf celsched $(BIN)/kubectl-celsched
 
 .PHONY: update-k8s
-update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.36.3).
+update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.37.2).
 	hack/update-k8s-replaces.sh $(K8S)
 	$(GO) mod tidy
 

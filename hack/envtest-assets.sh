@@ -21,7 +21,7 @@ mkdir -p "${dir}"
 
 log() { echo "envtest-assets: $*" >&2; }
 
-# kube-apiserver --version prints "Kubernetes v1.36.3".
+# kube-apiserver --version prints "Kubernetes v1.37.2".
 if [[ -x "${dir}/kube-apiserver" ]] && [[ "$("${dir}/kube-apiserver" --version 2>/dev/null)" == "Kubernetes ${k8s_version}" ]]; then
   log "reusing ${dir}/kube-apiserver (${k8s_version})"
 else
@@ -36,8 +36,10 @@ else
   mv "${dir}/kube-apiserver.tmp" "${dir}/kube-apiserver"
 fi
 
-# etcd --version prints "etcd Version: 3.6.8" on its first line.
-if [[ -x "${dir}/etcd" ]] && "${dir}/etcd" --version 2>/dev/null | grep -qx "etcd Version: ${etcd_version#v}"; then
+# etcd --version prints "etcd Version: 3.7.0" on its first line.
+# (Read whole before grep: grep -q stops at the first line, and etcd writing
+# the rest into the closed pipe would fail the pipeline under pipefail.)
+if [[ -x "${dir}/etcd" ]] && grep -qx "etcd Version: ${etcd_version#v}" <<<"$("${dir}/etcd" --version 2>/dev/null)"; then
   log "reusing ${dir}/etcd (${etcd_version})"
 else
   log "building etcd ${etcd_version}"

@@ -8,12 +8,12 @@
 # into our go.mod. Run it after changing K8S_VERSION; never edit the block by
 # hand.
 #
-# Usage: hack/update-k8s-replaces.sh [v1.36.3]
+# Usage: hack/update-k8s-replaces.sh [v1.37.2]
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-k8s_version=${1:-${K8S_VERSION:-v1.36.3}}
+k8s_version=${1:-${K8S_VERSION:-v1.37.2}}
 staging_version="v0.${k8s_version#v1.}"
 
 # The go.mod of k8s.io/kubernetes at that version, from the module proxy.

@@ -2,10 +2,12 @@ package celcost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/google/cel-go/cel"
+	celast "github.com/google/cel-go/common/ast"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
@@ -31,13 +33,16 @@ type Tracked struct {
 	interpretable *interpreter.ObservableInterpretable
 	plan          *costPlan
 	limit         uint64
+	// loops says whether the expression has a comprehension: only those
+	// check the context (see newFrame).
+	loops bool
 	// states are reused across evaluations: a state is a few slices the
 	// size of the expression.
 	states sync.Pool
 }
 
 func NewTracked(env *cel.Env, ast *cel.Ast, limit uint64) (*Tracked, error) {
-	p := &Tracked{plan: newCostPlan(ast), limit: limit}
+	p := &Tracked{plan: newCostPlan(ast), limit: limit, loops: hasComprehension(ast)}
 	interpretable, err := planProgram(env, ast, interpreter.EvalStateObserver(interpreter.EvalStateFactory(func() interpreter.EvalState {
 		if s, ok := p.states.Get().(*costState); ok {
 			return s
@@ -77,11 +82,19 @@ func (p *Tracked) Eval(ctx context.Context, vars interpreter.Activation) (val re
 			err = recovered(ctx, r)
 		}
 	}()
-	val = p.interpretable.ObserveEval(interruptible(ctx, vars), func(observed any) {
+	frame, err := newFrame(ctx, vars, p.loops)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer frame.Close()
+	val = p.interpretable.ObserveExec(frame, func(observed any) {
 		if s, ok := observed.(*costState); ok {
 			state = s
 		}
 	})
+	if err := interrupted(ctx, val); err != nil {
+		return nil, 0, err
+	}
 	return val, 0, nil
 }
 
@@ -103,6 +116,7 @@ func (p *Tracked) Eval(ctx context.Context, vars interpreter.Activation) (val re
 type Bounded struct {
 	interpretable interpreter.Interpretable
 	cost          uint64
+	loops         bool // see Tracked
 }
 
 func NewBounded(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*Bounded, error) {
@@ -110,7 +124,7 @@ func NewBounded(env *cel.Env, ast *cel.Ast, estimatedMax uint64) (*Bounded, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Bounded{interpretable: interpretable, cost: estimatedMax}, nil
+	return &Bounded{interpretable: interpretable, cost: estimatedMax, loops: hasComprehension(ast)}, nil
 }
 
 // planProgram plans a checked AST with cel-go's interpreter, the way cel-go's
@@ -155,16 +169,53 @@ func (p *Bounded) Eval(ctx context.Context, vars interpreter.Activation) (val re
 			err = recovered(ctx, r)
 		}
 	}()
-	val = p.interpretable.Eval(interruptible(ctx, vars))
+	frame, err := newFrame(ctx, vars, p.loops)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer frame.Close()
+	val = p.interpretable.Eval(frame)
+	if err := interrupted(ctx, val); err != nil {
+		return nil, p.cost, err
+	}
 	return val, p.cost, nil
 }
 
-// interruptible returns the activation of an evaluation under ctx.
-func interruptible(ctx context.Context, vars interpreter.Activation) interpreter.Activation {
-	if done := ctx.Done(); done != nil {
-		return &interruptActivation{parent: vars, done: done}
+// newFrame returns the execution frame of an evaluation of vars under ctx.
+// With loops, the interpreter's comprehensions check ctx every
+// interruptCheckFrequency iterations and stop with an InterruptError once it
+// is done. Only comprehensions check, and a context costs an allocation and
+// two locks of the cycle's context per evaluation (cel-go derives a
+// cancellable context from it), so an expression without one gets none.
+// Close the frame after the evaluation.
+func newFrame(ctx context.Context, vars interpreter.Activation, loops bool) (*interpreter.ExecutionFrame, error) {
+	frame, err := interpreter.NewExecutionFrame(vars)
+	if err != nil {
+		return nil, fmt.Errorf("internal error: %w", err)
 	}
-	return vars
+	if !loops {
+		return frame, nil
+	}
+	if err := frame.SetContext(ctx, interruptCheckFrequency); err != nil {
+		frame.Close()
+		return nil, fmt.Errorf("internal error: %w", err)
+	}
+	return frame, nil
+}
+
+// hasComprehension says whether the checked expression has a
+// comprehension (a macro such as all, exists, map or filter).
+func hasComprehension(ast *cel.Ast) bool {
+	return len(celast.MatchDescendants(celast.NavigateAST(ast.NativeRep()), celast.KindMatcher(celast.ComprehensionKind))) > 0
+}
+
+// interrupted is the error of an evaluation that the interpreter stopped
+// because ctx was done, or nil.
+func interrupted(ctx context.Context, val ref.Val) error {
+	if e, ok := val.(*types.Err); ok && errors.Is(e, interpreter.InterruptError{}) {
+		return fmt.Errorf("evaluation cancelled: %w", context.Cause(ctx))
+	}
+	return nil
 }
 
 // recovered is the error of an evaluation that panicked: cancelled, or a
@@ -174,34 +225,6 @@ func recovered(ctx context.Context, r any) error {
 		return fmt.Errorf("evaluation cancelled: %w", context.Cause(ctx))
 	}
 	return fmt.Errorf("internal error: %v", r)
-}
-
-// interruptActivation answers the interpreter's "#interrupted" question from
-// the context, every interruptCheckFrequency iterations of a comprehension.
-type interruptActivation struct {
-	parent interpreter.Activation
-	done   <-chan struct{}
-	checks uint
-}
-
-func (a *interruptActivation) ResolveName(name string) (any, bool) {
-	if name == "#interrupted" {
-		a.checks++
-		if a.checks%interruptCheckFrequency != 0 {
-			return nil, false
-		}
-		select {
-		case <-a.done:
-			return true, true
-		default:
-			return nil, false
-		}
-	}
-	return a.parent.ResolveName(name)
-}
-
-func (a *interruptActivation) Parent() interpreter.Activation {
-	return a.parent
 }
 
 // optionalOrDecorator plans o.or(p) and o.orValue(v) as cel-go's optional

@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/cmd/manager/app"
 	"github.com/celsched/celsched/test/testenv"
 )
@@ -46,15 +47,22 @@ import (
 func main() {
 	workDir := flag.String("dir", filepath.Join("bin", "local"), "Directory for the kubeconfig and the manager's log.")
 	samples := flag.String("samples", filepath.Join("config", "samples"), "Directory of the SchedulingPolicies to apply.")
+	var gates map[string]bool
+	flag.Var(featuregates.NewFlag(&gates), featuregates.FlagName, "The manager's and the local kube-apiserver's feature gates (make run FEATURE_GATES=...). "+featuregates.Usage())
 	klog.InitFlags(nil)
 	flag.Parse()
-	if err := run(*workDir, *samples); err != nil {
+	// A bad gate fails before the control plane starts.
+	if err := featuregates.Set(gates); err != nil {
+		fmt.Fprintln(os.Stderr, "make run:", err)
+		os.Exit(2)
+	}
+	if err := run(*workDir, *samples, gates); err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		os.Exit(1)
 	}
 }
 
-func run(workDir, samplesDir string) error {
+func run(workDir, samplesDir string, gates map[string]bool) error {
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return err
 	}
@@ -68,7 +76,7 @@ func run(workDir, samplesDir string) error {
 	defer stop()
 
 	fmt.Println("Starting a local control plane (kube-apiserver and etcd)...")
-	env, cfg, err := testenv.Start("config")
+	env, cfg, err := testenv.StartWithFeatureGates("config", gates)
 	if err != nil {
 		return err
 	}
@@ -92,7 +100,7 @@ func run(workDir, samplesDir string) error {
 	}
 	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
 	defer cancelMgr()
-	mgrDone, err := startManager(mgrCtx, env, cfg, c, logFile)
+	mgrDone, err := startManager(mgrCtx, env, cfg, c, logFile, gates)
 	if err != nil {
 		return err
 	}
@@ -122,11 +130,11 @@ func logTo(logFile string) error {
 // startManager starts the celsched manager, with the webhook's certificate
 // provisioned in its namespace as in a cluster installed from
 // config/default, and returns what its Start returns, when it does.
-func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Config, c client.Client, logFile string) (<-chan error, error) {
+func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Config, c client.Client, logFile string, gates map[string]bool) (<-chan error, error) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
 	}
-	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true}
+	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true, FeatureGates: gates}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	mgr, err := app.New(ctx, cfg, opts)
 	if err != nil {

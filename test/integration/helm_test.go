@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"flag"
 	"io"
 	"os"
 	"os/exec"
@@ -20,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/celsched/celsched/celplugins/featuregates"
+	"github.com/celsched/celsched/cmd/manager/app"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 )
 
@@ -204,5 +207,61 @@ func TestHelmChartParamKinds(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, role.Rules); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
+	}
+}
+
+// TestHelmChartFeatureGates: the featureGates value renders the manager's
+// --feature-gates, which the manager's flags parse into the gates given;
+// none by default; a gate the manager does not know renders, and fails
+// the manager's check with its name.
+func TestHelmChartFeatureGates(t *testing.T) {
+	for name, tc := range map[string]struct {
+		set     []string
+		want    map[string]bool
+		wantErr string
+	}{
+		"default": {},
+		"two gates": {
+			set:  []string{"--set", "featureGates.InPlacePodVerticalScalingSchedulerPreemption=true,featureGates.GenericWorkload=false"},
+			want: map[string]bool{"InPlacePodVerticalScalingSchedulerPreemption": true, "GenericWorkload": false},
+		},
+		"unknown gate": {
+			set:     []string{"--set", "featureGates.NoSuchGate=true"},
+			want:    map[string]bool{"NoSuchGate": true},
+			wantErr: "unrecognized feature gate: NoSuchGate",
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var args []string
+			for _, obj := range helmTemplate(t, tc.set...) {
+				if obj.GetKind() != "Deployment" {
+					continue
+				}
+				deployment := &appsv1.Deployment{}
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, deployment); err != nil {
+					t.Fatal(err)
+				}
+				args = deployment.Spec.Template.Spec.Containers[0].Args
+			}
+			if args == nil {
+				t.Fatal("the chart renders no Deployment with args")
+			}
+			var o app.Options
+			fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+			o.AddFlags(fs)
+			if err := fs.Parse(args); err != nil {
+				t.Fatalf("the manager's flags do not parse the chart's args %q: %v", args, err)
+			}
+			if diff := cmp.Diff(tc.want, o.FeatureGates); diff != "" {
+				t.Errorf("feature gates (-want +got) from args %q:\n%s", args, diff)
+			}
+			err := featuregates.Check(o.FeatureGates)
+			if tc.wantErr == "" && err != nil {
+				t.Errorf("the rendered gates fail the manager's check: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("checking the rendered gates: error %v, want one containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }

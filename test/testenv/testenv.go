@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
+	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/cmd/manager/app"
 )
 
@@ -37,6 +40,22 @@ import (
 // pointed at a local serving address with a generated certificate (see
 // WebhookServer). Stop the returned environment when done.
 func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
+	return StartWithFeatureGates(configDir, nil)
+}
+
+// workloadAPIs are the API versions that kube-scheduler watches when a
+// feature gate is on, and that kube-apiserver serves only when asked
+// (--runtime-config): the PodGroups of GenericWorkload and the
+// CompositePodGroups of CompositePodGroup.
+var workloadAPIs = map[string]string{
+	"GenericWorkload":   "scheduling.k8s.io/v1beta1",
+	"CompositePodGroup": "scheduling.k8s.io/v1alpha3",
+}
+
+// StartWithFeatureGates is Start with feature gates on kube-apiserver
+// (the manager's, for `make run FEATURE_GATES=...`), and the APIs that
+// kube-scheduler watches under those gates served.
+func StartWithFeatureGates(configDir string, gates map[string]bool) (*envtest.Environment, *rest.Config, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run through make (make test, make run), which builds kube-apiserver and etcd into bin/")
 	}
@@ -54,6 +73,19 @@ func Start(configDir string) (*envtest.Environment, *rest.Config, error) {
 	// envtest runs no node lifecycle controller, so the not-ready taint that
 	// this admission plugin puts on new nodes would never be removed.
 	env.ControlPlane.GetAPIServer().Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
+	if len(gates) > 0 {
+		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", featuregates.String(gates))
+		var apis []string
+		for gate, api := range workloadAPIs {
+			if gates[gate] {
+				apis = append(apis, api+"=true")
+			}
+		}
+		if len(apis) > 0 {
+			sort.Strings(apis)
+			env.ControlPlane.GetAPIServer().Configure().Set("runtime-config", strings.Join(apis, ","))
+		}
+	}
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, nil, fmt.Errorf("starting the control plane: %w", err)

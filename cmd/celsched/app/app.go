@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
+	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
@@ -38,8 +39,21 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// kube-scheduler's feature gates, as the manager takes them: the dry
+	// run's frameworks read the same process-wide gate (celplugins/featuregates).
+	var gates map[string]bool
+	root.PersistentFlags().Var(featuregates.NewFlag(&gates), featuregates.FlagName,
+		"kube-scheduler's feature gates for the dry run's scheduling framework (Name=true,Other=false), as the manager's --feature-gates: give the manager's to evaluate as its scheduler does")
 	var prof profiling
 	prof.addFlags(root)
+	// The gates are set before the profile starts and the command runs.
+	startProfile := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if err := featuregates.Set(gates); err != nil {
+			return &usageErr{err: err}
+		}
+		return startProfile(cmd, args)
+	}
 	root.SetArgs(args)
 	root.SetIn(s.in)
 	root.SetOut(s.out)

@@ -48,6 +48,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/celplugins/filter"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
@@ -117,6 +118,11 @@ type Options struct {
 	// Reports writes the Audit evidence as OpenReports Reports
 	// (controllers.ReportWriter), when the API server serves them.
 	Reports bool
+	// FeatureGates are kube-scheduler's feature gates (--feature-gates,
+	// Name: on). New sets them on the process's default feature gate, as
+	// kube-scheduler's flag does, before it loads the scheduler
+	// configuration and builds the scheduler: one manager per process.
+	FeatureGates map[string]bool
 }
 
 // The leader election timings of kube-scheduler (and controller-runtime),
@@ -191,6 +197,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RolloutInterval, "rollout-interval", 0, "Deprecated, no effect (accepted so that existing command lines still start): the leader advances a policy's rollout on the policy's changes, on new evidence for its waves and at its deadlines (the end of a soak, --rollout-pending-recheck); new evidence alone is written at most once per --audit-status-interval.")
 	fs.DurationVar(&o.RolloutPendingRecheck, "rollout-pending-recheck", controllers.DefaultPendingRecheck, "How often the leader counts again the pending pods of a wave its gate paused (each count evaluates the wave's pending pods on the nodes they may use), to promote the wave once they no longer exceed the gate.")
 	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, each written at most once per --audit-status-interval) when the API server serves them; false writes none.")
+	fs.Var(featuregates.NewFlag(&o.FeatureGates), featuregates.FlagName, featuregates.Usage())
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "The least time between two writes of a policy's evidence: its status.audit, its OpenReports Reports (each), and the counts of its rollout's waves (status.rollout; a rollout's decisions are written at once). At most one such write per policy (per report) per interval; what comes meanwhile is written together.")
 }
 
@@ -199,11 +206,33 @@ type Manager struct {
 	ctrl.Manager
 	// SchedulerNames are the profiles the scheduler serves.
 	SchedulerNames []string
+	sched          *scheduler.Scheduler
+}
+
+// Plugins returns the plugins that the scheduler's framework of the
+// profile schedulerName runs at each extension point (its configuration's
+// plugins with the defaults and the feature gates applied), or nil when
+// no profile has that name.
+func (m *Manager) Plugins(schedulerName string) *schedulerconfig.Plugins {
+	fw, ok := m.sched.Profiles[schedulerName]
+	if !ok {
+		return nil
+	}
+	return fw.ListPlugins()
 }
 
 // New builds the manager for the API server of cfg. ctx must be the context
 // the manager is started with: the scheduler's plugins live as long as it.
 func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
+	// The gates decide the profiles' default plugins (when the
+	// configuration is defaulted) and what the framework and its plugins
+	// do: they are set first, as kube-scheduler sets them.
+	if err := featuregates.Set(o.FeatureGates); err != nil {
+		return nil, err
+	}
+	if len(o.FeatureGates) > 0 {
+		klog.FromContext(ctx).Info("Feature gates set", "featureGates", featuregates.String(o.FeatureGates))
+	}
 	schedCfg, err := defaultconfig.Load(o.SchedulerConfig)
 	if err != nil {
 		return nil, err
@@ -267,7 +296,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
-	return &Manager{Manager: mgr, SchedulerNames: names}, nil
+	return &Manager{Manager: mgr, SchedulerNames: names, sched: runner.sched}, nil
 }
 
 // newControllerManager builds the controller-runtime manager: its scheme,
@@ -533,7 +562,9 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		return nil, fmt.Errorf("creating the scheduler's dynamic client: %w", err)
 	}
 	r := &schedulerRunner{
-		factory:     scheduler.NewInformerFactory(client, 0),
+		// No informer name (client-go's informer metrics): the name is
+		// unique per process, and tests run several managers in one.
+		factory:     scheduler.NewInformerFactory(client, 0, nil),
 		dynFactory:  dynamicinformer.NewDynamicSharedInformerFactory(dynClient, 0),
 		broadcaster: events.NewBroadcaster(&events.EventSinkImpl{Interface: eventsClient.EventsV1()}),
 		synced:      make(chan struct{}),

@@ -1,0 +1,90 @@
+package app
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/kubernetes/pkg/features"
+)
+
+// TestEvalFeatureGates: --feature-gates reaches the dry run's built-in
+// plugins as the manager's reaches the scheduler's. With the alpha gate
+// TaintTolerationComparisonOperators, TaintToleration honours a toleration
+// with operator Gt; without it, the tainted node is refused. A gate the CLI
+// does not know, or a value that is not a boolean, is a usage error that
+// names it.
+func TestEvalFeatureGates(t *testing.T) {
+	// Back at its default after the test, whatever the CLI set.
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.TaintTolerationComparisonOperators, false)
+	dir := filepath.Join("testdata", "featuregates")
+	base := []string{"eval", "-f", filepath.Join(dir, "policy.yaml"), "--pod", filepath.Join(dir, "pod.yaml"),
+		"--nodes", filepath.Join(dir, "cluster.yaml"), "-o", "json"}
+	for _, tc := range []struct {
+		name        string
+		gates       []string
+		wantTainted bool // the tainted node is feasible
+	}{
+		{name: "default"},
+		{name: "on", gates: []string{"--feature-gates=TaintTolerationComparisonOperators=true"}, wantTainted: true},
+		{name: "off", gates: []string{"--feature-gates=TaintTolerationComparisonOperators=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runCLI(t, append(append([]string{}, base...), tc.gates...)...)
+			if code != 0 {
+				t.Fatalf("exit code %d; output:\n%s", code, out)
+			}
+			var report struct {
+				Nodes []struct {
+					Name       string `json:"name"`
+					Feasible   bool   `json:"feasible"`
+					RejectedBy *struct {
+						Plugin string `json:"plugin"`
+					} `json:"rejectedBy"`
+				} `json:"nodes"`
+			}
+			if err := json.Unmarshal([]byte(out), &report); err != nil {
+				t.Fatalf("reading the report: %v\n%s", err, out)
+			}
+			got := map[string]string{}
+			for _, n := range report.Nodes {
+				got[n.Name] = "feasible"
+				if !n.Feasible {
+					got[n.Name] = "rejected by <nil>"
+					if n.RejectedBy != nil {
+						got[n.Name] = "rejected by " + n.RejectedBy.Plugin
+					}
+				}
+			}
+			want := map[string]string{"plain": "feasible", "tainted": "rejected by TaintToleration"}
+			if tc.wantTainted {
+				want["tainted"] = "feasible"
+			}
+			for name, w := range want {
+				if got[name] != w {
+					t.Errorf("node %s: %s, want %s (all: %v)", name, got[name], w, got)
+				}
+			}
+		})
+	}
+	for value, want := range map[string]struct {
+		code int
+		err  string
+	}{
+		// Bad usage: exit code 2.
+		"NoSuchGate=true": {2, "--feature-gates=NoSuchGate=true: unrecognized feature gate: NoSuchGate"},
+		// A flag cobra cannot parse: exit code 1, as any other flag's.
+		"TaintTolerationComparisonOperators=maybe": {1, `invalid argument "TaintTolerationComparisonOperators=maybe" for "--feature-gates" flag`},
+	} {
+		code, out := runCLI(t, append(append([]string{}, base...), "--feature-gates="+value)...)
+		if code != want.code || !strings.Contains(out, want.err) {
+			t.Errorf("--feature-gates=%s: exit code %d, output %q; want %d and %q", value, code, out, want.code, want.err)
+		}
+	}
+	if utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators) {
+		t.Error("a rejected --feature-gates changed the gate")
+	}
+}
