@@ -95,7 +95,8 @@ type Program struct {
 	// (PodInput.key). reads is what every expression of the policy reads,
 	// match conditions and preEnqueue rules too: whether a pod it selects
 	// can be signed (Snapshot.Signature).
-	signs, reads podReads
+	signs podKeySpec
+	reads podReads
 	// texts are the generation's rejection messages, formatted once
 	// (Decision.String).
 	texts *rejectionTexts
@@ -350,7 +351,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 func (p *Program) memoizeFor() {
 	// A pod's name is its own: results keyed by it would serve no other
 	// pod, and only fill the memo.
-	if p.signs&(podReadsUnkeyable|podNameRead) == 0 {
+	if p.signs.reads&(podReadsUnkeyable|podNameRead) == 0 {
 		return
 	}
 	for _, e := range p.exprs() {
@@ -720,8 +721,15 @@ type references struct {
 	// podFields are the fields of pod it reads: "spec", "metadata.labels",
 	// ...; podWhole is set when it reads pod or pod.metadata as a whole
 	// (or something this cannot follow).
-	podFields      map[string]bool
-	podWhole       bool
+	podFields map[string]bool
+	podWhole  bool
+	// labelKeys are the keys of the pod's labels it reads through a
+	// constant key (pod.metadata.labels['k'], [?'k'], .k, .?k, has(...)
+	// and 'k' in ...); labelsWhole is set when it also uses the labels
+	// otherwise (iterates them, passes the map on, tests has() of the map),
+	// so that it may read any of them.
+	labelKeys      map[string]bool
+	labelsWhole    bool
 	node, nodeInfo *reference
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.
@@ -785,7 +793,7 @@ func (r *references) firstNodeScoped() *reference {
 // pod's fields, the variables it uses, and whether it reads the whole pod
 // (a bare pod or pod.metadata) or nodeInfo.pods.
 func (pc *policyCompiler) references(ast *cel.Ast) *references {
-	v := &referenceVisitor{pc: pc, refs: &references{podFields: map[string]bool{}}}
+	v := &referenceVisitor{pc: pc, refs: &references{podFields: map[string]bool{}, labelKeys: map[string]bool{}}}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
 		switch e.Kind() {
 		case celast.CallKind:
@@ -805,6 +813,7 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 		}
 	}
 	refs.podWhole = v.podIdents > v.podSelects || v.metadataSelects > v.metadataFieldSelects
+	refs.labelsWhole = v.labelsUses > v.labelsKeyed
 	return refs
 }
 
@@ -817,20 +826,20 @@ type referenceVisitor struct {
 	// a bare use, which may read anything of it.
 	variablesIdents, variablesSelects                            int
 	podIdents, podSelects, metadataSelects, metadataFieldSelects int
+	// labelsUses counts pod.metadata.labels (and pod.metadata.?labels),
+	// labelsKeyed those that are the operand of a constant key's access.
+	labelsUses, labelsKeyed int
 }
 
 // call handles flatten (unbounded) and optional selections: pod.?field and
 // pod.metadata.?field read one field, as plain selections do.
 func (v *referenceVisitor) call(call celast.CallExpr) {
+	args := call.Args()
 	switch call.FunctionName() {
 	case "flatten":
 		v.refs.unboundedCall = true
 	case operators.OptSelect:
-		args := call.Args()
-		if len(args) != 2 || args[1].Kind() != celast.LiteralKind {
-			return
-		}
-		name, ok := args[1].AsLiteral().Value().(string)
+		name, ok := stringLiteral(args, 1)
 		if !ok {
 			return
 		}
@@ -842,8 +851,36 @@ func (v *referenceVisitor) call(call celast.CallExpr) {
 		case isPodMetadata(op):
 			v.metadataFieldSelects++
 			v.refs.podFields["metadata."+name] = true
+			if name == "labels" {
+				v.labelsUses++
+			}
+		case isPodLabels(op):
+			v.labelKey(name)
+		}
+	case operators.Index, operators.OptIndex:
+		if key, ok := stringLiteral(args, 1); ok && isPodLabels(args[0]) {
+			v.labelKey(key)
+		}
+	case operators.In:
+		if key, ok := stringLiteral(args, 0); ok && len(args) == 2 && isPodLabels(args[1]) {
+			v.labelKey(key)
 		}
 	}
+}
+
+// labelKey records a read of the pod's label key through a constant.
+func (v *referenceVisitor) labelKey(key string) {
+	v.labelsKeyed++
+	v.refs.labelKeys[key] = true
+}
+
+// stringLiteral returns args[i] when it is a string literal.
+func stringLiteral(args []celast.Expr, i int) (string, bool) {
+	if len(args) != 2 || args[i].Kind() != celast.LiteralKind {
+		return "", false
+	}
+	s, ok := args[i].AsLiteral().Value().(string)
+	return s, ok
 }
 
 // ident handles the root variables. A comprehension variable of the same
@@ -884,6 +921,13 @@ func (v *referenceVisitor) selection(e celast.Expr) {
 	if isPodMetadata(op) {
 		v.metadataFieldSelects++
 		refs.podFields["metadata."+sel.FieldName()] = true
+		if sel.FieldName() == "labels" {
+			v.labelsUses++
+		}
+	}
+	if isPodLabels(op) {
+		// pod.metadata.labels.k, or has(pod.metadata.labels.k).
+		v.labelKey(sel.FieldName())
 	}
 	if op.Kind() != celast.IdentKind {
 		return
@@ -922,6 +966,21 @@ func (v *referenceVisitor) variable(id int64, name string) {
 	if refs.nodeVariable == nil && ok && out.variables[i].nodeScoped {
 		refs.nodeVariable = &reference{id: id, what: "variables." + name + " (it reads node or nodeInfo)"}
 	}
+}
+
+// isPodLabels says whether e is pod.metadata.labels or
+// pod.metadata.?labels, the value of the pod's labels (not has() of them).
+func isPodLabels(e celast.Expr) bool {
+	switch e.Kind() {
+	case celast.SelectKind:
+		sel := e.AsSelect()
+		return !sel.IsTestOnly() && sel.FieldName() == "labels" && isPodMetadata(sel.Operand())
+	case celast.CallKind:
+		call := e.AsCall()
+		name, ok := stringLiteral(call.Args(), 1)
+		return ok && call.FunctionName() == operators.OptSelect && name == "labels" && isPodMetadata(call.Args()[0])
+	}
+	return false
 }
 
 // isPodMetadata says whether e is pod.metadata.

@@ -83,8 +83,11 @@ type PodInput struct {
 	// podKeys on first use; 0 when not computed yet. They live as long as
 	// the PodInput (the scheduler keeps one per pod version: its Match);
 	// the evaluations that read them write them (equal values).
-	keys    [podKeyReads + 1]atomic.Uint64
-	podKeys *podKeys
+	keys [podKeyReads + 1]atomic.Uint64
+	// labelKeys are the memo keys of the specs that hold some of the
+	// pod's labels (someLabelsKey): one per such policy or list.
+	labelKeys atomic.Pointer[[]specKey]
+	podKeys   *podKeys
 }
 
 // NodeInput is a node (and, lazily, the scheduler's view of it) for the

@@ -498,7 +498,7 @@ func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (id mem
 		}
 	}
 	if e.memo == memoPodAndNode || e.memo == memoPodAndNodeInfo {
-		if id.key, ok = pod.key(p.signs); !ok {
+		if id.key, ok = pod.key(&p.signs); !ok {
 			return memoID{}, false
 		}
 	}

@@ -24,7 +24,7 @@ type PolicyList struct {
 	// namespace and those fields), and nodeInfo whether they read
 	// nodeInfo (the generation is in the key).
 	readsPod bool
-	reads    podReads
+	reads    podKeySpec
 	nodeInfo bool
 	// id identifies the list in its nodes' passes (memoTable.passes),
 	// when nodeOnly: its policies read nothing but the node, so that
@@ -122,14 +122,16 @@ func (l *PolicyList) memoizable(point Point) bool {
 			case memoNodeInfo:
 				l.nodeInfo = true
 			case memoPodAndNode:
-				l.readsPod, l.reads = true, l.reads|p.signs
+				l.readsPod = true
+				l.reads.merge(&p.signs)
 			case memoPodAndNodeInfo:
-				l.readsPod, l.reads = true, l.reads|p.signs
+				l.readsPod = true
+				l.reads.merge(&p.signs)
 				l.nodeInfo = true
 			}
 		}
 	}
-	return l.reads&podReadsUnkeyable == 0
+	return l.reads.reads&podReadsUnkeyable == 0
 }
 
 // Kept says whether the list's outcomes are kept (Remember does anything).
@@ -147,7 +149,7 @@ func (l *PolicyList) key(pod *PodInput, node *NodeInput) (key uint64, gen int64,
 		}
 	}
 	if l.readsPod {
-		if key, ok = pod.key(l.reads); !ok {
+		if key, ok = pod.key(&l.reads); !ok {
 			return 0, 0, false
 		}
 	}

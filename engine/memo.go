@@ -288,25 +288,90 @@ type podKeys struct {
 	next atomic.Uint64
 }
 
-// key returns the memo key of what r names of the pod, or false when it
-// cannot be computed.
-func (in *PodInput) key(r podReads) (uint64, bool) {
+// key returns the memo key of what spec names of the pod, or false when
+// it cannot be computed.
+func (in *PodInput) key(spec *podKeySpec) (uint64, bool) {
+	r := spec.reads
 	if r&podReadsUnkeyable != 0 || in.podKeys == nil {
 		return 0, false
 	}
 	r &= podKeyReads
+	if spec.someLabels() {
+		return in.someLabelsKey(spec, r)
+	}
 	if k := in.keys[r].Load(); k != 0 {
 		return k, true
 	}
 	var sig PodSignature
 	r.fill(&sig, in.Pod, in.Namespace)
-	b, err := json.Marshal(&sig)
+	k, ok := in.podKeys.internSignature(&sig)
+	if ok {
+		in.keys[r].Store(k)
+	}
+	return k, ok
+}
+
+// someLabelsKey is key for a spec that holds some of the pod's labels:
+// kept per spec (its address: a policy's or a list's, as long as they
+// live), in a list that the cycle's evaluations share.
+func (in *PodInput) someLabelsKey(spec *podKeySpec, r podReads) (uint64, bool) {
+	for {
+		old := in.labelKeys.Load()
+		if old != nil {
+			for _, e := range *old {
+				if e.spec == spec {
+					return e.key, true
+				}
+			}
+		}
+		// Whether the pod has labels at all is read too: an absent key of
+		// absent labels is another error than of present ones.
+		sig := someLabels{Labeled: len(in.Pod.Labels) > 0}
+		r.fill(&sig.PodSignature, in.Pod, in.Namespace)
+		sig.Labels = nil
+		for _, k := range spec.labels {
+			if v, ok := in.Pod.Labels[k]; ok {
+				if sig.Labels == nil {
+					sig.Labels = make(map[string]string, len(spec.labels))
+				}
+				sig.Labels[k] = v
+			}
+		}
+		k, ok := in.podKeys.internSignature(&sig)
+		if !ok {
+			return 0, false
+		}
+		var entries []specKey
+		if old != nil {
+			entries = append(entries, *old...)
+		}
+		entries = append(entries, specKey{spec: spec, key: k})
+		if in.labelKeys.CompareAndSwap(old, &entries) {
+			return k, true
+		}
+	}
+}
+
+// someLabels is what a memo key holds of a pod when it holds some of its
+// labels.
+type someLabels struct {
+	PodSignature
+	Labeled bool `json:"labeled"`
+}
+
+// specKey is a pod's memo key for a spec that holds some of its labels.
+type specKey struct {
+	spec *podKeySpec
+	key  uint64
+}
+
+// internSignature returns the memo key of a signature's values.
+func (p *podKeys) internSignature(sig any) (uint64, bool) {
+	b, err := json.Marshal(sig)
 	if err != nil {
 		return 0, false
 	}
-	k := in.podKeys.intern(string(b))
-	in.keys[r].Store(k)
-	return k, true
+	return p.intern(string(b)), true
 }
 
 func (p *podKeys) intern(s string) uint64 {

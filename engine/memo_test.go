@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -166,5 +168,67 @@ func TestMemoNumbersPerEnvironment(t *testing.T) {
 	}
 	if l := NewSnapshot(a, c).List(PointFilter, []*CompiledPolicy{a, c}); l.Kept() {
 		t.Error("the list of policies of two Environments is kept")
+	}
+}
+
+// TestMemoKeyLabels: a policy that reads the pod's labels only through
+// constant keys keys its results on those labels alone (and on whether
+// the pod has labels at all), so the pods of a StatefulSet or a Job, whose
+// own labels name each pod, share them; one that uses the labels
+// otherwise keys them on every label.
+func TestMemoKeyLabels(t *testing.T) {
+	t.Parallel()
+	env := testEnv(t)
+	compiler := NewCompiler(env)
+	conv := NewConverter(env, 0)
+	pod := func(labels map[string]string) *PodInput {
+		in, err := conv.Pod(makePod("ns", "p", labels), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	web0 := map[string]string{"app": "web", "statefulset.kubernetes.io/pod-name": "web-0"}
+	web1 := map[string]string{"app": "web", "statefulset.kubernetes.io/pod-name": "web-1"}
+	api0 := map[string]string{"app": "api", "statefulset.kubernetes.io/pod-name": "web-0"}
+	for _, tc := range []struct {
+		expressions []string
+		keys        []string // nil: every label
+	}{
+		{[]string{"pod.metadata.labels['app'] == node.metadata.name"}, []string{"app"}},
+		{[]string{"pod.metadata.?labels[?'app'].orValue('') == node.metadata.name"}, []string{"app"}},
+		{[]string{"pod.metadata.labels.app == node.metadata.name", "'tier' in pod.metadata.labels || has(pod.metadata.labels.zone) || node.metadata.name == ''"}, []string{"app", "tier", "zone"}},
+		{[]string{"pod.metadata.labels.exists(k, k == node.metadata.name)"}, nil},
+		{[]string{"pod.metadata.labels['app'] == node.metadata.name", "size(pod.metadata.labels) > 1 || node.metadata.name == ''"}, nil},
+		{[]string{"has(pod.metadata.labels) && pod.metadata.labels['app'] == node.metadata.name"}, nil},
+		{[]string{"cel.bind(l, pod.metadata.labels, l['app'] == node.metadata.name)"}, nil},
+	} {
+		b := builder.MakePolicy("p")
+		for i, e := range tc.expressions {
+			b = b.Filter(fmt.Sprintf("f%d", i), e)
+		}
+		p := compiler.Compile(b.Obj(), CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Fatalf("%v: %v", tc.expressions, err)
+		}
+		if !slices.Equal(p.signs.labels, tc.keys) || p.signs.labelsWhole != (tc.keys == nil) {
+			t.Errorf("%v: label keys %v (whole %v), want %v", tc.expressions, p.signs.labels, p.signs.labelsWhole, tc.keys)
+		}
+		key := func(in *PodInput) uint64 {
+			k, ok := in.key(&p.signs)
+			if !ok {
+				t.Fatalf("%v: no key", tc.expressions)
+			}
+			return k
+		}
+		if k0, k1 := key(pod(web0)), key(pod(web1)); (k0 == k1) != (tc.keys != nil) {
+			t.Errorf("%v: pods differing in a label read by no key have keys %d and %d", tc.expressions, k0, k1)
+		}
+		if key(pod(web0)) == key(pod(api0)) {
+			t.Errorf("%v: pods differing in app share a key", tc.expressions)
+		}
+		if tc.keys != nil && key(pod(nil)) == key(pod(map[string]string{"other": "x"})) {
+			t.Errorf("%v: a pod without labels shares a key with one without app", tc.expressions)
+		}
 	}
 }

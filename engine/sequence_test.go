@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -60,6 +61,16 @@ var (
 		"size(pod.metadata.namespace) > {k}",
 		"node.metadata.labels[?'zone'].orValue('') == {s}",
 		"nodeInfo.podCount < {k} || node.metadata.labels[?'zone'].orValue('') == 'b'",
+		// The labels by constant keys (the memo key holds those labels
+		// alone), and as a whole (it holds them all).
+		"'app' in pod.metadata.labels && node.metadata.labels[?'zone'].orValue('') != {s}",
+		"has(pod.metadata.labels.app) || node.metadata.labels[?'zone'].orValue('') == 'a'",
+		"pod.metadata.labels.?app.orValue('') + node.metadata.labels[?'zone'].orValue('') != {s}",
+		"pod.metadata.labels['app'] == node.metadata.labels[?'app'].orValue('web')",
+		"pod.metadata.labels.exists(k, k.startsWith({s})) || node.metadata.labels[?'zone'].orValue('') == 'b'",
+		"size(pod.metadata.labels) > {k} || node.metadata.labels[?'zone'].orValue('') == 'b'",
+		"has(pod.metadata.labels) && node.metadata.name != ''",
+		"cel.bind(l, pod.metadata.labels, l[?'app'].orValue('') == node.metadata.labels[?'zone'].orValue(''))",
 	}
 	seqNumbers = []string{
 		"nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu'] + nodeInfo.podCount",
@@ -230,6 +241,16 @@ var seqMutations = []struct {
 		w.gens[i] = seqGeneration.Add(1)
 	}},
 	{"back to the first pod", func(pod *corev1.Pod, _ *seqWorld) { *pod = *basePod() }},
+	// A label of the pod's own, as a StatefulSet's or a Job's pods have,
+	// that rules reading other labels by key do not read.
+	{"another label", func(pod *corev1.Pod, _ *seqWorld) {
+		pod.Labels = maps.Clone(pod.Labels)
+		if pod.Labels == nil {
+			pod.Labels = map[string]string{}
+		}
+		pod.Labels["pod-name"] += "x"
+	}},
+	{"no labels", func(pod *corev1.Pod, _ *seqWorld) { pod.Labels = nil }},
 }
 
 // seqOutcome is what a caller sees of a policy for a pod: its match (per

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -75,6 +77,60 @@ func (r *podReads) add(refs *references) {
 	}
 }
 
+// podKeySpec is what a memo key holds of a pod (PodInput.key): the
+// fields reads names and, when every expression that reads the pod's
+// labels reads them through constant keys (pod.metadata.labels['k'] and
+// the like: references.labelKeys), those labels alone. The replicas of a
+// StatefulSet or a Job, whose labels name each pod, then share the results
+// of rules that read another label. Immutable once compiled.
+type podKeySpec struct {
+	reads podReads
+	// labels are the label keys read, sorted, when labelsWhole is false.
+	labels      []string
+	labelsWhole bool
+}
+
+// add records what an expression reads.
+func (s *podKeySpec) add(refs *references) {
+	s.reads.add(refs)
+	if !refs.podFields["metadata.labels"] {
+		return
+	}
+	if refs.labelsWhole || refs.podWhole {
+		s.labelsWhole, s.labels = true, nil
+		return
+	}
+	if s.labelsWhole {
+		return
+	}
+	for k := range refs.labelKeys {
+		if i, found := slices.BinarySearch(s.labels, k); !found {
+			s.labels = slices.Insert(s.labels, i, k)
+		}
+	}
+}
+
+// merge records what another spec holds (a PolicyList's key holds what
+// each of its policies' does).
+func (s *podKeySpec) merge(o *podKeySpec) {
+	s.reads |= o.reads
+	if s.labelsWhole || o.labelsWhole {
+		s.labelsWhole, s.labels = true, nil
+		return
+	}
+	for _, k := range o.labels {
+		if i, found := slices.BinarySearch(s.labels, k); !found {
+			s.labels = slices.Insert(s.labels, i, k)
+		}
+	}
+}
+
+// someLabels says whether the key holds some of the pod's labels rather
+// than all of them.
+func (s *podKeySpec) someLabels() bool {
+	return s.reads&podLabelsRead != 0 && !s.labelsWhole
+}
+
 // PodSignature is what the CEL plugins' verdicts on a pod depend on, as
 // far as the pod itself goes: its namespace and the values of the fields
 // named by a podReads. As a memo key (PodInput.key) it holds what a
@@ -105,7 +161,7 @@ type NamespaceVersion struct {
 }
 
 // fill copies the pod's namespace and what r names of the pod and its
-// namespace object into sig.
+// namespace object into sig: all of the pod's labels when r reads them.
 func (r podReads) fill(sig *PodSignature, pod *corev1.Pod, ns *corev1.Namespace) {
 	sig.Namespace = pod.Namespace
 	if r&podTypeMetaRead != 0 {
