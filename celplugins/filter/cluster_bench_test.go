@@ -20,7 +20,9 @@ import (
 // 1000 nodes (ten racks) for the replicas of ten Deployments in three
 // namespaces, each replica labelled with its Deployment's rack, under
 // test/performance's PodAndNode rule: per op, one pod filtered on every
-// node, as kube-scheduler does when no node hint applies.
+// node, as kube-scheduler does when no node hint applies. Each pod also
+// has a label of its own, as a StatefulSet's pods do (and scheduler_perf's
+// pods, labelled "signature"), which the rule does not read.
 func BenchmarkFilterPodAndNodeCluster(b *testing.B) {
 	policy := builder.MakePolicy("same-rack").
 		Filter("same-rack", "node.metadata.labels[?'perf.celsched.io/rack'].orValue('') == pod.metadata.labels['perf.celsched.io/rack']").Obj()
@@ -29,7 +31,8 @@ func BenchmarkFilterPodAndNodeCluster(b *testing.B) {
 	pl.args.EvaluationBudget.Duration = time.Minute
 	nodes := make([]fwk.NodeInfo, 1000)
 	for i := range nodes {
-		node := st.MakeNode().Name(fmt.Sprintf("perf-node-%04d", i)).Label("perf.celsched.io/rack", fmt.Sprintf("rack%d", i%10)).Obj()
+		node := st.MakeNode().Name(fmt.Sprintf("perf-node-%04d", i)).Label("perf.celsched.io/rack", fmt.Sprintf("rack%d", i%10)).
+			Label("statefulset.kubernetes.io/pod-name", fmt.Sprintf("pod-%d", i)).Obj()
 		node.ResourceVersion = strconv.Itoa(i + 1)
 		ni := framework.NewNodeInfo()
 		ni.SetNode(node)
@@ -40,7 +43,8 @@ func BenchmarkFilterPodAndNodeCluster(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		pod := st.MakePod().Namespace(fmt.Sprintf("celsched-%d", 1+(i/3000)%3)).Name(fmt.Sprintf("pod-%d", i)).UID(fmt.Sprintf("uid-%d", i)).
-			SchedulerName("celsched").Label("app", fmt.Sprintf("deploy-%d", i%10)).Label("perf.celsched.io/rack", fmt.Sprintf("rack%d", i%10)).Obj()
+			SchedulerName("celsched").Label("app", fmt.Sprintf("deploy-%d", i%10)).Label("perf.celsched.io/rack", fmt.Sprintf("rack%d", i%10)).
+			Label("statefulset.kubernetes.io/pod-name", fmt.Sprintf("pod-%d", i)).Obj()
 		i++
 		state := framework.NewCycleState()
 		if _, status := pl.PreFilter(ctx, state, pod, nil); !status.IsSuccess() {
