@@ -129,14 +129,34 @@ func Start(ctx context.Context, cfg *rest.Config, opts ...Option) (stop func() e
 	if o.logFile == "" {
 		o.logFile = filepath.Join(dir, "kwok.log")
 	}
-	logFile, err := os.Create(o.logFile)
+	// The port is free when chosen, and may be taken before KWOK listens:
+	// then KWOK exits, and another port is tried.
+	for attempt := 1; ; attempt++ {
+		stop, err := run(ctx, bin, kubeconfig, dir, o.logFile, cleanup)
+		if errors.Is(err, errPortTaken) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		return stop, nil
+	}
+}
+
+// errPortTaken is run's error when KWOK could not listen on its port.
+var errPortTaken = errors.New("KWOK's port was taken")
+
+// run starts KWOK once, on a free port, and waits until it is healthy.
+// Its stop calls cleanup once KWOK has exited.
+func run(ctx context.Context, bin, kubeconfig, home, logPath string, cleanup func()) (stop func() error, err error) {
+	logFile, err := os.Create(logPath)
 	if err != nil {
-		cleanup()
 		return nil, fmt.Errorf("creating KWOK's log: %w", err)
 	}
 	port, err := freePort()
 	if err != nil {
-		cleanup()
+		_ = logFile.Close()
 		return nil, err
 	}
 	address := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -155,11 +175,10 @@ func Start(ctx context.Context, cfg *rest.Config, opts ...Option) (stop func() e
 	)
 	// KWOK also reads ~/.kwok/kwok.yaml when there is one: a home of its
 	// own keeps a developer's configuration out.
-	cmd.Env = append(os.Environ(), "HOME="+dir)
+	cmd.Env = append(os.Environ(), "HOME="+home)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
-		cleanup()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	exited := make(chan struct{})
@@ -169,11 +188,11 @@ func Start(ctx context.Context, cfg *rest.Config, opts ...Option) (stop func() e
 		_ = logFile.Close()
 		close(exited)
 	}()
-	stop = sync.OnceValue(func() error {
-		defer cleanup()
+	// terminate stops KWOK: SIGTERM, then SIGKILL after stopTimeout.
+	terminate := func() error {
 		select {
 		case <-exited:
-			return fmt.Errorf("KWOK exited before it was stopped: %v%s", waitErr, tail(o.logFile))
+			return fmt.Errorf("KWOK exited before it was stopped: %v%s", waitErr, tail(logPath))
 		default:
 		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -182,16 +201,24 @@ func Start(ctx context.Context, cfg *rest.Config, opts ...Option) (stop func() e
 		case <-time.After(stopTimeout):
 			_ = cmd.Process.Kill()
 			<-exited
-			return fmt.Errorf("KWOK did not exit within %s of SIGTERM; killed it%s", stopTimeout, tail(o.logFile))
+			return fmt.Errorf("KWOK did not exit within %s of SIGTERM; killed it%s", stopTimeout, tail(logPath))
 		}
 		// KWOK's exit status after SIGTERM says nothing: v0.8.0 exits 1
 		// when its server stops with "context canceled".
 		return nil
-	})
-	if err := waitHealthy(ctx, "http://"+address+"/healthz", exited); err != nil {
-		return nil, errors.Join(fmt.Errorf("KWOK (%s) did not become healthy: %w%s", bin, err, tail(o.logFile)), stop())
 	}
-	return stop, nil
+	if err := waitHealthy(ctx, "http://"+address+"/healthz", exited); err != nil {
+		log := tail(logPath)
+		stopErr := terminate()
+		if strings.Contains(log, "address already in use") {
+			return nil, errPortTaken
+		}
+		return nil, errors.Join(fmt.Errorf("KWOK (%s) did not become healthy: %w%s", bin, err, log), stopErr)
+	}
+	return sync.OnceValue(func() error {
+		defer cleanup()
+		return terminate()
+	}), nil
 }
 
 // waitHealthy polls url until it answers 200, KWOK exits, or readyTimeout.

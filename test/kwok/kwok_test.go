@@ -3,6 +3,7 @@ package kwok_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -247,4 +248,21 @@ func TestNodeNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitNode(t, "kwok-sick", "Ready again", kwok.Ready)
+}
+
+// TestBinaryErrors: without KWOK, or with a KWOK that is not there, Start
+// says what to do.
+func TestBinaryErrors(t *testing.T) {
+	for name, tc := range map[string]struct{ env, want string }{
+		"unset":   {env: "", want: "KWOK is not set: run through make"},
+		"missing": {env: t.TempDir() + "/kwok", want: "make kwok builds it"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("KWOK", tc.env)
+			_, err := kwok.Start(context.Background(), testConfig)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Start with KWOK=%q: %v, want an error saying %q", tc.env, err, tc.want)
+			}
+		})
+	}
 }
