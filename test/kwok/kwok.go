@@ -302,9 +302,9 @@ func tail(path string) string {
 	if err != nil || len(data) == 0 {
 		return ""
 	}
-	const max = 4000
-	if len(data) > max {
-		data = data[len(data)-max:]
+	const maxTail = 4000
+	if len(data) > maxTail {
+		data = data[len(data)-maxTail:]
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
 			data = data[i+1:]
 		}
