@@ -1,9 +1,12 @@
 // Command local is `make run`: it starts a local control plane (the
-// kube-apiserver and etcd of the tests), installs the CRD, creates simulated
-// nodes and namespaces, applies the sample policies, runs the celsched
-// manager against it, creates sample pods and prints where each landed or
-// why it is pending. It then keeps running, so that more policies and pods
-// can be applied with kubectl, until Ctrl-C.
+// kube-apiserver and etcd of the tests), KWOK (test/kwok: the nodes' and
+// pods' lifecycle, as kubelets would) and kube-controller-manager's
+// ReplicaSet and disruption controllers (test/kubecontrollers), installs
+// the CRD, creates simulated nodes and namespaces, applies the sample
+// policies, runs the celsched manager against it, creates sample pods and
+// prints where each landed (and that it runs) or why it is pending. It then
+// keeps running, so that more policies and pods can be applied with
+// kubectl, until Ctrl-C.
 package main
 
 import (
@@ -32,7 +35,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -41,11 +43,13 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/cmd/manager/app"
+	"github.com/celsched/celsched/test/kubecontrollers"
+	"github.com/celsched/celsched/test/kwok"
 	"github.com/celsched/celsched/test/testenv"
 )
 
 func main() {
-	workDir := flag.String("dir", filepath.Join("bin", "local"), "Directory for the kubeconfig and the manager's log.")
+	workDir := flag.String("dir", filepath.Join("bin", "local"), "Directory for the kubeconfig, the manager's log and KWOK's.")
 	samples := flag.String("samples", filepath.Join("config", "samples"), "Directory of the SchedulingPolicies to apply.")
 	var gates map[string]bool
 	flag.Var(featuregates.NewFlag(&gates), featuregates.FlagName, "The manager's and the local kube-apiserver's feature gates (make run FEATURE_GATES=...). "+featuregates.Usage())
@@ -90,6 +94,23 @@ func run(workDir, samplesDir string, gates map[string]bool) error {
 	if err != nil {
 		return err
 	}
+	// KWOK stops before the control plane (defers run last-in first-out).
+	kwokLog := filepath.Join(workDir, "kwok.log")
+	stopKWOK, err := kwok.Start(ctx, cfg, kwok.WithLogFile(kwokLog))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := stopKWOK(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping KWOK:", err)
+		}
+	}()
+	stopControllers, err := kubecontrollers.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer stopControllers()
+	fmt.Printf("Started KWOK (nodes heartbeat, bound pods run, terminating pods are deleted; its log is %s) and the ReplicaSet and disruption controllers.\n", kwokLog)
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme()})
 	if err != nil {
@@ -182,6 +203,8 @@ The cluster keeps running. Try, in another terminal:
   kubectl --kubeconfig %[1]s -n team-a patch tenantplacement placement --type merge -p '{"spec":{"zones":["zone-b"]}}'   # moves team-a's next pod
   kubectl --kubeconfig %[1]s apply -f config/samples/...                   # or your own policy
   kubectl --kubeconfig %[1]s describe pod -n sandbox scratch
+  kubectl --kubeconfig %[1]s delete pod -n shop web-1                # terminates, and KWOK deletes it as a kubelet would
+  kubectl --kubeconfig %[1]s label node node-b3 node-not-ready.stage.kwok.x-k8s.io=true   # KWOK makes node-b3 NotReady (remove the label: Ready again)
 New placements are printed below. Ctrl-C stops everything.
 
 `, kubeconfig)
@@ -234,18 +257,19 @@ var namespaces = map[string]map[string]string{
 // managerNamespace is the namespace of an install (config/default).
 const managerNamespace = "celsched-system"
 
+// createCluster creates the nodes, KWOK's (its annotation; it makes them
+// Ready and keeps their capacity), and the namespaces, and waits until
+// KWOK has made the nodes Ready.
 func createCluster(ctx context.Context, c client.Client) error {
 	for _, n := range nodes {
-		labels := map[string]string{corev1.LabelHostname: n.name, corev1.LabelTopologyZone: n.zone, corev1.LabelOSStable: "linux"}
+		labels := map[string]string{corev1.LabelTopologyZone: n.zone}
 		for k, v := range n.labels {
 			labels[k] = v
 		}
-		obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: labels}, Spec: corev1.NodeSpec{Taints: n.taints}}
+		obj := kwok.Node(n.name, labels)
+		obj.Spec.Taints = n.taints
 		if n.labels["celsched.io/maintenance"] != "" {
-			obj.Annotations = map[string]string{"celsched.io/maintenance-reason": "kernel upgrade"}
-		}
-		if err := c.Create(ctx, obj); err != nil {
-			return fmt.Errorf("creating node %s: %w", n.name, err)
+			obj.Annotations["celsched.io/maintenance-reason"] = "kernel upgrade"
 		}
 		capacity := corev1.ResourceList{
 			corev1.ResourceCPU:              resource.MustParse("8"),
@@ -256,20 +280,43 @@ func createCluster(ctx context.Context, c client.Client) error {
 		if n.gpus != "" {
 			capacity["nvidia.com/gpu"] = resource.MustParse(n.gpus)
 		}
-		obj.Status = corev1.NodeStatus{
-			Capacity: capacity, Allocatable: capacity,
-			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}},
+		// The API server keeps a node's status on create.
+		obj.Status.Capacity, obj.Status.Allocatable = capacity, capacity.DeepCopy()
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("creating node %s: %w", n.name, err)
 		}
-		if err := c.Status().Update(ctx, obj); err != nil {
-			return fmt.Errorf("setting the capacity of node %s: %w", n.name, err)
-		}
+	}
+	if err := waitNodesReady(ctx, c); err != nil {
+		return err
 	}
 	for name, labels := range namespaces {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}); err != nil {
 			return fmt.Errorf("creating namespace %s: %w", name, err)
 		}
 	}
-	fmt.Printf("Created %d nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance) and %d namespaces.\n", len(nodes), len(namespaces))
+	fmt.Printf("Created %d KWOK nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance), Ready, and %d namespaces.\n", len(nodes), len(namespaces))
+	return nil
+}
+
+// waitNodesReady waits until KWOK has made every node Ready.
+func waitNodesReady(ctx context.Context, c client.Client) error {
+	var notReady []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		notReady = notReady[:0]
+		for _, n := range nodes {
+			got := &corev1.Node{}
+			if err := c.Get(ctx, client.ObjectKey{Name: n.name}, got); err != nil {
+				return false, err
+			}
+			if !kwok.Ready(got) {
+				notReady = append(notReady, n.name)
+			}
+		}
+		return len(notReady) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("KWOK did not make nodes %s Ready: %w", strings.Join(notReady, ", "), err)
+	}
 	return nil
 }
 
@@ -379,8 +426,7 @@ func createPods(ctx context.Context, c client.Client) ([]*corev1.Pod, error) {
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace, Name: s.name, Labels: s.labels,
 				Annotations: map[string]string{"celsched.io/demo": s.note}},
-			Spec: corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{container},
-				TerminationGracePeriodSeconds: ptr.To[int64](0)},
+			Spec: corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{container}},
 		}
 		if s.tolerateGPU {
 			pod.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
@@ -394,7 +440,8 @@ func createPods(ctx context.Context, c client.Client) ([]*corev1.Pod, error) {
 	return out, nil
 }
 
-// waitSettled waits until every pod is bound or has a PodScheduled condition.
+// waitSettled waits until every pod runs (KWOK starts it once bound) or
+// has a PodScheduled condition.
 func waitSettled(ctx context.Context, c client.Client, pods []*corev1.Pod) error {
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		for _, p := range pods {
@@ -402,7 +449,7 @@ func waitSettled(ctx context.Context, c client.Client, pods []*corev1.Pod) error
 			if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 				return false, err
 			}
-			if got.Spec.NodeName == "" && scheduled(got) == nil {
+			if got.Spec.NodeName == "" && scheduled(got) == nil || got.Spec.NodeName != "" && got.Status.Phase != corev1.PodRunning {
 				return false, nil
 			}
 		}
@@ -425,13 +472,13 @@ func scheduled(pod *corev1.Pod) *corev1.PodCondition {
 
 func printTable(ctx context.Context, c client.Client, pods []*corev1.Pod) error {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "POD\tNODE\tPOLICY (sample)\tPENDING REASON")
+	fmt.Fprintln(w, "POD\tNODE\tPHASE\tPOLICY (sample)\tPENDING REASON")
 	for _, p := range pods {
 		got := &corev1.Pod{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\n", got.Namespace, got.Name, orNone(got.Spec.NodeName), got.Annotations["celsched.io/demo"], reason(got))
+		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", got.Namespace, got.Name, orNone(got.Spec.NodeName), got.Status.Phase, got.Annotations["celsched.io/demo"], reason(got))
 	}
 	return w.Flush()
 }
@@ -453,8 +500,8 @@ func reason(pod *corev1.Pod) string {
 	return ""
 }
 
-// watchPlacements prints pods of the celsched scheduler as they are bound
-// or reported pending, until ctx is done.
+// watchPlacements prints pods of the celsched scheduler as they are bound,
+// reported pending, run, terminate and are deleted, until ctx is done.
 func watchPlacements(ctx context.Context, cfg *rest.Config) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -470,7 +517,12 @@ func watchPlacements(ctx context.Context, cfg *rest.Config) error {
 		}
 		key := pod.Namespace + "/" + pod.Name
 		line := "scheduled on " + pod.Spec.NodeName
-		if pod.Spec.NodeName == "" {
+		switch {
+		case pod.DeletionTimestamp != nil:
+			line = "terminating on " + orNone(pod.Spec.NodeName)
+		case pod.Status.Phase == corev1.PodRunning:
+			line = "running on " + pod.Spec.NodeName
+		case pod.Spec.NodeName == "":
 			if line = reason(pod); line == "" {
 				return
 			}
@@ -483,6 +535,16 @@ func watchPlacements(ctx context.Context, cfg *rest.Config) error {
 	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) { report(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.SchedulerName == "celsched" {
+				key := pod.Namespace + "/" + pod.Name
+				delete(last, key)
+				fmt.Printf("%s  %s deleted\n", time.Now().Format("15:04:05"), key)
+			}
+		},
 	}); err != nil {
 		return err
 	}
