@@ -85,8 +85,8 @@ func TestGangRefusedMemberKeepsGangPending(t *testing.T) {
 		t.Errorf("solo on %s, want n1", got)
 	}
 
-	// The policy lets maintenance nodes through: the group is requeued on
-	// the policy's event and placed whole.
+	// The policy lets maintenance nodes through: the group is retried (on
+	// the policy's event, or after its backoff) and placed whole.
 	current := &schedv1alpha1.SchedulingPolicy{}
 	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: policy.Name}, current); err != nil {
 		t.Fatal(err)
@@ -102,6 +102,44 @@ func TestGangRefusedMemberKeepsGangPending(t *testing.T) {
 	}
 	if got := waitForNode(t, soloN4); got != "n4" {
 		t.Errorf("solo-n4 on %s, want n4", got)
+	}
+}
+
+// TestGangRequeuedOnNodeEvent: the gang that a policy keeps pending is
+// placed whole once the refused node changes so that the policy passes it.
+// (kube-scheduler retries a rejected group when a member's queueing hint
+// says so, CELFilter's node hint here, and after the group's backoff; the
+// test asserts the outcome, not which of the two came first.)
+func TestGangRequeuedOnNodeEvent(t *testing.T) {
+	createNodes(t,
+		nodeSpec{name: "n1"}, nodeSpec{name: "n2"},
+		nodeSpec{name: "n3", labels: map[string]string{"maintenance": "true"}},
+	)
+	applyPolicy(t, builder.MakePolicy("avoid-maintenance").PodLabels(map[string]string{"app": "trainer"}).
+		FilterMsg("not-in-maintenance", "node.metadata.labels[?'maintenance'].orValue('') != 'true'", "node is in maintenance", "").Obj())
+	ns := createNamespace(t, "node-event", nil)
+	createGang(t, ns, "train", 3, "")
+	pods := members(t, ns, "train", 3, func(i int) []podOption {
+		return []podOption{onNode(fmt.Sprintf("n%d", i+1))}
+	}, withLabels(map[string]string{"app": "trainer"}), withCPU("3"))
+	waitPending(t, pods[2], reasonUnschedulable, "rejected by SchedulingPolicy avoid-maintenance, rule not-in-maintenance")
+	for _, pod := range pods[:2] {
+		waitPending(t, pod, reasonUnschedulable, "pod group is unschedulable", "minCount (3) cannot be satisfied")
+	}
+
+	node := &corev1.Node{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: "n3"}, node); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Labels["maintenance"] = "done"
+	if err := k8sClient.Patch(t.Context(), node, patch); err != nil {
+		t.Fatal(err)
+	}
+	for i, pod := range pods {
+		if got, want := waitForNode(t, pod), fmt.Sprintf("n%d", i+1); got != want {
+			t.Errorf("%s on %s, want %s", pod.Name, got, want)
+		}
 	}
 }
 
