@@ -278,13 +278,13 @@ func TestRejectionDoesNotPreempt(t *testing.T) {
 	important := createPod(t, ns, "high-priority", withRequests("1", "1Gi"), func(p *corev1.Pod) {
 		p.Spec.PriorityClassName = high.Name
 	})
-	// NodeResourcesFit rejects first; preemption then tries the node
-	// without the victim, and the policy still rejects it.
+	// The policy rejects the node before NodeResourcesFit counts its CPU
+	// (CELFilter runs right after NodeAffinity): the node is unresolvable,
+	// and preemption does not try it.
 	waitPending(t, important, reasonUnschedulable,
-		"0/1 nodes are available: 1 Insufficient cpu.",
-		"preemption: 0/1 nodes are available: 1 node(s) rejected by SchedulingPolicy no-batch-tier, rule tier: batch tier.")
-	// When the policy is the only reason, the node is unresolvable and
-	// preemption does not even try it.
+		"0/1 nodes are available: 1 node(s) rejected by SchedulingPolicy no-batch-tier, rule tier: batch tier.",
+		"preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling.")
+	// Nor when the policy is the only reason.
 	small := createPod(t, ns, "high-priority-small", withRequests("100m", "128Mi"), func(p *corev1.Pod) {
 		p.Spec.PriorityClassName = high.Name
 	})
