@@ -84,8 +84,9 @@ type policyDrift struct {
 // its steps.
 type remediationMemory struct {
 	lastWrite time.Time
-	// evictions are the times of the last minute's evictions (rate).
-	evictions []time.Time
+	// lastEviction is when the policy's remediation last evicted a pod
+	// (its rate spaces the evictions).
+	lastEviction time.Time
 	// seen is the policy's generation, enforcement, rollout key and
 	// phase last given to the tracker: a change recomputes its pods.
 	seen string

@@ -76,9 +76,11 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 		rate = 1
 	}
 	now := d.now()
-	// The last minute's evictions.
-	for len(mem.evictions) > 0 && now.Sub(mem.evictions[0]) >= time.Minute {
-		mem.evictions = mem.evictions[1:]
+	// Evictions are spaced evenly: one per minute/rate.
+	spacing := time.Minute / time.Duration(rate)
+	last := mem.lastEviction
+	if rs.LastEvictionTime != nil && rs.LastEvictionTime.After(last) {
+		last = rs.LastEvictionTime.Time // a previous leader's
 	}
 	var next time.Duration
 	later := func(after time.Duration) {
@@ -112,9 +114,9 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 				continue
 			}
 		}
-		if len(mem.evictions) >= rate {
+		if wait := last.Add(spacing).Sub(now); !last.IsZero() && wait > 0 {
 			blocked[key] = schedv1alpha1.BlockedRate
-			later(mem.evictions[0].Add(time.Minute).Sub(now))
+			later(wait)
 			continue
 		}
 		n, ok := unavailable[owner.UID]
@@ -177,7 +179,7 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			return nil, 0, fmt.Errorf("evicting pod %s: %w", key, err)
 		}
 		log.Info("Evicted a drifted pod", "pod", klog(pod), "node", pod.Spec.NodeName, "policy", p.Name, "replacementNode", r.Feasible[0])
-		mem.evictions = append(mem.evictions, now)
+		mem.lastEviction, last = now, now
 		unavailable[owner.UID]++
 		rs.Evicted++
 		rs.LastEvictionTime = &metav1.Time{Time: now}

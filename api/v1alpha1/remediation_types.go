@@ -36,8 +36,8 @@ type Remediation struct {
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="must be an integer of at least 1 or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 
-	// rate is the most pods of the policy evicted per minute. Defaults
-	// to 1.
+	// rate is the most pods of the policy evicted per minute, spaced
+	// evenly (one every minute/rate). Defaults to 1.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=600
