@@ -19,6 +19,20 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
 PROMQL := $(BIN)/promql
+# KWOK's controller, at the version hack/tools/kwok pins, in a directory of
+# that version with the stages it runs (kwok-stages.yaml, assembled from the
+# same module): test/kwok starts it (KWOK=path), `make run` and the tests
+# that need pods to run and terminate.
+KWOK_VERSION := $(shell cd hack/tools/kwok && $(GO) list -m -f '{{.Version}}' sigs.k8s.io/kwok)
+KWOK := $(BIN)/kwok/$(KWOK_VERSION)/kwok
+KWOK_STAGES := $(BIN)/kwok/$(KWOK_VERSION)/kwok-stages.yaml
+# KWOK's own stages (under kustomize/stage/ in its module), kwokctl's
+# default set: nodes initialized Ready and kept so by a Lease; pods Running
+# when bound, Succeeded when a Job's, deleted when terminating; plus its
+# node-not-ready chaos stage (a node labelled
+# node-not-ready.stage.kwok.x-k8s.io=true turns NotReady).
+KWOK_STAGE_FILES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+	pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml node/chaos/node-not-ready.yaml
 
 # Generated files that `make verify` checks are up to date.
 GENERATED := api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac/role.yaml config/webhook/manifests.yaml charts/celsched/crds charts/celsched/files
@@ -74,8 +88,9 @@ run: ## Run the manager on a local control plane with sample nodes, policies and
 		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --webhook-port=0 --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(FEATURE_GATES_FLAG); \
 	fi; \
 	assets=$$(hack/envtest-assets.sh); \
+	kwok=$$($(MAKE) -s --no-print-directory kwok); \
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched-local ./hack/local; \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" exec $(BIN)/celsched-local $(FEATURE_GATES_FLAG)
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" KWOK="$$kwok" exec $(BIN)/celsched-local $(FEATURE_GATES_FLAG)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests in config/, and copy the CRD and scheduler configuration into charts/celsched.
@@ -112,9 +127,9 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) $(PROMQL) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
@@ -188,6 +203,20 @@ $(HELM): hack/tools/helm/go.mod
 # checks the PrometheusRule and the Grafana dashboard with it.
 $(PROMQL): hack/tools/promql/go.mod hack/tools/promql/main.go
 	cd hack/tools/promql && $(GO) build -o $@ .
+
+.PHONY: kwok
+kwok: $(KWOK) $(KWOK_STAGES) ## Build KWOK's controller and its stages into bin/kwok/<version>/ (once) and print the binary's path, for KWOK=<path> go test ./test/...
+	@echo $(KWOK)
+
+$(KWOK): hack/tools/kwok/go.mod
+	mkdir -p $(@D)
+	cd hack/tools/kwok && $(GO) build -o $@.tmp sigs.k8s.io/kwok/cmd/kwok && mv $@.tmp $@
+
+$(KWOK_STAGES): hack/tools/kwok/go.mod
+	mkdir -p $(@D)
+	cd hack/tools/kwok && $(GO) mod download sigs.k8s.io/kwok && dir=$$($(GO) list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && \
+	{ echo "# KWOK $(KWOK_VERSION)'s stages (Makefile: KWOK_STAGE_FILES), from its module's kustomize/stage/."; \
+	  for f in $(KWOK_STAGE_FILES); do echo "---"; cat "$$dir/kustomize/stage/$$f"; done; } > $@.tmp && mv $@.tmp $@
 
 $(GOLANGCI_LINT): hack/tools/golangci-lint/go.mod
 	cd hack/tools/golangci-lint && $(GO) build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
