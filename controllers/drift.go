@@ -87,6 +87,10 @@ type remediationMemory struct {
 	// lastEviction is when the policy's remediation last evicted a pod
 	// (its rate spaces the evictions).
 	lastEviction time.Time
+	// unwrittenEvictions counts the evictions not in status yet: added
+	// to the stored count in the next write (conditional on the version
+	// read), and reset once it succeeded.
+	unwrittenEvictions int64
 	// seen is the policy's generation, enforcement, rollout key and
 	// phase last given to the tracker: a change recomputes its pods.
 	seen string
@@ -647,6 +651,7 @@ func (d *DriftController) writeStatus(ctx context.Context, p *schedv1alpha1.Sche
 		return 0, err
 	}
 	mem.lastWrite = now
+	mem.unwrittenEvictions = 0
 	if transition && d.Recorder != nil {
 		if st.Count > 0 {
 			d.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonDriftDetected, "Drift", "%s", cond.Message)

@@ -66,6 +66,11 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 	if old := p.Status.Drift; old != nil && old.Remediation != nil {
 		rs.Evicted, rs.LastEvictionTime = old.Remediation.Evicted, old.Remediation.LastEvictionTime
 	}
+	// The evictions not written yet (a write held back, or failed).
+	rs.Evicted += mem.unwrittenEvictions
+	if !mem.lastEviction.IsZero() && (rs.LastEvictionTime == nil || mem.lastEviction.After(rs.LastEvictionTime.Time)) {
+		rs.LastEvictionTime = &metav1.Time{Time: mem.lastEviction}
+	}
 	rs.Active, rs.Reason = d.remediationActive(p)
 	if !rs.Active || len(keys) == 0 {
 		return rs, 0, nil
@@ -180,6 +185,7 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 		}
 		log.Info("Evicted a drifted pod", "pod", klog(pod), "node", pod.Spec.NodeName, "policy", p.Name, "replacementNode", r.Feasible[0])
 		mem.lastEviction, last = now, now
+		mem.unwrittenEvictions++
 		unavailable[owner.UID]++
 		rs.Evicted++
 		rs.LastEvictionTime = &metav1.Time{Time: now}

@@ -87,7 +87,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	// The shipped profile, and one that can batch (testdata/scheduler-config.yaml).
-	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond, Reports: true, Remediation: true, RolloutInterval: 100 * time.Millisecond,
+	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", AuditStatusInterval: 100 * time.Millisecond, Reports: true, RolloutInterval: 100 * time.Millisecond,
 		RolloutPendingRecheck: 500 * time.Millisecond,
 		SchedulerConfig:       filepath.Join("testdata", "scheduler-config.yaml")}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)

@@ -1,7 +1,9 @@
-package integration
+package remediation
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,89 +14,25 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/restmapper"
-	"k8s.io/client-go/scale"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/kubernetes/pkg/controller/disruption"
-	"k8s.io/kubernetes/pkg/controller/replicaset"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/analyze"
+	cli "github.com/celsched/celsched/cmd/celsched/app"
+	"github.com/celsched/celsched/test/kwok"
 )
-
-// startWorkloadControllers runs kube-controller-manager's ReplicaSet and
-// disruption controllers in-process against the test's API server, until
-// the test ends: evicted pods are replaced, and PodDisruptionBudgets have
-// a status (disruptionsAllowed), which the Eviction API reads.
-func startWorkloadControllers(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	t.Cleanup(cancel)
-	factory := informers.NewSharedInformerFactory(clientset, 0)
-	rsc := replicaset.NewReplicaSetController(ctx, factory.Apps().V1().ReplicaSets(), factory.Core().V1().Pods(), clientset, replicaset.BurstReplicas)
-	disc, err := discovery.NewDiscoveryClientForConfig(testConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
-	scales, err := scale.NewForConfig(testConfig, mapper, dynamic.LegacyAPIPathResolverFunc, scale.NewDiscoveryScaleKindResolver(disc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dc := disruption.NewDisruptionController(ctx, factory.Core().V1().Pods(), factory.Policy().V1().PodDisruptionBudgets(),
-		factory.Core().V1().ReplicationControllers(), factory.Apps().V1().ReplicaSets(), factory.Apps().V1().Deployments(),
-		factory.Apps().V1().StatefulSets(), clientset, mapper, scales, disc)
-	factory.Start(ctx.Done())
-	go rsc.Run(ctx, 2)
-	go dc.Run(ctx, 1)
-	t.Cleanup(factory.Shutdown)
-}
-
-// runPods stands in for the kubelets of the test's nodes, until the test
-// ends: every bound pod of the namespace is reported Running and Ready.
-func runPods(t *testing.T, namespace string) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	t.Cleanup(cancel)
-	go func() {
-		_ = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			pods, err := clientset.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for i := range pods.Items {
-				pod := &pods.Items[i]
-				if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil || ready(pod) {
-					continue
-				}
-				now := metav1.Now()
-				pod.Status.Phase = corev1.PodRunning
-				pod.Status.StartTime = &now
-				pod.Status.Conditions = []corev1.PodCondition{
-					{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
-					{Type: corev1.PodInitialized, Status: corev1.ConditionTrue, LastTransitionTime: now},
-					{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				}
-				_, _ = clientset.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
-			}
-			return false, nil
-		})
-	}()
-}
 
 func ready(pod *corev1.Pod) bool {
 	for _, c := range pod.Status.Conditions {
@@ -120,6 +58,10 @@ func watchHealth(t *testing.T, namespace string, selector map[string]string) *he
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	t.Cleanup(cancel)
 	h := &healthWatch{pods: map[types.UID]*corev1.Pod{}, lowest: -1}
+	clientset, err := kubernetes.NewForConfig(testConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	factory := informers.NewSharedInformerFactoryWithOptions(clientset, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = labels.Set(selector).String() }))
 	inf := factory.Core().V1().Pods().Informer()
@@ -205,9 +147,7 @@ func replicaSet(namespace, name string, replicas int32, podLabels map[string]str
 				Spec: corev1.PodSpec{
 					SchedulerName: schedulerName,
 					NodeSelector:  nodeSelector,
-					// Deleted at once: no kubelet waits out a grace period.
-					TerminationGracePeriodSeconds: ptr.To[int64](0),
-					Containers:                    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+					Containers:    []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 				},
 			},
 		},
@@ -260,35 +200,27 @@ func driftedPodsMetric(t *testing.T, policy string) float64 {
 // once remediation has evicted a pod the policy is switched to Audit:
 // evictions stop.
 func TestRemediationEvictsDriftedPods(t *testing.T) {
-	startWorkloadControllers(t)
 	id := fmt.Sprintf("%d", time.Now().UnixNano())
-	createNodes(t,
-		nodeSpec{name: "drift-red-1", labels: map[string]string{"drift-tenant": "red"}},
-		nodeSpec{name: "drift-red-2", labels: map[string]string{"drift-tenant": "red"}},
-		nodeSpec{name: "drift-blue-1", labels: map[string]string{"drift-tenant": "blue"}},
-		nodeSpec{name: "drift-blue-2", labels: map[string]string{"drift-tenant": "blue"}},
-	)
+	for _, n := range []struct{ name, tenant string }{{"drift-red-1", "red"}, {"drift-red-2", "red"}, {"drift-blue-1", "blue"}, {"drift-blue-2", "blue"}} {
+		create(t, kwok.Node(n.name, map[string]string{"drift-tenant": n.tenant}))
+	}
 	ns := createNamespace(t, "drift", map[string]string{"drift-test": id, "tenant": "red"})
-	runPods(t, ns)
 	const policyName = "drift-remediation"
 	applyPolicy(t, tenantPolicy(policyName, id, &schedv1alpha1.Remediation{Action: schedv1alpha1.RemediationEvict,
 		MaxUnavailable: ptr.To(intstr.FromInt32(1)), Rate: 600}))
 
 	appLabels := map[string]string{"app": "web"}
 	rs := replicaSet(ns, "web", 6, appLabels, nil)
-	if err := k8sClient.Create(t.Context(), rs); err != nil {
-		t.Fatal(err)
-	}
+	create(t, rs)
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptr.To(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: appLabels}}}
-	if err := k8sClient.Create(t.Context(), pdb); err != nil {
-		t.Fatal(err)
-	}
+	create(t, pdb)
 	pinnedLabels := map[string]string{"app": "pinned"}
-	if err := k8sClient.Create(t.Context(), replicaSet(ns, "pinned", 1, pinnedLabels, map[string]string{corev1.LabelHostname: "drift-red-1"})); err != nil {
-		t.Fatal(err)
-	}
-	bare := createPod(t, ns, "bare", boundTo("drift-red-2"), withLabels(map[string]string{"app": "bare"}))
+	create(t, replicaSet(ns, "pinned", 1, pinnedLabels, map[string]string{corev1.LabelHostname: "drift-red-1"}))
+	bare := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bare", Labels: map[string]string{"app": "bare"}},
+		Spec: corev1.PodSpec{SchedulerName: schedulerName, NodeName: "drift-red-2",
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}}}}
+	create(t, bare)
 
 	health := watchHealth(t, ns, appLabels)
 	onNodes := func(selector map[string]string, want int, prefix string) []corev1.Pod {
@@ -426,4 +358,83 @@ func podPlaces(pods []corev1.Pod) []string {
 		out = append(out, fmt.Sprintf("%s@%s(ready=%v,deleting=%v)", p.Name, p.Spec.NodeName, ready(&p), p.DeletionTimestamp != nil))
 	}
 	return out
+}
+
+// create creates an object and deletes it when the test ends.
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8sClient.Create(t.Context(), obj); err != nil {
+		t.Fatalf("creating %T %s: %v", obj, obj.GetName(), err)
+	}
+	t.Cleanup(func() {
+		err := k8sClient.Delete(context.WithoutCancel(t.Context()), obj, client.GracePeriodSeconds(0))
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting %s: %v", obj.GetName(), err)
+		}
+	})
+}
+
+// createNamespace creates a namespace with a generated name and labels.
+func createNamespace(t *testing.T, prefix string, labels map[string]string) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels}}
+	create(t, ns)
+	return ns.Name
+}
+
+// setNamespaceLabel sets one label of a namespace.
+func setNamespaceLabel(t *testing.T, name, key, value string) {
+	t.Helper()
+	ns := &corev1.Namespace{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: name}, ns); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(ns.DeepCopy())
+	ns.Labels[key] = value
+	if err := k8sClient.Patch(t.Context(), ns, patch); err != nil {
+		t.Fatalf("labelling namespace %s: %v", name, err)
+	}
+}
+
+// applyPolicy creates a policy and waits until it is Ready.
+func applyPolicy(t *testing.T, policy *schedv1alpha1.SchedulingPolicy) {
+	t.Helper()
+	create(t, policy)
+	waitPolicy(t, policy.Name, "Ready", func(got *schedv1alpha1.SchedulingPolicy) bool {
+		c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady)
+		return c != nil && c.Status == metav1.ConditionTrue && c.ObservedGeneration == got.Generation
+	})
+}
+
+// waitPolicy polls the policy until ok says it is what the test waits
+// for (what, in the failure), and returns it.
+func waitPolicy(t *testing.T, name, what string, ok func(*schedv1alpha1.SchedulingPolicy) bool) *schedv1alpha1.SchedulingPolicy {
+	t.Helper()
+	got := &schedv1alpha1.SchedulingPolicy{}
+	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
+			return false, err
+		}
+		return ok(got), nil
+	})
+	if err != nil {
+		data, _ := json.Marshal(got.Status)
+		t.Fatalf("policy %s: not %s: %v; status %s", name, what, err, data)
+	}
+	return got
+}
+
+// analyzeReport runs `celsched analyze` on the control plane.
+func analyzeReport(t *testing.T) *analyze.Report {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	args := []string{"analyze", "--kubeconfig", kubeconfig, "-o", "json"}
+	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
+	}
+	r := &analyze.Report{}
+	if err := json.Unmarshal(out.Bytes(), r); err != nil {
+		t.Fatalf("celsched analyze: %v", err)
+	}
+	return r
 }
