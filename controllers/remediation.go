@@ -26,12 +26,6 @@ const (
 	RemediationDeleting    = "PolicyDeleting"
 )
 
-// replacingControllers are the kinds of controllers whose pods remediation
-// evicts: they create a replacement, which the scheduler places. A
-// DaemonSet's replacement comes back on the same node, so its pods are
-// not evicted.
-var replacingControllers = map[string]bool{"ReplicaSet": true, "StatefulSet": true, "Job": true, "ReplicationController": true}
-
 // budgetRecheck is how often a policy whose drifted pods wait for their
 // workload's budget (pods becoming Ready) is looked at again.
 const budgetRecheck = 2 * time.Second
@@ -108,7 +102,7 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			continue // gone or changed: the tracker's next step says
 		}
 		owner := metav1.GetControllerOf(pod)
-		if owner == nil || !replacingControllers[owner.Kind] {
+		if !verdict.Replaced(pod) {
 			blocked[key] = schedv1alpha1.BlockedNoController
 			continue
 		}

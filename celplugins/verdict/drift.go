@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -132,4 +133,16 @@ func (l *Live) Evaluator(ctx context.Context) (*Evaluator, error) {
 	cluster := NewLiveCluster(namespaces, nodes, bound, objects)
 	policies := Policies{Snapshot: l.Policies(), Params: l.Inputs.Params, Converter: l.Inputs.Converter}
 	return New(ctx, cluster, policies, Options{Config: l.Config})
+}
+
+// ReplacingControllers are the kinds of controllers whose pods
+// remediation evicts: they create a replacement, which the scheduler
+// places. A DaemonSet's replacement comes back on the same node.
+var ReplacingControllers = []string{"ReplicaSet", "StatefulSet", "Job", "ReplicationController"}
+
+// Replaced says whether the pod's controller replaces it once evicted
+// (ReplacingControllers); a bare pod is not replaced.
+func Replaced(pod *corev1.Pod) bool {
+	owner := metav1.GetControllerOf(pod)
+	return owner != nil && slices.Contains(ReplacingControllers, owner.Kind)
 }

@@ -305,6 +305,13 @@ func TestRemediationEvictsDriftedPods(t *testing.T) {
 				t.Errorf("analyze's evidence %q does not name %s/%s on %s", violations[0].Evidence, p.Namespace, p.Name, p.Node)
 			}
 		}
+		// And what remediation would do: the dry run of the leader's.
+		wantNotEvicted := []string{ns + "/bare: NoController", ns + "/" + pinned.Name + ": NoFeasibleNode"}
+		slices.Sort(wantNotEvicted)
+		if f := violations[0]; len(f.WouldEvict) != 0 || !slices.Equal(f.NotEvicted, wantNotEvicted) || f.Budget != "maxUnavailable 1 per workload, 600 per minute" {
+			t.Errorf("analyze's remediation: wouldEvict %v, notEvicted %v, budget %q; want none, %v, %q", f.WouldEvict, f.NotEvicted, f.Budget,
+				wantNotEvicted, "maxUnavailable 1 per workload, 600 per minute")
+		}
 	}
 
 	// Back to red, slowly (one eviction every 10 s); after the first
