@@ -237,6 +237,12 @@ type SchedulingPolicySpec struct {
 	// +optional
 	Rollout *Rollout `json:"rollout,omitempty"`
 
+	// remediation evicts the running pods that the policy's enforced
+	// filters refuse on their node (status.drift), within budgets; off
+	// when unset. See Remediation.
+	// +optional
+	Remediation *Remediation `json:"remediation,omitempty"`
+
 	// failurePolicy says what a compile or evaluation error does: Fail rejects
 	// (holds the pod, marks the node infeasible); Ignore skips only the rule
 	// that failed (a score rule scores 0 on that node) and the policy's other
@@ -529,6 +535,12 @@ type SchedulingPolicyStatus struct {
 	// rollout is the state of spec.rollout, written by the leader.
 	// +optional
 	Rollout *RolloutStatus `json:"rollout,omitempty"`
+
+	// drift is what the leader keeps of the running pods that the
+	// policy's enforced filters refuse on their node, written at most once
+	// per --audit-status-interval.
+	// +optional
+	Drift *DriftStatus `json:"drift,omitempty"`
 }
 
 // RolloutPhase is the state of a rollout.

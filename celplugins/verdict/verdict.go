@@ -174,6 +174,8 @@ type Evaluator struct {
 	// framework built them (see ClassVerdict): written in New only.
 	plugins map[string]map[string]fwk.Plugin
 	cancel  context.CancelFunc
+	// budget is Options.Budget: the time budget of Refusals.
+	budget time.Duration
 	// sweeps counts the evaluations that ran Filter over every node (a
 	// whole cycle), for tests: a class of pods should cost one.
 	sweeps atomic.Int64
@@ -208,6 +210,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		cfg:        opts.Config,
 		frameworks: map[string]framework.Framework{},
 		plugins:    map[string]map[string]fwk.Plugin{},
+		budget:     opts.Budget,
 	}
 	e.rt.Inputs.Params = policies.Params
 	// An evaluation is not the scheduler's: it counts in no metric, and

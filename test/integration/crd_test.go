@@ -180,6 +180,30 @@ rollout: {waves: [{name: one, namespaceSelector: {matchLabels: {env: dev}}, soak
 filters: [{name: a, expression: "true"}]`,
 			want: []cause{{Field: "spec.enforcement", Type: metav1.CauseTypeFieldValueInvalid, Message: "spec.enforcement must be Audit with spec.rollout"}},
 		},
+		"bad remediation action": {
+			spec: `
+remediation: {action: Delete}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.remediation.action", Type: metav1.CauseTypeFieldValueNotSupported, Message: `Unsupported value: "Delete": supported values: "Evict"`}},
+		},
+		"remediation maxUnavailable of 0": {
+			spec: `
+remediation: {action: Evict, maxUnavailable: 0}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.remediation.maxUnavailable", Type: metav1.CauseTypeFieldValueInvalid, Message: "must be an integer of at least 1 or a percentage from 1% to 100%"}},
+		},
+		"remediation maxUnavailable above 100 percent": {
+			spec: `
+remediation: {action: Evict, maxUnavailable: "150%"}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.remediation.maxUnavailable", Type: metav1.CauseTypeFieldValueInvalid, Message: "must be an integer of at least 1 or a percentage from 1% to 100%"}},
+		},
+		"remediation rate above 600": {
+			spec: `
+remediation: {action: Evict, rate: 601}
+filters: [{name: a, expression: "true"}]`,
+			want: []cause{{Field: "spec.remediation.rate", Type: metav1.CauseTypeFieldValueInvalid, Message: "should be less than or equal to 600"}},
+		},
 		"bad failurePolicy enum": {
 			spec: `
 failurePolicy: Retry

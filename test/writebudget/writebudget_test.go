@@ -31,11 +31,16 @@ type policyWrites struct {
 	// their phases; rolloutDecisions changed a phase (of the rollout or of
 	// a wave).
 	rolloutEvidence, rolloutDecisions int
+	// drift changed status.drift (the pods bound during a wave's soak on
+	// nodes the policy refuses run there once the wave is enforced).
+	drift int
 	// other changed something else (the conditions, observedGeneration).
 	other int
 }
 
-func (w policyWrites) total() int { return w.audit + w.rolloutEvidence + w.rolloutDecisions + w.other }
+func (w policyWrites) total() int {
+	return w.audit + w.rolloutEvidence + w.rolloutDecisions + w.drift + w.other
+}
 
 // TestWriteBudget: a policy in Audit, rolled out in two waves (soaks of
 // 15 s) while pods arrive at --writebudget.rate (50/s) in the namespaces
@@ -151,8 +156,8 @@ count:
 		}
 	}
 	t.Logf("%.0f s, %d pods created (%.1f/s), %d of them bound, --audit-status-interval %s", elapsed.Seconds(), pods, rate, bound, *interval)
-	t.Logf("policy writes: %d (%.1f/min): status.audit %d, status.rollout evidence %d, decisions %d, other %d",
-		got.total(), perMinute(got.total()), got.audit, got.rolloutEvidence, got.rolloutDecisions, got.other)
+	t.Logf("policy writes: %d (%.1f/min): status.audit %d, status.rollout evidence %d, decisions %d, status.drift %d, other %d",
+		got.total(), perMinute(got.total()), got.audit, got.rolloutEvidence, got.rolloutDecisions, got.drift, got.other)
 	totalReports := 0
 	for _, ns := range namespaces {
 		totalReports += reportWrites[ns]
@@ -185,6 +190,11 @@ count:
 	if got.rolloutDecisions != 3 {
 		t.Errorf("%d writes of rollout decisions, want 3 (wave one soaks; promoted and wave two soaks; promoted and completed)", got.rolloutDecisions)
 	}
+	// status.drift: at most once per interval, and at once when the
+	// count goes from none to some (once per wave) or back.
+	if got.drift > limit+2 {
+		t.Errorf("status.drift written %d times in %s, want at most %d", got.drift, *window, limit+2)
+	}
 	if got.other > 2 {
 		t.Errorf("%d other writes of the policy (conditions), want at most 2", got.other)
 	}
@@ -210,6 +220,8 @@ func classify(w *policyWrites, before, after *schedv1alpha1.SchedulingPolicy) {
 		}
 	case !apiequality.Semantic.DeepEqual(b.Audit, a.Audit):
 		w.audit++
+	case !apiequality.Semantic.DeepEqual(b.Drift, a.Drift):
+		w.drift++
 	default:
 		w.other++
 	}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/pool"
@@ -88,7 +89,14 @@ type Finding struct {
 	// PodFields (tenant-writable-input) are the pod fields by which the
 	// pod's author widens a rule, as CEL reads them:
 	// pod.metadata.labels['tier'].
-	PodFields  []string `json:"podFields,omitempty"`
+	PodFields []string `json:"podFields,omitempty"`
+	// WouldEvict and NotEvicted (running-in-violation, when the policy
+	// has spec.remediation) are the pods its remediation would evict, and
+	// those it would not with the reason (namespace/name: NoController,
+	// TooYoung, NoFeasibleNode); Budget is its budget.
+	WouldEvict []string `json:"wouldEvict,omitempty"`
+	NotEvicted []string `json:"notEvicted,omitempty"`
+	Budget     string   `json:"budget,omitempty"`
 	Evidence   string   `json:"evidence"`
 	Suggestion string   `json:"suggestion"`
 }
@@ -186,6 +194,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 			a.applied.Insert(applies[i]...)
 			r.Findings = append(r.Findings, a.class(c, verdicts[i], feasible[i])...)
 		}
+	}
+	if err := a.remediation(ctx, s); err != nil {
+		return nil, err
 	}
 	r.Findings = append(r.Findings, a.violationFindings()...)
 	r.Findings = append(r.Findings, a.ruleFindings()...)
@@ -329,6 +340,11 @@ type scoreStats struct {
 type violation struct {
 	pods    []string
 	reasons sets.Set[string]
+	// bound are the pods; wouldEvict, notEvicted and budget what the
+	// policy's spec.remediation would do (analysis.remediation).
+	bound                  []*corev1.Pod
+	wouldEvict, notEvicted []string
+	budget                 string
 }
 
 // classFeasible is what the one evaluator (kube-scheduler's framework for
@@ -413,6 +429,7 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 				a.violations[key] = &violation{reasons: sets.New[string]()}
 			}
 			a.violations[key].pods = append(a.violations[key].pods, bp.Namespace+"/"+bp.Name+" on "+bp.Spec.NodeName)
+			a.violations[key].bound = append(a.violations[key].bound, bp)
 			a.violations[key].reasons.Insert(pv.Reason[n])
 		}
 	}
@@ -615,13 +632,47 @@ func (a *analysis) addScores(v *dryrun.Verdicts, feasible []int) {
 	}
 }
 
+// remediation says, for the violations of the policies with
+// spec.remediation, which pods it would evict (dryrun.Remediation).
+func (a *analysis) remediation(ctx context.Context, s *dryrun.Scheduler) error {
+	now := time.Now()
+	for key, v := range a.violations {
+		i := slices.IndexFunc(a.in.Policies, func(p *schedv1alpha1.SchedulingPolicy) bool { return p.Name == key[0] })
+		if i < 0 || a.in.Policies[i].Spec.Remediation == nil {
+			continue
+		}
+		v.budget = dryrun.Budget(a.in.Policies[i].Spec.Remediation)
+		for _, pod := range v.bound {
+			r, err := s.Remediation(ctx, a.in.Policies[i:i+1], pod, now)
+			if err != nil {
+				return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+			}
+			switch {
+			case r == nil:
+			case r.WouldEvict:
+				v.wouldEvict = append(v.wouldEvict, pod.Namespace+"/"+pod.Name)
+			default:
+				v.notEvicted = append(v.notEvicted, pod.Namespace+"/"+pod.Name+": "+string(r.NotEvicted))
+			}
+		}
+		slices.Sort(v.wouldEvict)
+		slices.Sort(v.notEvicted)
+	}
+	return nil
+}
+
 func (a *analysis) violationFindings() []Finding {
 	var out []Finding
 	for key, v := range a.violations {
 		reasons := sets.List(v.reasons)
 		examples := v.pods[:min(3, len(v.pods))]
+		evidence := fmt.Sprintf("%d bound pod(s) on nodes the policy refuses now (%s): %s", len(v.pods), strings.Join(examples, ", "), strings.Join(reasons[:min(2, len(reasons))], "; "))
+		if v.budget != "" {
+			evidence += fmt.Sprintf("; its remediation (%s) would evict %d of them, not %d", v.budget, len(v.wouldEvict), len(v.notEvicted))
+		}
 		out = append(out, Finding{Kind: RunningInViolation, Policies: []string{key[0]}, Subject: "namespace " + key[1], Pods: len(v.pods),
-			Evidence:   fmt.Sprintf("%d bound pod(s) on nodes the policy refuses now (%s): %s", len(v.pods), strings.Join(examples, ", "), strings.Join(reasons[:min(2, len(reasons))], "; ")),
+			WouldEvict: v.wouldEvict, NotEvicted: v.notEvicted, Budget: v.budget,
+			Evidence:   evidence,
 			Suggestion: "they were placed before the policy tightened, or by another scheduler: they do not come back to these nodes after an eviction; move them (a rollout, a descheduler) or relax the policy"})
 	}
 	return out

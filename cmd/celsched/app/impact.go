@@ -202,6 +202,7 @@ func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) erro
 		return err
 	}
 	printWhy(w, r)
+	printRemediation(w, r)
 	return nil
 }
 
@@ -257,6 +258,27 @@ func podPolicies(p *impact.PodImpact) string {
 		out += " (params " + strings.Join(p.Params, ", ") + ")"
 	}
 	return out
+}
+
+// printRemediation prints what the draft's spec.remediation would do to
+// the pods the draft would make drift (evicted-would-not-return).
+func printRemediation(w io.Writer, r *impact.Report) {
+	header := false
+	for i := range r.Pods {
+		rem := r.Pods[i].Remediation
+		if rem == nil {
+			continue
+		}
+		if !header {
+			fmt.Fprintln(w, "\nRemediation of the pods the draft would make drift:")
+			header = true
+		}
+		what := "would evict"
+		if !rem.WouldEvict {
+			what = "would not evict: " + string(rem.NotEvicted)
+		}
+		fmt.Fprintf(w, "  %s: %s %s (%s)\n", r.Pods[i].Pod, rem.Policy, what, rem.Budget)
+	}
 }
 
 // printWhy prints the false rules of the pods that have them (--why).

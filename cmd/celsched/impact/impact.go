@@ -151,6 +151,10 @@ type PodImpact struct {
 	// their sub-expressions' values; for the changes held and
 	// evicted-would-not-return.
 	Why []*dryrun.PolicyResult `json:"why,omitempty"`
+	// Remediation is, for a pod evicted-would-not-return (the draft
+	// would make it drift), what the draft's spec.remediation of a policy
+	// that refuses its node would do to it; nil when none has one.
+	Remediation *dryrun.Remediation `json:"remediation,omitempty"`
 }
 
 // Outcome is a pod's outcome with one set of policies.
@@ -249,6 +253,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 		for j, k := range pods {
 			results[k] = out[j]
+			if results[k] != nil && results[k].Change == EvictedWouldNotReturn {
+				if results[k].Remediation, err = c.next.Remediation(ctx, draft, evaluate[k], time.Now()); err != nil {
+					return err
+				}
+			}
 			if !in.Why || results[k] == nil {
 				continue
 			}

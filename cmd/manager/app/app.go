@@ -20,9 +20,13 @@ import (
 	"time"
 
 	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -115,6 +119,9 @@ type Options struct {
 	// by its gate are counted again; 0 means
 	// controllers.DefaultPendingRecheck.
 	RolloutPendingRecheck time.Duration
+	// Remediation allows the policies' spec.remediation to evict drifted
+	// pods; false disables it for every policy (drift is still tracked).
+	Remediation bool
 	// Reports writes the Audit evidence as OpenReports Reports
 	// (controllers.ReportWriter), when the API server serves them.
 	Reports bool
@@ -196,6 +203,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WebhookCert.CAValidity, "webhook-ca-validity", webhookcert.DefaultCAValidity, "With --webhook-certs=self-signed: lifetime of the CA; renewed when a third remains, the old one trusted until it expires.")
 	fs.DurationVar(&o.RolloutInterval, "rollout-interval", 0, "Deprecated, no effect (accepted so that existing command lines still start): the leader advances a policy's rollout on the policy's changes, on new evidence for its waves and at its deadlines (the end of a soak, --rollout-pending-recheck); new evidence alone is written at most once per --audit-status-interval.")
 	fs.DurationVar(&o.RolloutPendingRecheck, "rollout-pending-recheck", controllers.DefaultPendingRecheck, "How often the leader counts again the pending pods of a wave its gate paused (each count evaluates the wave's pending pods on the nodes they may use), to promote the wave once they no longer exceed the gate.")
+	fs.BoolVar(&o.Remediation, "remediation", true, "Let policies with spec.remediation evict the running pods their enforced filters refuse (through the Eviction API, within their budgets); false disables remediation for every policy, and drift is still reported in status.drift.")
 	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, each written at most once per --audit-status-interval) when the API server serves them; false writes none.")
 	fs.Var(featuregates.NewFlag(&o.FeatureGates), featuregates.FlagName, featuregates.Usage())
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "The least time between two writes of a policy's evidence: its status.audit, its OpenReports Reports (each), and the counts of its rollout's waves (status.rollout; a rollout's decisions are written at once). At most one such write per policy (per report) per interval; what comes meanwhile is written together.")
@@ -296,7 +304,50 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
+	if err := addDrift(ctx, cfg, mgr, o, schedCfg, p, runner, fence); err != nil {
+		return nil, err
+	}
 	return &Manager{Manager: mgr, SchedulerNames: names, sched: runner.sched}, nil
+}
+
+// addDrift adds drift detection and remediation (controllers.DriftController)
+// on the leader: it evaluates running pods with the one evaluator over the
+// scheduler's own informers, policies, converter and params, and evicts
+// through a client that passes the leader fence.
+func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies, runner *schedulerRunner, fence *leaderFence) error {
+	podInformer := runner.factory.Core().V1().Pods()
+	nodeInformer := runner.factory.Core().V1().Nodes()
+	nsInformer := runner.factory.Core().V1().Namespaces()
+	live := &verdict.Live{Inputs: p.rt.Inputs, Config: schedCfg,
+		Pods: podInformer.Lister(), Nodes: nodeInformer.Lister(), Namespaces: nsInformer.Lister(),
+		Objects: runner.volumeObjects(), Synced: func() bool { return runner.readyz(nil) == nil }}
+	evictCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-remediation")
+	if fence != nil {
+		evictCfg.Wrap(fence.wrap)
+	}
+	evictions, err := kubernetes.NewForConfig(evictCfg)
+	if err != nil {
+		return fmt.Errorf("creating the remediation's client: %w", err)
+	}
+	d := &controllers.DriftController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Live: live, Pods: podInformer.Lister(),
+		Recorder: mgr.GetEventRecorder("celsched-drift"), Remediation: o.Remediation, WriteInterval: o.AuditStatusInterval,
+		Evict: func(ctx context.Context, pod *corev1.Pod) error {
+			return evictions.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+				ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
+				// Only the pod the evaluation saw.
+				DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+			})
+		}}
+	// A params object's change changes the drift of the policies reading it.
+	changed := p.params.Changed
+	p.params.Changed = func(kind schema.GroupVersionKind, oldObj, newObj *unstructured.Unstructured) {
+		changed(kind, oldObj, newObj)
+		d.ParamsChanged()
+	}
+	if err := d.SetupWithManager(mgr, podInformer.Informer(), nodeInformer.Informer(), nsInformer.Informer()); err != nil {
+		return fmt.Errorf("setting up drift detection: %w", err)
+	}
+	return mgr.Add(&controllers.DriftMetrics{Reader: mgr.GetCache()})
 }
 
 // newControllerManager builds the controller-runtime manager: its scheme,

@@ -25,3 +25,20 @@ func TestRolloutIntervalDeprecated(t *testing.T) {
 		t.Errorf("help of --rollout-interval: %q", usage)
 	}
 }
+
+// TestRemediationFlag: remediation is allowed by default (each policy
+// still opts in with spec.remediation); --remediation=false disables it.
+func TestRemediationFlag(t *testing.T) {
+	for args, want := range map[string]bool{"": true, "--remediation=false": false} {
+		var o Options
+		fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		o.AddFlags(fs)
+		if err := fs.Parse(strings.Fields(args)); err != nil {
+			t.Fatal(err)
+		}
+		if o.Remediation != want {
+			t.Errorf("%q: Remediation %v, want %v", args, o.Remediation, want)
+		}
+	}
+}

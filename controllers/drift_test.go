@@ -1,0 +1,113 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+func TestMaxUnavailable(t *testing.T) {
+	tests := map[string]struct {
+		v     *intstr.IntOrString
+		total int
+		want  int
+	}{
+		"default":                    {total: 10, want: 1},
+		"an integer":                 {v: ptr.To(intstr.FromInt32(3)), total: 10, want: 3},
+		"a percentage, rounded down": {v: ptr.To(intstr.FromString("25%")), total: 10, want: 2},
+		"at least one":               {v: ptr.To(intstr.FromString("10%")), total: 5, want: 1},
+		"all":                        {v: ptr.To(intstr.FromString("100%")), total: 6, want: 6},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := maxUnavailable(tc.v, tc.total); got != tc.want {
+				t.Errorf("maxUnavailable(%v, %d) = %d, want %d", tc.v, tc.total, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDriftEvents: which updates recompute a pod's or a node's drift.
+func TestDriftEvents(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{"zone": "a"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}}}
+	heartbeat := node.DeepCopy()
+	heartbeat.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now()}}
+	relabelled := node.DeepCopy()
+	relabelled.Labels["zone"] = "b"
+	tainted := node.DeepCopy()
+	tainted.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}}
+	resized := node.DeepCopy()
+	resized.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("2")
+	for name, tc := range map[string]struct {
+		node *corev1.Node
+		want bool
+	}{"heartbeat": {heartbeat, false}, "relabelled": {relabelled, true}, "tainted": {tainted, true}, "resized": {resized, true}} {
+		if got := nodeChanged(node, tc.node); got != tc.want {
+			t.Errorf("nodeChanged(%s) = %v, want %v", name, got, tc.want)
+		}
+	}
+
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"app": "a"}}, Spec: corev1.PodSpec{NodeName: "n"}}
+	ready := pod.DeepCopy()
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	deleting := pod.DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	relabelledPod := pod.DeepCopy()
+	relabelledPod.Labels = map[string]string{"app": "b"}
+	for name, tc := range map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{"ready": {ready, false}, "deleting": {deleting, true}, "relabelled": {relabelledPod, true}} {
+		if got := podChanged(pod, tc.pod); got != tc.want {
+			t.Errorf("podChanged(%s) = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+// TestRemediationActive: remediation acts only for an enforced policy
+// with spec.remediation, not paused, not deleted, with the manager's
+// --remediation.
+func TestRemediationActive(t *testing.T) {
+	evict := func(p *schedv1alpha1.SchedulingPolicy) *schedv1alpha1.SchedulingPolicy {
+		p.Spec.Remediation = &schedv1alpha1.Remediation{Action: schedv1alpha1.RemediationEvict}
+		return p
+	}
+	enforced := evict(&schedv1alpha1.SchedulingPolicy{Spec: schedv1alpha1.SchedulingPolicySpec{Enforcement: schedv1alpha1.Enforce}})
+	audited := enforced.DeepCopy()
+	audited.Spec.Enforcement = schedv1alpha1.Audit
+	paused := enforced.DeepCopy()
+	paused.Spec.Enforcement = schedv1alpha1.Audit
+	paused.Spec.Rollout = &schedv1alpha1.Rollout{}
+	paused.Status.Rollout = &schedv1alpha1.RolloutStatus{Phase: schedv1alpha1.RolloutPaused}
+	deleting := enforced.DeepCopy()
+	deleting.DeletionTimestamp = ptr.To(metav1.Now())
+	tests := map[string]struct {
+		p          *schedv1alpha1.SchedulingPolicy
+		flag       bool
+		want       bool
+		wantReason string
+	}{
+		"enforced":            {p: enforced, flag: true, want: true},
+		"disabled by manager": {p: enforced, flag: false, wantReason: RemediationDisabled},
+		"audited":             {p: audited, flag: true, wantReason: RemediationNotEnforced},
+		"rollout paused":      {p: paused, flag: true, wantReason: RemediationPaused},
+		"being deleted":       {p: deleting, flag: true, wantReason: RemediationDeleting},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			d := &DriftController{Remediation: tc.flag, Evict: func(context.Context, *corev1.Pod) error { return nil }}
+			got, reason := d.remediationActive(tc.p)
+			if got != tc.want || reason != tc.wantReason {
+				t.Errorf("remediationActive = %v, %q; want %v, %q", got, reason, tc.want, tc.wantReason)
+			}
+		})
+	}
+}
