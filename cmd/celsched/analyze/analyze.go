@@ -456,11 +456,15 @@ func rejections(r *verdict.Result) string {
 	if r.PreFilter != nil {
 		return fmt.Sprintf("rejected by %s: %s", r.PreFilter.Plugin, r.PreFilter.Message)
 	}
-	counts := map[string]int{}
+	byRejection := map[verdict.Rejection]int{} // by value: nothing built per node
 	for _, n := range r.Nodes {
 		if n.RejectedBy != nil {
-			counts[n.RejectedBy.Message+" ("+n.RejectedBy.Plugin+")"]++
+			byRejection[*n.RejectedBy]++
 		}
+	}
+	counts := make(map[string]int, len(byRejection))
+	for rej, c := range byRejection {
+		counts[rej.Message+" ("+rej.Plugin+")"] += c
 	}
 	reasons := slices.SortedFunc(maps.Keys(counts), func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
 	parts := make([]string, len(reasons))
