@@ -84,6 +84,11 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 		}
 		v.Scores = append(v.Scores, sv)
 	}
+	// One buffer per score policy for every node's raw rule values.
+	raws := make([][]float64, len(c.Scores))
+	for j, p := range c.Scores {
+		raws[j] = make([]float64, p.NumScoreRules())
+	}
 	for n, info := range infos {
 		v.Nodes[n] = info.Node()
 		in, err := s.Runtime().Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
@@ -116,7 +121,8 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 			}
 		}
 		for j, p := range c.Scores {
-			raw := make([]float64, p.NumScoreRules())
+			raw := raws[j]
+			clear(raw)
 			d := p.Score(c.Ctx, c.Pod, &in, raw)
 			for k, r := range p.ScoreRules() {
 				if d.Verdict != engine.Pass {
