@@ -490,7 +490,10 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	}
 	var feasible []fwk.NodeInfo
 	var feasibleResults []*NodeResult // in the order of feasible
-	var results []NodeResult          // every node's, in one allocation
+	// The nodes' results, in one allocation when every node is
+	// evaluated; else (anyNode stops at the first feasible one) in slabs
+	// that double, each a node's at a time.
+	var results []NodeResult
 	if until != anyNode {
 		results = make([]NodeResult, len(nodeInfos))
 		r.Nodes = make([]*NodeResult, 0, len(nodeInfos))
@@ -499,10 +502,11 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	// cycle's thousands of refused nodes have a handful of reasons.
 	rejections := rejections{}
 	for i, ni := range nodeInfos {
-		n := &NodeResult{}
-		if results != nil {
-			n = &results[i]
+		if len(results) == 0 {
+			results = make([]NodeResult, min(max(8, 2*len(r.Nodes)), len(nodeInfos)-i))
 		}
+		n := &results[0]
+		results = results[1:]
 		filterNode(ctx, fw, state, pod, result, ni, n, rejections)
 		r.Nodes = append(r.Nodes, n)
 		if !n.Feasible {
