@@ -167,7 +167,7 @@ func (c *ClassVerdict) onItsNode(ctx context.Context, bound *corev1.Pod) (Placem
 		return Placement{}, false, err
 	}
 	n := &NodeResult{}
-	filterNode(ctx, c.fw, state, pod, result, ni, n)
+	filterNode(ctx, c.fw, state, pod, result, ni, n, nil)
 	was := c.result.Nodes[i]
 	if !n.Feasible {
 		feasible := len(c.result.Feasible)

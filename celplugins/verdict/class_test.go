@@ -127,7 +127,8 @@ func comparable(p Placement) Placement {
 }
 
 // TestClassEvaluatedOnce: a class's pods cost one cycle over every node,
-// whatever their number; pending pods share its Result.
+// whatever their number; pending pods share its Result, and its nodes
+// refused for one reason share one Rejection.
 func TestClassEvaluatedOnce(t *testing.T) {
 	ctx := context.Background()
 	var nodes []*corev1.Node
@@ -157,6 +158,25 @@ func TestClassEvaluatedOnce(t *testing.T) {
 	}
 	if got := len(cv.Result().Feasible); got != 10 {
 		t.Errorf("the class has %d feasible nodes; want the 10 of zone a", got)
+	}
+	// The 10 nodes of zone b are refused for one reason: one Rejection,
+	// not one per node.
+	var shared *Rejection
+	refused := 0
+	for _, n := range cv.Result().Nodes {
+		if n.RejectedBy == nil {
+			continue
+		}
+		refused++
+		if shared == nil {
+			shared = n.RejectedBy
+		}
+		if n.RejectedBy != shared {
+			t.Errorf("node %s's rejection %+v is not the other refused nodes' %+v (%p, %p)", n.Name, *n.RejectedBy, *shared, n.RejectedBy, shared)
+		}
+	}
+	if refused != 10 {
+		t.Errorf("%d refused nodes; want the 10 of zone b", refused)
 	}
 }
 

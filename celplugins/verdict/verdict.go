@@ -8,11 +8,11 @@
 package verdict
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -493,17 +493,24 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	}
 	var feasible []fwk.NodeInfo
 	var feasibleResults []*NodeResult // in the order of feasible
-	var results []NodeResult          // every node's, in one allocation
+	// The nodes' results, in one allocation when every node is
+	// evaluated; else (anyNode stops at the first feasible one) in slabs
+	// that double, each a node's at a time.
+	var results []NodeResult
 	if until != anyNode {
 		results = make([]NodeResult, len(nodeInfos))
 		r.Nodes = make([]*NodeResult, 0, len(nodeInfos))
 	}
+	// The nodes refused for the same reason share one Rejection: a
+	// cycle's thousands of refused nodes have a handful of reasons.
+	rejections := rejections{}
 	for i, ni := range nodeInfos {
-		n := &NodeResult{}
-		if results != nil {
-			n = &results[i]
+		if len(results) == 0 {
+			results = make([]NodeResult, min(max(8, 2*len(r.Nodes)), len(nodeInfos)-i))
 		}
-		filterNode(ctx, fw, state, pod, result, ni, n)
+		n := &results[0]
+		results = results[1:]
+		filterNode(ctx, fw, state, pod, result, ni, n, rejections)
 		r.Nodes = append(r.Nodes, n)
 		if !n.Feasible {
 			continue
@@ -536,29 +543,45 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 		}
 		r.Ranking = append(r.Ranking, RankedNode{Node: s.Name, Score: s.TotalScore})
 	}
-	sort.SliceStable(r.Ranking, func(i, j int) bool {
-		if r.Ranking[i].Score != r.Ranking[j].Score {
-			return r.Ranking[i].Score > r.Ranking[j].Score
-		}
-		return r.Ranking[i].Node < r.Ranking[j].Node
+	// Node names are distinct: the order is total, stable or not.
+	slices.SortFunc(r.Ranking, func(a, b RankedNode) int {
+		return cmp.Or(cmp.Compare(b.Score, a.Score), strings.Compare(a.Node, b.Node))
 	})
 	return state, nil
 }
 
 // filterNode is the framework's verdict on one node: PreFilter's choice
 // of nodes, then the Filter plugins.
-// It fills n.
-func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, result *fwk.PreFilterResult, ni fwk.NodeInfo, n *NodeResult) {
+// It fills n; its Rejection is one of seen's (nil: a new one).
+func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, result *fwk.PreFilterResult, ni fwk.NodeInfo, n *NodeResult, seen rejections) {
 	n.Name = ni.Node().Name
 	if !result.AllNodes() && !result.NodeNames.Has(n.Name) {
-		n.RejectedBy = &Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"}
+		n.RejectedBy = seen.get(Rejection{Plugin: "PreFilter", Message: "not among the nodes PreFilter selected"})
 		return
 	}
 	if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
-		n.RejectedBy = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
+		n.RejectedBy = seen.get(Rejection{Plugin: st.Plugin(), Message: st.Message()})
 		return
 	}
 	n.Feasible = true
+}
+
+// rejections are the distinct Rejections of one cycle's nodes, shared by
+// the nodes refused for the same reason. Written by the cycle's one
+// goroutine; they must not be written once given out.
+type rejections map[Rejection]*Rejection
+
+// get returns the Rejection equal to r, added if new (a new one each
+// time when seen is nil).
+func (seen rejections) get(r Rejection) *Rejection {
+	if p, ok := seen[r]; ok {
+		return p
+	}
+	p := &r
+	if seen != nil {
+		seen[r] = p
+	}
+	return p
 }
 
 // unevaluated lists the nodes, none evaluated: the pod was held or

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -161,39 +162,28 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	r.Summary.Classes = len(classes)
 	a := &analysis{in: in, rules: map[string]*ruleStats{}, scores: map[string]*scoreStats{}, applied: sets.New[string](),
 		violations: map[[2]string]*violation{}}
-	// The classes are evaluated a batch at a time, one per CPU, and
-	// their verdicts taken in order (a class's verdicts hold a value per
-	// node and policy: only a batch of them is kept at once).
+	// The classes are evaluated one per CPU, and their verdicts taken in
+	// order as soon as each is ready (a class's verdicts hold a value per
+	// node and policy: only a window of them is kept at once). A worker
+	// does not wait for the others' classes to finish, only for the
+	// window to move.
 	workers := runtime.GOMAXPROCS(0)
-	for start := 0; start < len(classes); start += workers {
-		batch := classes[start:min(start+workers, len(classes))]
-		verdicts := make([]*dryrun.Verdicts, len(batch))
-		feasible := make([]*classFeasible, len(batch))
-		applies := make([][]string, len(batch))
-		err := pool.Run(ctx, workers, len(batch), func(ctx context.Context, i int) error {
-			c := batch[i]
-			var err error
-			if applies[i], err = s.Applies(ctx, c.pod); err != nil {
-				return err
-			}
-			if verdicts[i], err = s.Verdicts(ctx, c.pod); err != nil {
-				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
-			}
-			needBase := func(r *verdict.Result) bool {
-				return verdicts[i].Rejection == nil && len(r.Feasible) < max(in.MinFeasible, 1)
-			}
-			if feasible[i], err = feasibility(ctx, s, base, c.pod, needBase); err != nil {
-				return fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
-			}
-			return nil
+	w := &window{size: 2 * workers, done: make([]*classVerdicts, len(classes))}
+	w.moved = sync.NewCond(&w.mu)
+	err = pool.Run(ctx, workers, len(classes), func(ctx context.Context, i int) error {
+		if !w.wait(i) {
+			return nil // another class failed: its error is Run's
+		}
+		c := classes[i]
+		cv, err := evaluateClass(ctx, s, base, c, in.MinFeasible)
+		w.finish(i, cv, err, func(i int, cv *classVerdicts) {
+			a.applied.Insert(cv.applies...)
+			r.Findings = append(r.Findings, a.class(classes[i], cv.verdicts, cv.feasible)...)
 		})
-		if err != nil {
-			return nil, err
-		}
-		for i, c := range batch {
-			a.applied.Insert(applies[i]...)
-			r.Findings = append(r.Findings, a.class(c, verdicts[i], feasible[i])...)
-		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := a.remediation(ctx, s); err != nil {
 		return nil, err
@@ -226,6 +216,79 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		r.Summary.ByKind[r.Findings[i].Kind]++
 	}
 	return r, nil
+}
+
+// classVerdicts are what a class's findings are made of.
+type classVerdicts struct {
+	applies  []string
+	verdicts *dryrun.Verdicts
+	feasible *classFeasible
+}
+
+// evaluateClass evaluates a class's pod: the policies that apply to it,
+// their verdicts on every node, and the nodes the framework finds
+// feasible (with only the built-in plugins too, when minFeasible asks).
+func evaluateClass(ctx context.Context, s, base *dryrun.Scheduler, c *class, minFeasible int) (*classVerdicts, error) {
+	cv := &classVerdicts{}
+	var err error
+	if cv.applies, err = s.Applies(ctx, c.pod); err != nil {
+		return nil, err
+	}
+	if cv.verdicts, err = s.Verdicts(ctx, c.pod); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+	}
+	needBase := func(r *verdict.Result) bool {
+		return cv.verdicts.Rejection == nil && len(r.Feasible) < max(minFeasible, 1)
+	}
+	if cv.feasible, err = feasibility(ctx, s, base, c.pod, needBase); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
+	}
+	return cv, nil
+}
+
+// window hands the classes' verdicts, evaluated in parallel, to one
+// consumer in the classes' order, keeping at most size of them: a class
+// is started when it is within size of the first not yet taken. The
+// pool hands out classes in order, so the first not yet taken is always
+// being evaluated or done: the window moves. Its fields are guarded by
+// mu; the consumer runs under it.
+type window struct {
+	mu    sync.Mutex
+	moved *sync.Cond
+	size  int
+	// next is the first class not yet taken; done holds the classes
+	// evaluated and not yet taken.
+	next   int
+	done   []*classVerdicts
+	failed bool
+}
+
+// wait waits until class i is within the window; false when a class
+// failed (nothing more is taken).
+func (w *window) wait(i int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i >= w.next+w.size && !w.failed {
+		w.moved.Wait()
+	}
+	return !w.failed
+}
+
+// finish records class i's verdicts (or its failure) and gives take every
+// class now ready in order.
+func (w *window) finish(i int, cv *classVerdicts, err error, take func(int, *classVerdicts)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer w.moved.Broadcast()
+	if err != nil {
+		w.failed = true
+		return
+	}
+	w.done[i] = cv
+	for ; w.next < len(w.done) && w.done[w.next] != nil && !w.failed; w.next++ {
+		take(w.next, w.done[w.next])
+		w.done[w.next] = nil
+	}
 }
 
 // class is pods that every policy treats alike.
@@ -473,11 +536,15 @@ func rejections(r *verdict.Result) string {
 	if r.PreFilter != nil {
 		return fmt.Sprintf("rejected by %s: %s", r.PreFilter.Plugin, r.PreFilter.Message)
 	}
-	counts := map[string]int{}
+	byRejection := map[verdict.Rejection]int{} // by value: nothing built per node
 	for _, n := range r.Nodes {
 		if n.RejectedBy != nil {
-			counts[n.RejectedBy.Message+" ("+n.RejectedBy.Plugin+")"]++
+			byRejection[*n.RejectedBy]++
 		}
+	}
+	counts := make(map[string]int, len(byRejection))
+	for rej, c := range byRejection {
+		counts[rej.Message+" ("+rej.Plugin+")"] += c
 	}
 	reasons := slices.SortedFunc(maps.Keys(counts), func(a, b string) int { return cmp.Or(counts[b]-counts[a], strings.Compare(a, b)) })
 	parts := make([]string, len(reasons))

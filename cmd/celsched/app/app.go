@@ -5,6 +5,7 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -55,6 +56,12 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 		return startProfile(cmd, args)
 	}
 	root.SetArgs(args)
+	// The same discarding logger in the commands' context: the framework
+	// takes its logger from there (klog.FromContext), and asks it at
+	// every node whether a verbose level is on. klog's own logger answers
+	// that with an allocation each time (2.4 million on impact's 5000
+	// nodes); the discarding one answers no at once.
+	root.SetContext(klog.NewContext(context.Background(), logr.Discard()))
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)

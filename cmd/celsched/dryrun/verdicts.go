@@ -84,6 +84,16 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 		}
 		v.Scores = append(v.Scores, sv)
 	}
+	// One buffer per score policy for every node's raw rule values, and
+	// its rules' columns, taken once.
+	raws := make([][]float64, len(c.Scores))
+	columns := make([][][]float64, len(c.Scores))
+	for j, p := range c.Scores {
+		raws[j] = make([]float64, p.NumScoreRules())
+		for _, r := range p.ScoreRules() {
+			columns[j] = append(columns[j], v.Scores[j].Rules[r.Name])
+		}
+	}
 	for n, info := range infos {
 		v.Nodes[n] = info.Node()
 		in, err := s.Runtime().Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
@@ -116,13 +126,14 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 			}
 		}
 		for j, p := range c.Scores {
-			raw := make([]float64, p.NumScoreRules())
+			raw := raws[j]
+			clear(raw)
 			d := p.Score(c.Ctx, c.Pod, &in, raw)
-			for k, r := range p.ScoreRules() {
+			for k, column := range columns[j] {
 				if d.Verdict != engine.Pass {
 					raw[k] = math.NaN()
 				}
-				v.Scores[j].Rules[r.Name][n] = raw[k]
+				column[n] = raw[k]
 			}
 		}
 	}

@@ -364,8 +364,10 @@ func (c *change) classes(pods []*corev1.Pod) [][]int {
 	var out [][]int
 	now, next := c.now.Runtime().Inputs.Policies.Snapshot(), c.next.Runtime().Inputs.Policies.Snapshot()
 	for i, pod := range pods {
+		// The key is the same with either policy set; whether the pod
+		// has a class depends on both (engine.Snapshot.Signature).
 		key, ok := verdict.Class(now, pod)
-		if _, okNext := verdict.Class(next, pod); !ok || !okNext {
+		if _, okNext := next.Signature(pod); !ok || !okNext {
 			out = append(out, []int{i})
 			continue
 		}
@@ -539,15 +541,15 @@ func unschedulable(r *verdict.Result) string {
 	if r.PreFilter != nil {
 		return r.PreFilter.Plugin + ": " + r.PreFilter.Message
 	}
-	counts := map[string]int{}
+	counts := map[verdict.Rejection]int{} // by value: nothing built per node
 	for _, n := range r.Nodes {
 		if n.RejectedBy != nil {
-			counts[n.RejectedBy.Plugin+": "+n.RejectedBy.Message]++
+			counts[*n.RejectedBy]++
 		}
 	}
 	reasons := make([]string, 0, len(counts))
-	for msg, c := range counts {
-		reasons = append(reasons, fmt.Sprintf("%d %s", c, msg))
+	for rej, c := range counts {
+		reasons = append(reasons, fmt.Sprintf("%d %s: %s", c, rej.Plugin, rej.Message))
 	}
 	sort.Strings(reasons)
 	return fmt.Sprintf("0/%d nodes are available: %s.", len(r.Nodes), strings.Join(reasons, ", "))
