@@ -155,7 +155,7 @@ func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Confi
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
 	}
-	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true, FeatureGates: gates}
+	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true, Remediation: true, FeatureGates: gates}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	mgr, err := app.New(ctx, cfg, opts)
 	if err != nil {
