@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 const oneRack = "placement.nodes.all(n, n.metadata.labels['rack'] == placement.nodes[0].metadata.labels['rack'])"
@@ -34,6 +37,10 @@ func TestPlacementFilterCompileErrors(t *testing.T) {
 		"not bool":          {expression: "placement.count", want: "spec.placement.filters[1].expression: Invalid value: \"placement.count\": must evaluate to bool, but evaluates to int"},
 		"no such field":     {expression: "placement.zones.size() > 0", want: "spec.placement.filters[1].expression: Invalid value: \"placement.zones.size() > 0\": compilation failed: ERROR: <input>:1:10: undefined field 'zones'"},
 		"pod not available": {expression: "pod.metadata.name == ''", want: "spec.placement.filters[1].expression: Invalid value: \"pod.metadata.name == ''\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'pod'"},
+		"loop over the nodes in a loop over the nodes": {
+			expression: "placement.nodes.all(a, placement.nodes.all(b, a.metadata.name == b.metadata.name || a.metadata.labels['rack'] != ''))",
+			want:       "spec.placement.filters[1].expression: Forbidden: estimated cost",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -128,5 +135,41 @@ func TestPlacementFilter(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPlacementFilterCostLimit: a placement rule is tracked at runtime, so
+// a rule whose estimate passes with the declared sizes (placements of
+// celcost.MaxPlacementNodes nodes, 64 labels each) is still cut off at the
+// per-expression limit on a larger placement, and follows failurePolicy.
+func TestPlacementFilterCostLimit(t *testing.T) {
+	c := NewCompiler(testEnv(t))
+	p := c.Compile(placementPolicy("", schedv1alpha1.PlacementFilter{Name: "labels",
+		Expression: "placement.nodes.all(n, n.metadata.labels.all(k, k != ''))"}), CompileOptions{})
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{}
+	for i := range 200 {
+		labels[fmt.Sprintf("l%d", i)] = "x"
+	}
+	nodes := make([]*corev1.Node, 3000)
+	for i := range nodes {
+		nodes[i] = makeNode(fmt.Sprintf("n%d", i), labels)
+	}
+	in, err := NewPlacementInput("big", nodes, nil, "ml", "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := p.PlacementFilter(context.Background(), in)
+	if d.Verdict != Error || !errors.Is(d.Err, celcost.ErrCostLimitExceeded) {
+		t.Fatalf("decision %v, err %v: want Error with the cost limit exceeded", d.Verdict, d.Err)
+	}
+	small, err := NewPlacementInput("small", nodes[:10], nil, "ml", "train")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.PlacementFilter(context.Background(), small); d.Verdict != Pass {
+		t.Fatalf("decision on 10 nodes %v (%v), want Pass", d.Verdict, d.Err)
 	}
 }
