@@ -189,10 +189,12 @@ func placementInput(p *fwk.Placement, group fwk.PodGroupInfo) (*engine.Placement
 	return engine.NewPlacementInput(name, nodes, group.GetPodGroup(), group.GetNamespace(), group.GetName())
 }
 
-// EventsToRegister implements fwk.EnqueueExtensions: a group whose
-// placements a policy refused is retried when a policy or its namespace
-// changes, when a node is added or its labels change (a placement's nodes
-// and what the rules read of them), and when a member's labels change.
+// EventsToRegister implements fwk.EnqueueExtensions: the events that may
+// change a refusal (a policy or its namespace, a node added or relabelled,
+// a member's labels). kube-scheduler 1.37 records no rejecting plugin for a
+// PlacementGenerate status, so it retries a refused group after its error
+// backoff whatever the events; registering them keeps the plugin from
+// defaulting to every event.
 func (pl *Placement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		pl.rt.Requeue.PolicyEvents(),
