@@ -87,7 +87,9 @@ type Program struct {
 	preEnqueue    []*boolRule
 	filters       []*boolRule
 	scores        []*scoreRule
-	usesNodeInfo  bool
+	// placementFilters are spec.placement.filters (placement.go).
+	placementFilters []*placementRule
+	usesNodeInfo     bool
 	// paramSpec is the policy's paramKind and paramRef, nil without.
 	paramSpec *ParamSpec
 	// signs is what the filters, scores, messageExpressions and variables
@@ -330,6 +332,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 	cc := &policyCompiler{ctx: ctx, env: pe, out: out, stored: storedExpressions(opts), scalarVariables: map[string]bool{}, maxErrors: opts.MaxErrors,
 		explain: opts.Explain}
 	cc.compile(spec)
+	cc.compilePlacement(spec, c.env.placement)
 	switch {
 	case cc.cancelled != nil:
 		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"),
@@ -387,6 +390,11 @@ func storedExpressions(opts CompileOptions) func(string) bool {
 	}
 	for _, r := range s.Scores {
 		previous.Insert(r.Expression)
+	}
+	if s.Placement != nil {
+		for _, r := range s.Placement.Filters {
+			previous.Insert(r.Expression)
+		}
 	}
 	return previous.Has
 }

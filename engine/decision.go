@@ -228,6 +228,8 @@ func (d *Decision) RuleLabel() string {
 		return "filters/" + d.Rule
 	case PointScore:
 		return "scores/" + d.Rule
+	case PointPlacement:
+		return "placement.filters/" + d.Rule
 	default:
 		return "match/" + d.Rule
 	}

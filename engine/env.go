@@ -53,6 +53,9 @@ type Environment struct {
 	// shippedParams types the param kinds celsched ships (TenantPlacement).
 	shippedParams CRDParamTypes
 
+	// placement is the environment of placement rules (placement.go).
+	placement *placementEnv
+
 	// memo numbers the memo slots and ids of everything compiled,
 	// listed or converted over this environment (memoNumbers).
 	memo *memoNumbers
@@ -118,6 +121,9 @@ func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 		return nil, fmt.Errorf("building the CEL environment: %w", err)
 	}
 	e.envSet = envSet
+	if e.placement, err = newPlacementEnv(base); err != nil {
+		return nil, err
+	}
 	return e, nil
 }
 

@@ -28,11 +28,12 @@ func TestCRDLimitsMatchConstants(t *testing.T) {
 	match := spec.Properties["match"]
 
 	lists := map[string]apiextensionsv1.JSONSchemaProps{
-		"spec.match.conditions": match.Properties["conditions"],
-		"spec.variables":        spec.Properties["variables"],
-		"spec.preEnqueue":       spec.Properties["preEnqueue"],
-		"spec.filters":          spec.Properties["filters"],
-		"spec.scores":           spec.Properties["scores"],
+		"spec.match.conditions":  match.Properties["conditions"],
+		"spec.variables":         spec.Properties["variables"],
+		"spec.preEnqueue":        spec.Properties["preEnqueue"],
+		"spec.filters":           spec.Properties["filters"],
+		"spec.scores":            spec.Properties["scores"],
+		"spec.placement.filters": spec.Properties["placement"].Properties["filters"],
 	}
 	for path, list := range lists {
 		if list.MaxItems == nil || *list.MaxItems != MaxRulesPerList {
@@ -49,10 +50,13 @@ func TestCRDLimitsMatchConstants(t *testing.T) {
 			t.Errorf("%s: want x-kubernetes-list-type map keyed by name, got %v %v", path, got, list.XListMapKeys)
 		}
 	}
-	for _, path := range []string{"spec.preEnqueue", "spec.filters"} {
+	for _, path := range []string{"spec.preEnqueue", "spec.filters", "spec.placement.filters"} {
 		item := lists[path].Items.Schema.Properties
 		if got := item["message"].MaxLength; got == nil || *got != MaxMessageLength {
 			t.Errorf("%s[].message: maxLength %v, want %d", path, got, MaxMessageLength)
+		}
+		if path == "spec.placement.filters" {
+			continue
 		}
 		if got := item["messageExpression"].MaxLength; got == nil || *got != MaxExpressionLength {
 			t.Errorf("%s[].messageExpression: maxLength %v, want %d", path, got, MaxExpressionLength)

@@ -12,7 +12,8 @@ const (
 	// MaxMessageLength is the maximum length in bytes of a static message.
 	MaxMessageLength = 1024
 	// MaxRulesPerList is the maximum number of entries in each of
-	// match.conditions, variables, preEnqueue, filters and scores.
+	// match.conditions, variables, preEnqueue, filters, scores and
+	// placement.filters.
 	MaxRulesPerList = 64
 	// MaxSchedulerNames is the maximum number of entries in schedulerNames.
 	MaxSchedulerNames = 16
@@ -196,7 +197,7 @@ func (w *RolloutWave) Gate() int64 {
 
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="!has(self.rollout) || self.enforcement == 'Audit'",message="spec.enforcement must be Audit with spec.rollout: the waves decide where the policy is enforced",fieldPath=".enforcement"
-// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0)",message="at least one of preEnqueue, filters or scores must be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && has(self.placement.filters) && size(self.placement.filters) > 0)",message="at least one of preEnqueue, filters, scores or placement.filters must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramKind) || has(self.paramRef)",message="paramKind requires paramRef"
 type SchedulingPolicySpec struct {
@@ -306,6 +307,55 @@ type SchedulingPolicySpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Scores []ScoreRule `json:"scores,omitempty"`
+
+	// placement holds the rules over a pod group's candidate placements,
+	// evaluated once per placement in the group's scheduling cycle (the
+	// workload feature gates must be on). They apply to the groups whose
+	// member pods the policy matches.
+	// +optional
+	Placement *PlacementRules `json:"placement,omitempty"`
+}
+
+// PlacementRules are the rules of a policy over a pod group's candidate
+// placements.
+type PlacementRules struct {
+	// filters are CEL expressions over placement (placement.nodes: the
+	// candidate placement's nodes, each with metadata.name and
+	// metadata.labels; placement.count: how many) and podGroup
+	// (metadata.name, metadata.namespace, metadata.labels, minCount). A
+	// placement is a candidate for a matching group only when every
+	// placement filter of every matching policy is true.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Filters []PlacementFilter `json:"filters,omitempty"`
+}
+
+// PlacementFilter is a named CEL expression over a candidate placement of a
+// pod group that evaluates to a bool, with the message shown when it is
+// false.
+type PlacementFilter struct {
+	// name identifies the rule in messages, events and status: lowercase
+	// letters, digits and '-', at most 63 characters, unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to a bool; true keeps
+	// the placement.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+
+	// message is shown when the rule is false. When omitted, the message
+	// is "expression is false".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // MatchResources selects the pods a policy applies to.

@@ -38,6 +38,7 @@ import (
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/placement"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/engine"
@@ -233,6 +234,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		preenqueue.Name: celplugins.Factory(e.rt, preenqueue.New),
 		filter.Name:     celplugins.Factory(e.rt, filter.New),
 		score.Name:      celplugins.Factory(e.rt, score.New),
+		placement.Name:  celplugins.Factory(e.rt, placement.New),
 	}); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/placement"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 )
@@ -31,10 +32,19 @@ func TestBuiltInSchedulerConfig(t *testing.T) {
 	for _, p := range plugins.MultiPoint.Enabled {
 		names = append(names, p.Name)
 	}
-	for _, want := range []string{preenqueue.Name, filter.Name, score.Name} {
+	for _, want := range []string{preenqueue.Name, filter.Name, score.Name, placement.Name} {
 		if !enabled(names)[want] {
 			t.Errorf("plugin %s is not enabled in multiPoint: %v", want, names)
 		}
+	}
+	// A profile runs one PlacementGenerate plugin: CELPlacement runs
+	// TopologyPlacementGenerator itself.
+	var disabled []string
+	for _, p := range plugins.PlacementGenerate.Disabled {
+		disabled = append(disabled, p.Name)
+	}
+	if !enabled(disabled)["TopologyPlacementGenerator"] {
+		t.Errorf("TopologyPlacementGenerator is not disabled at placementGenerate: %v", disabled)
 	}
 	// The default plugins stay enabled beside them.
 	for _, builtin := range []string{"NodeResourcesFit", "TaintToleration", "NodeAffinity", "DefaultPreemption", "DefaultBinder"} {

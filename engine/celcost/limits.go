@@ -103,6 +103,12 @@ const (
 	// still bounded by PerExpressionCostLimit.
 	MaxPodsPerNodeInfo = TypicalMaxItems
 
+	// MaxPlacementNodes is the number of nodes that placement.nodes (a
+	// candidate placement of a pod group) is declared to hold at most, for
+	// cost estimates. Placement rules are always tracked at runtime, so a
+	// placement with more nodes is still bounded by PerExpressionCostLimit.
+	MaxPlacementNodes = TypicalMaxItems
+
 	// MaxObjectSizeBytes is the largest object Kubernetes stores (etcd's
 	// default request size limit). Worst-case estimates assume pods, nodes
 	// and namespaces this large, not as large as an API request

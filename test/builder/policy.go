@@ -157,6 +157,15 @@ func (b *PolicyWrapper) FilterMsg(name, expression, message, messageExpression s
 	return b
 }
 
+// PlacementFilter appends a placement filter (spec.placement.filters).
+func (b *PolicyWrapper) PlacementFilter(name, expression, message string) *PolicyWrapper {
+	if b.p.Spec.Placement == nil {
+		b.p.Spec.Placement = &schedv1alpha1.PlacementRules{}
+	}
+	b.p.Spec.Placement.Filters = append(b.p.Spec.Placement.Filters, schedv1alpha1.PlacementFilter{Name: name, Expression: expression, Message: message})
+	return b
+}
+
 // Score appends a score rule.
 func (b *PolicyWrapper) Score(name, expression string, weight int32, n schedv1alpha1.ScoreNormalization) *PolicyWrapper {
 	b.p.Spec.Scores = append(b.p.Spec.Scores, schedv1alpha1.ScoreRule{Name: name, Expression: expression, Weight: weight, Normalization: n})

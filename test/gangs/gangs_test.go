@@ -11,6 +11,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/placement"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/test/builder"
 )
@@ -167,7 +168,8 @@ func TestGangHeldAtPreEnqueue(t *testing.T) {
 // TestProfileRunsGangPlugins: with the gates on (the manager set them in
 // this process), the shipped celsched profile runs kube-scheduler's gang
 // and placement plugins, as the stock default profile does, beside the
-// CEL plugins.
+// CEL plugins; CELPlacement generates the placements in
+// TopologyPlacementGenerator's place.
 func TestProfileRunsGangPlugins(t *testing.T) {
 	cfg, err := defaultconfig.Load("")
 	if err != nil {
@@ -177,9 +179,18 @@ func TestProfileRunsGangPlugins(t *testing.T) {
 	for _, p := range cfg.Profiles[0].Plugins.MultiPoint.Enabled {
 		got = append(got, p.Name)
 	}
-	for _, want := range []string{names.GangScheduling, names.TopologyPlacementGenerator, names.PodGroupPodsCount, filter.Name} {
+	for _, want := range []string{names.GangScheduling, names.TopologyPlacementGenerator, names.PodGroupPodsCount, filter.Name, placement.Name} {
 		if !slices.Contains(got, want) {
 			t.Errorf("profile %s runs %v, want %s among them", cfg.Profiles[0].SchedulerName, got, want)
 		}
+	}
+	// CELPlacement runs TopologyPlacementGenerator itself: a profile may
+	// run one PlacementGenerate plugin.
+	var disabled []string
+	for _, p := range cfg.Profiles[0].Plugins.PlacementGenerate.Disabled {
+		disabled = append(disabled, p.Name)
+	}
+	if !slices.Contains(disabled, names.TopologyPlacementGenerator) {
+		t.Errorf("placementGenerate disables %v, want %s", disabled, names.TopologyPlacementGenerator)
 	}
 }

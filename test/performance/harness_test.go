@@ -38,6 +38,7 @@ import (
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/filter"
+	celplacement "github.com/celsched/celsched/celplugins/placement"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/engine"
@@ -73,14 +74,15 @@ func perfOptions() []benchmark.SchedulerPerfOption {
 	}
 }
 
-// outOfTreeRegistry registers the three CEL plugins. scheduler_perf starts
+// outOfTreeRegistry registers the four CEL plugins. scheduler_perf starts
 // a new scheduler per workload with the same registry, so the plugins find
 // their runtime in current, which the pre-run hook replaces per workload.
 func outOfTreeRegistry() frameworkruntime.Registry {
 	return frameworkruntime.Registry{
-		preenqueue.Name: pluginFactory(preenqueue.New),
-		filter.Name:     pluginFactory(filter.New),
-		score.Name:      pluginFactory(score.New),
+		preenqueue.Name:   pluginFactory(preenqueue.New),
+		filter.Name:       pluginFactory(filter.New),
+		score.Name:        pluginFactory(score.New),
+		celplacement.Name: pluginFactory(celplacement.New),
 	}
 }
 

@@ -54,6 +54,7 @@ import (
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/placement"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/celplugins/verdict"
@@ -624,6 +625,7 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		preenqueue.Name: celplugins.Factory(rt, preenqueue.New),
 		filter.Name:     celplugins.Factory(rt, filter.New),
 		score.Name:      celplugins.Factory(rt, score.New),
+		placement.Name:  celplugins.Factory(rt, placement.New),
 	}
 	// The scheduler adds its event handler (the queueing hints) to the
 	// SchedulingPolicy informer of this factory: the feed runs in it, before

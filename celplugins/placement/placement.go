@@ -1,0 +1,205 @@
+// Package placement is the kube-scheduler PlacementGenerate plugin of
+// celsched, CELPlacement: it generates a pod group's candidate placements
+// as kube-scheduler's TopologyPlacementGenerator does (it runs that
+// plugin), then keeps those that the placement filters of the policies
+// matching the group's pods accept.
+//
+// kube-scheduler runs one PlacementGenerate plugin per profile and has no
+// placement-filter extension point, so the policies' placement filters
+// run here, in place of TopologyPlacementGenerator.
+package placement
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/topologyaware"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration.
+const Name = "CELPlacement"
+
+// Placement generates a pod group's placements and filters them with the
+// matching policies' placement filters.
+type Placement struct {
+	rt *celplugins.Runtime
+	// generator is kube-scheduler's TopologyPlacementGenerator: the
+	// candidates come from it, one per domain of the group's topology
+	// constraint (or every node, without one).
+	generator fwk.PlacementGeneratePlugin
+}
+
+var (
+	_ fwk.PlacementGeneratePlugin = &Placement{}
+	_ fwk.EnqueueExtensions       = &Placement{}
+)
+
+// New builds the plugin; use celplugins.Factory(rt, New) to register it.
+// The generator gets the features kube-scheduler gives its own plugins,
+// from the process's feature gates (set before the scheduler is built,
+// celplugins/featuregates).
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*Placement, error) {
+	if err := rt.Attach(h); err != nil {
+		return nil, err
+	}
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	generator, err := topologyaware.New(ctx, obj, h, fts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return &Placement{rt: rt, generator: generator}, nil
+}
+
+// Name implements fwk.Plugin.
+func (pl *Placement) Name() string { return Name }
+
+// GeneratePlacements implements fwk.PlacementGeneratePlugin: the
+// generator's placements that every enforced policy matching the group's
+// pods accepts. When it refuses them all, the status names a policy and
+// rule that refused each (kube-scheduler gives it to the group's pods).
+func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupCycleState, group fwk.PodGroupInfo, parent *fwk.Placement) (*fwk.GeneratePlacementsResult, *fwk.Status) {
+	result, status := pl.generator.GeneratePlacements(ctx, state, group, parent)
+	if !status.IsSuccess() || result == nil || len(result.Placements) == 0 {
+		return result, status
+	}
+	policies, err := pl.matching(ctx, group)
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if len(policies) == 0 {
+		return result, nil
+	}
+	logger := klog.FromContext(ctx)
+	kept := make([]*fwk.Placement, 0, len(result.Placements))
+	var refusals []string
+	var refusal *engine.Decision
+	for _, p := range result.Placements {
+		in, err := placementInput(p, group)
+		if err != nil {
+			return nil, fwk.AsStatus(err)
+		}
+		d := pl.decide(ctx, policies, in, group)
+		if d == nil {
+			kept = append(kept, p)
+			continue
+		}
+		if refusal == nil {
+			refusal = d
+		}
+		refusals = append(refusals, engine.PlacementRejection(in.Name, d))
+	}
+	if len(kept) > 0 {
+		if len(refusals) > 0 {
+			logger.V(4).Info("SchedulingPolicies refused placements of the pod group", "podGroup", klog.KRef(group.GetNamespace(), group.GetName()), "refused", refusals)
+		}
+		return &fwk.GeneratePlacementsResult{Placements: kept}, nil
+	}
+	msg := engine.Truncate(fmt.Sprintf("pod group %s/%s: no placement passes the SchedulingPolicies: %s", group.GetNamespace(), group.GetName(), strings.Join(refusals, "; ")), engine.MaxMessageLength)
+	// No node of a refused placement can help, and neither can preemption
+	// unless a rule failed (Error), which a retry may not repeat.
+	if refusal.Verdict == engine.Error {
+		return nil, fwk.NewStatus(fwk.Unschedulable, msg)
+	}
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+}
+
+// matching returns the policies with placement filters that apply to the
+// group: those that match its first unscheduled member (Match, as for
+// filters). A policy whose match fails is left to CELFilter, which rejects
+// the pods (failurePolicy Fail) or skips it (Ignore).
+func (pl *Placement) matching(ctx context.Context, group fwk.PodGroupInfo) ([]*engine.CompiledPolicy, error) {
+	pods := group.GetUnscheduledPods()
+	if len(pods) == 0 {
+		return nil, nil
+	}
+	snapshot := pl.rt.Inputs.Policies.Snapshot()
+	if !hasPlacementFilters(snapshot) {
+		return nil, nil
+	}
+	podIn, err := pl.rt.Inputs.PodInput(pods[0])
+	if err != nil {
+		return nil, err
+	}
+	var out []*engine.CompiledPolicy
+	for _, m := range snapshot.Match(ctx, podIn, nil) {
+		d := m.Decision
+		if d.Verdict == engine.Pass && d.Policy.HasPlacementFilters() {
+			out = append(out, d.Policy)
+		}
+	}
+	return out, nil
+}
+
+func hasPlacementFilters(s *engine.Snapshot) bool {
+	for _, p := range s.Policies() {
+		if p.HasPlacementFilters() {
+			return true
+		}
+	}
+	return false
+}
+
+// decide returns the first enforced decision that refuses the placement,
+// nil when every policy accepts it. Audit policies' refusals and the errors
+// are reported.
+func (pl *Placement) decide(ctx context.Context, policies []*engine.CompiledPolicy, in *engine.PlacementInput, group fwk.PodGroupInfo) *engine.Decision {
+	logger := klog.FromContext(ctx)
+	var pod *corev1.Pod
+	if pods := group.GetUnscheduledPods(); len(pods) > 0 {
+		pod = pods[0]
+	}
+	for _, p := range policies {
+		d := p.PlacementFilter(ctx, in)
+		if pod != nil {
+			pl.rt.Report.NoteErrors(ctx, 0, &d, pod, "")
+		}
+		switch {
+		case d.Acts():
+			return &d
+		case d.WouldAct():
+			logger.V(2).Info("SchedulingPolicy would refuse the placement (Audit)", "podGroup", klog.KRef(group.GetNamespace(), group.GetName()),
+				"placement", in.Name, "policy", p.Name, "reason", engine.PlacementRejection(in.Name, &d))
+		}
+	}
+	return nil
+}
+
+// placementInput converts a placement and its group for the engine.
+func placementInput(p *fwk.Placement, group fwk.PodGroupInfo) (*engine.PlacementInput, error) {
+	nodes := make([]*corev1.Node, 0, len(p.Nodes))
+	for _, n := range p.Nodes {
+		if node := n.Node(); node != nil {
+			nodes = append(nodes, node)
+		}
+	}
+	name := p.Name
+	if name == "" {
+		name = "(all nodes)"
+	}
+	return engine.NewPlacementInput(name, nodes, group.GetPodGroup(), group.GetNamespace(), group.GetName())
+}
+
+// EventsToRegister implements fwk.EnqueueExtensions: the events that may
+// change a refusal (a policy or its namespace, a node added or relabelled,
+// a member's labels). kube-scheduler 1.37 records no rejecting plugin for a
+// PlacementGenerate status, so it retries a refused group after its error
+// backoff whatever the events; registering them keeps the plugin from
+// defaulting to every event.
+func (pl *Placement) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		pl.rt.Requeue.PolicyEvents(),
+		pl.rt.Requeue.NamespaceEvents(),
+		pl.rt.Requeue.PodLabelEvents(),
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel}},
+	}, nil
+}

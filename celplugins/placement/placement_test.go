@@ -1,0 +1,111 @@
+package placement
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/topologyaware"
+	st "k8s.io/kubernetes/pkg/scheduler/testing"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/plugintest"
+	"github.com/celsched/celsched/test/builder"
+)
+
+const oneRack = "placement.nodes.all(n, n.metadata.labels['rack'] == placement.nodes[0].metadata.labels['rack'])"
+
+// TestGeneratePlacements: the generator's placement (every node, for a
+// group without a topology constraint) is kept or refused as the matching
+// policies' placement filters say, with kube-scheduler's codes:
+// UnschedulableAndUnresolvable when a rule is false (no node and no
+// preemption helps), Unschedulable when a rule failed under Fail; Audit,
+// Ignore and policies that do not match the group's pods refuse nothing.
+func TestGeneratePlacements(t *testing.T) {
+	t.Parallel()
+	pod := st.MakePod().Namespace("ns").Name("trainer-0").SchedulerName("celsched").Label("app", "trainer").Obj()
+	group := &framework.PodGroupInfo{
+		Namespace: "ns", Name: "train", UnscheduledPods: []*corev1.Pod{pod},
+		PodGroup: &schedulingv1beta1.PodGroup{Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}}}},
+	}
+	var nodes []fwk.NodeInfo
+	for _, n := range []*corev1.Node{
+		st.MakeNode().Name("a1").Label("rack", "a").Obj(),
+		st.MakeNode().Name("b1").Label("rack", "b").Obj(),
+	} {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		nodes = append(nodes, ni)
+	}
+	trainers := func(name string) *builder.PolicyWrapper {
+		return builder.MakePolicy(name).PodLabels(map[string]string{"app": "trainer"})
+	}
+	refused := "pod group ns/train: no placement passes the SchedulingPolicies: placement (all nodes) rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"
+	cases := map[string]struct {
+		policies   []*schedv1alpha1.SchedulingPolicy
+		wantKept   int
+		wantCode   fwk.Code
+		wantPrefix string
+	}{
+		"no policy": {wantKept: 1},
+		"rule false": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{trainers("one-rack").PlacementFilter("one-rack", oneRack, "a gang stays in one rack").Obj()},
+			wantCode:   fwk.UnschedulableAndUnresolvable,
+			wantPrefix: refused,
+		},
+		"rule true": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("two-nodes").PlacementFilter("enough", "placement.count >= podGroup.minCount", "").Obj()},
+			wantKept: 1,
+		},
+		"audit": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("one-rack").PlacementFilter("one-rack", oneRack, "").Audit().Obj()},
+			wantKept: 1,
+		},
+		"does not match the group's pods": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("one-rack").PodLabels(map[string]string{"app": "web"}).
+				PlacementFilter("one-rack", oneRack, "").Obj()},
+			wantKept: 1,
+		},
+		"error under Fail": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{trainers("zones").PlacementFilter("zone", "placement.nodes.all(n, n.metadata.labels['zone'] != '')", "").Obj()},
+			wantCode:   fwk.Unschedulable,
+			wantPrefix: "pod group ns/train: no placement passes the SchedulingPolicies: placement (all nodes) rejected: ",
+		},
+		"error under Ignore": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("zones").PlacementFilter("zone", "placement.nodes.all(n, n.metadata.labels['zone'] != '')", "").Ignore().Obj()},
+			wantKept: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
+			generator, err := topologyaware.New(context.Background(), nil, nil, feature.Features{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl := &Placement{rt: rt, generator: generator}
+			result, status := pl.GeneratePlacements(context.Background(), framework.NewCycleState(), group, &fwk.Placement{Nodes: nodes})
+			if got := status.Code(); got != tc.wantCode {
+				t.Fatalf("code %v (%v), want %v", got, status, tc.wantCode)
+			}
+			if tc.wantPrefix != "" && !strings.HasPrefix(status.Message(), tc.wantPrefix) {
+				t.Errorf("message:\n got %s\nwant prefix %s", status.Message(), tc.wantPrefix)
+			}
+			kept := 0
+			if result != nil {
+				kept = len(result.Placements)
+			}
+			if diff := cmp.Diff(tc.wantKept, kept); diff != "" {
+				t.Errorf("placements kept (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

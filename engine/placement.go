@@ -1,0 +1,282 @@
+package engine
+
+// Placement rules: spec.placement.filters, CEL expressions over one
+// candidate placement of a pod group (placement) and the group itself
+// (podGroup), compiled against their own environment and decided with the
+// policy's failurePolicy and enforcement like every other rule.
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/interpreter"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
+)
+
+// Names of the CEL variables of placement rules.
+const (
+	PlacementVar = "placement"
+	PodGroupVar  = "podGroup"
+)
+
+// PointPlacement is the placement filters, per candidate placement of a
+// pod group.
+const PointPlacement Point = PointScore + 1
+
+// MaxLabelsPerObject is the number of labels a node or a pod group is
+// declared to have at most, for the cost estimates of placement rules (as
+// nodeInfo's pods declare theirs).
+const MaxLabelsPerObject = 64
+
+// placementEnv is the environment of placement rules: the Kubernetes base
+// environment with placement and podGroup, and nothing else (no pod, node,
+// params or variables). It is immutable once built.
+type placementEnv struct {
+	envSet         *environment.EnvSet
+	worst, typical *celcost.Estimator
+}
+
+// newPlacementEnv declares placement and podGroup over the base
+// environment.
+func newPlacementEnv(base *environment.EnvSet) (*placementEnv, error) {
+	labels := apiservercel.NewMapType(apiservercel.StringType, apiservercel.StringType, MaxLabelsPerObject)
+	nodeMeta := apiservercel.NewObjectType("celsched.placement.node.metadata", map[string]*apiservercel.DeclField{
+		"name":   apiservercel.NewDeclField("name", apiservercel.StringType, true, nil, nil),
+		"labels": apiservercel.NewDeclField("labels", labels, true, nil, nil),
+	})
+	node := apiservercel.NewObjectType("celsched.placement.node", map[string]*apiservercel.DeclField{
+		"metadata": apiservercel.NewDeclField("metadata", nodeMeta, true, nil, nil),
+	})
+	placement := apiservercel.NewObjectType("celsched.placement", map[string]*apiservercel.DeclField{
+		"nodes": apiservercel.NewDeclField("nodes", apiservercel.NewListType(node, celcost.MaxPlacementNodes), true, nil, nil),
+		"count": apiservercel.NewDeclField("count", apiservercel.IntType, true, nil, nil),
+	})
+	groupMeta := apiservercel.NewObjectType("celsched.podGroup.metadata", map[string]*apiservercel.DeclField{
+		"name":      apiservercel.NewDeclField("name", apiservercel.StringType, true, nil, nil),
+		"namespace": apiservercel.NewDeclField("namespace", apiservercel.StringType, true, nil, nil),
+		"labels":    apiservercel.NewDeclField("labels", labels, true, nil, nil),
+	})
+	podGroup := apiservercel.NewObjectType("celsched.podGroup", map[string]*apiservercel.DeclField{
+		"metadata": apiservercel.NewDeclField("metadata", groupMeta, true, nil, nil),
+		"minCount": apiservercel.NewDeclField("minCount", apiservercel.IntType, true, nil, nil),
+	})
+	envSet, err := base.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions: []cel.EnvOption{
+			cel.Variable(PlacementVar, placement.CelType()),
+			cel.Variable(PodGroupVar, podGroup.CelType()),
+		},
+		DeclTypes: []*apiservercel.DeclType{nodeMeta, node, placement, groupMeta, podGroup},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment of placement rules: %w", err)
+	}
+	roots := map[string]*apiservercel.DeclType{PlacementVar: placement, PodGroupVar: podGroup}
+	return &placementEnv{
+		envSet:  envSet,
+		worst:   celcost.NewEstimator(roots, celcost.Vars{}, false),
+		typical: celcost.NewEstimator(roots, celcost.Vars{}, true),
+	}, nil
+}
+
+// placementRule is a compiled placement filter.
+type placementRule struct {
+	name    string
+	path    *field.Path
+	prg     celcost.Program
+	message string
+}
+
+// HasPlacementFilters says whether the policy has placement filters.
+func (p *Program) HasPlacementFilters() bool { return len(p.placementFilters) > 0 }
+
+// PlacementFilterRuleNames returns the names of the placement filters, in
+// order.
+func (p *Program) PlacementFilterRuleNames() []string {
+	out := make([]string, len(p.placementFilters))
+	for i, r := range p.placementFilters {
+		out[i] = r.name
+	}
+	return out
+}
+
+// compilePlacement compiles spec.placement.filters.
+func (pc *policyCompiler) compilePlacement(spec *schedv1alpha1.SchedulingPolicySpec, env *placementEnv) {
+	if spec.Placement == nil || len(spec.Placement.Filters) == 0 {
+		return
+	}
+	listPath := field.NewPath("spec", "placement", "filters")
+	if env == nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(listPath, fmt.Errorf("no environment for placement rules")))
+		return
+	}
+	for i, r := range spec.Placement.Filters {
+		path := listPath.Index(i).Child("expression")
+		if prg := pc.placementProgram(env, path, r.Expression); prg != nil {
+			pc.out.placementFilters = append(pc.out.placementFilters, &placementRule{name: r.Name, path: path, prg: prg, message: r.Message})
+		}
+	}
+}
+
+// placementProgram parses, type-checks and cost-checks one placement rule
+// and builds its program, or records its errors and returns nil. Every
+// placement rule is tracked at runtime: placement.nodes is declared to hold
+// at most celcost.MaxPlacementNodes nodes for the estimates, and a larger
+// cluster's placements may hold more, so the runtime limit
+// (celcost.PerExpressionCostLimit) is what bounds them.
+func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, text string) celcost.Program {
+	if pc.stopped() {
+		return nil
+	}
+	envType := environment.NewExpressions
+	if pc.stored(text) {
+		envType = environment.StoredExpressions
+	}
+	celEnv, err := env.envSet.Env(envType)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, err))
+		return nil
+	}
+	ast, issues := celEnv.CompileSource(textSource{common.NewTextSource(text)})
+	if len(issues.Errors()) > 0 {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "compilation failed: "+issuesText(issues, text)))
+		return nil
+	}
+	if !outputMatches(ast.OutputType(), outputBool) {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text),
+			fmt.Sprintf("must evaluate to %s, but evaluates to %s", outputBool, ast.OutputType())))
+		return nil
+	}
+	typical, err := celEnv.EstimateCost(ast, env.typical)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
+		return nil
+	}
+	if typical.Max > celcost.MaxEstimatedCost {
+		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
+			"estimated cost %d exceeds the limit of %d for one expression (estimated with placements of up to %d nodes)%s",
+			typical.Max, celcost.MaxEstimatedCost, celcost.MaxPlacementNodes, loopHint(ast))))
+		return nil
+	}
+	if typical.Max > celcost.WarnEstimatedCost {
+		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
+			FieldRef: path.String(),
+			Warning: fmt.Sprintf("estimated cost %d (with placements of up to %d nodes) exceeds the runtime limit of %d per evaluation: it will be cut off on large placements%s",
+				typical.Max, celcost.MaxPlacementNodes, celcost.PerExpressionCostLimit, loopHint(ast)),
+		})
+	}
+	prg, err := celcost.NewTracked(celEnv, ast, celcost.PerExpressionCostLimit)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "program construction failed: "+err.Error()))
+		return nil
+	}
+	return prg
+}
+
+// PlacementInput is one candidate placement of a pod group, as placement
+// rules read it. Build it once per placement (NewPlacementInput) and
+// decide every matching policy's rules on it.
+type PlacementInput struct {
+	// Name is the placement's name (its topology domain), for messages.
+	Name string
+	vars interpreter.Activation
+}
+
+// NewPlacementInput converts a candidate placement (its nodes) and its pod
+// group. group may be nil (a composite group): podGroup then has the
+// namespace and name given, and minCount 0.
+func NewPlacementInput(name string, nodes []*corev1.Node, group *schedulingv1beta1.PodGroup, namespace, groupName string) (*PlacementInput, error) {
+	list := make([]any, len(nodes))
+	for i, n := range nodes {
+		list[i] = map[string]any{"metadata": map[string]any{"name": n.Name, "labels": labelsOf(n.Labels)}}
+	}
+	meta := map[string]any{"name": groupName, "namespace": namespace, "labels": map[string]string{}}
+	var minCount int64
+	if group != nil {
+		meta["labels"] = labelsOf(group.Labels)
+		if g := group.Spec.SchedulingPolicy.Gang; g != nil {
+			minCount = int64(g.MinCount)
+		}
+	}
+	vars, err := interpreter.NewActivation(map[string]any{
+		PlacementVar: map[string]any{"nodes": list, "count": int64(len(nodes))},
+		PodGroupVar:  map[string]any{"metadata": meta, "minCount": minCount},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("converting placement %s: %w", name, err)
+	}
+	return &PlacementInput{Name: name, vars: vars}, nil
+}
+
+func labelsOf(l map[string]string) map[string]string {
+	if l == nil {
+		return map[string]string{}
+	}
+	return l
+}
+
+// PlacementFilter decides the placement filters on one candidate
+// placement: Reject at the first false filter, Error at the first error
+// under Fail. Under Ignore a failing filter is skipped and the filters
+// after it still apply. The policy must apply to the group's pods
+// (Match on a member); the caller acts on the decision (Acts) or reports
+// it (WouldAct).
+func (p *CompiledPolicy) PlacementFilter(ctx context.Context, in *PlacementInput) Decision {
+	d := Decision{Policy: p, Point: PointPlacement}
+	if err := p.Err(); err != nil {
+		d.fail("", err)
+		return d
+	}
+	var spent uint64
+	for _, r := range p.placementFilters {
+		v, cost, err := r.prg.Eval(ctx, in.vars)
+		spent += cost
+		if err == nil && spent > p.costBudget {
+			err = fmt.Errorf("%w: %d", ErrCostBudgetExceeded, p.costBudget)
+		}
+		if err == nil {
+			if _, ok := v.(types.Bool); !ok {
+				err = fmt.Errorf("evaluated to %s, want bool", v.Type().TypeName())
+			}
+		}
+		if err != nil {
+			if d.fail(r.name, &EvalError{Policy: p.Name, Rule: r.name, Field: r.path.String(), Err: err}) {
+				return d
+			}
+			continue
+		}
+		if v == types.False {
+			d.Verdict, d.Rule = Reject, r.name
+			d.Message = r.message
+			if d.Message == "" {
+				d.Message = "expression is false"
+			}
+			return d
+		}
+	}
+	return d
+}
+
+// PlacementRejection is a placement filter's decision as a pod's owner
+// reads it, on one line and at most MaxMessageLength bytes: which
+// placement, which policy and rule, and the rule's message (or the error).
+func PlacementRejection(placement string, d *Decision) string {
+	switch d.Verdict {
+	case Reject:
+		return Truncate(fmt.Sprintf("placement %s rejected by SchedulingPolicy %s, rule placement.filters/%s: %s", placement, d.Policy.Name, d.Rule, oneLine(d.Message)), MaxMessageLength)
+	case Error:
+		return Truncate(fmt.Sprintf("placement %s rejected: %s", placement, podErrorMessage(d.Err)), MaxMessageLength)
+	}
+	return ""
+}

@@ -1,0 +1,132 @@
+package gangs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
+)
+
+// Topology labels of the placement tests' nodes: racks, grouped in blocks.
+const (
+	rackLabel  = "topology.example.com/rack"
+	blockLabel = "topology.example.com/block"
+)
+
+// oneRack is the placement filter "a gang stays in one rack".
+const oneRack = "placement.nodes.all(n, n.metadata.labels[?'" + rackLabel + "'].orValue('') == placement.nodes[0].metadata.labels[?'" + rackLabel + "'].orValue(''))"
+
+// nodesOf returns the nodes the pods are bound to, waiting for each.
+func nodesOf(t *testing.T, pods []*corev1.Pod) []string {
+	t.Helper()
+	out := make([]string, len(pods))
+	for i, pod := range pods {
+		out[i] = waitForNode(t, pod)
+	}
+	return out
+}
+
+// TestGangPlacementOneRack: a policy's placement filter keeps a 4-member
+// gang in one rack. Block b1 has racks a and b (two 1-pod nodes each),
+// block b2 rack c (two 2-pod nodes). A gang constrained to one block
+// (topology constraint on the block label) has two candidate placements,
+// b1 and b2: the policy refuses b1 (two racks) and the gang lands in rack
+// c. A second gang without a topology constraint then has one candidate,
+// every node, which spans the racks, and no rack has room for its 4
+// members (rack c is full, a and b take 2 each): all 4 stay pending, their
+// condition naming the policy and rule. A pod outside a group is placed
+// as always. Switched to Audit, the policy refuses nothing and the second
+// gang is placed across racks a and b.
+func TestGangPlacementOneRack(t *testing.T) {
+	rack := func(name, r, b, cpu string) nodeSpec {
+		return nodeSpec{name: name, cpu: cpu, labels: map[string]string{rackLabel: r, blockLabel: b}}
+	}
+	createNodes(t,
+		rack("a1", "a", "b1", "1500m"), rack("a2", "a", "b1", "1500m"),
+		rack("b1", "b", "b1", "1500m"), rack("b2", "b", "b1", "1500m"),
+		rack("c1", "c", "b2", "2500m"), rack("c2", "c", "b2", "2500m"),
+	)
+	policy := builder.MakePolicy("one-rack").PodLabels(map[string]string{"app": "trainer"}).
+		PlacementFilter("one-rack", oneRack, "a gang stays in one rack").Obj()
+	applyPolicy(t, policy)
+	ns := createNamespace(t, "placement", nil)
+	trainer := withLabels(map[string]string{"app": "trainer"})
+
+	createGang(t, ns, "train", 4, blockLabel)
+	train := members(t, ns, "train", 4, nil, trainer, withCPU("1"))
+	for i, node := range nodesOf(t, train) {
+		if node != "c1" && node != "c2" {
+			t.Errorf("%s on %s, want rack c (c1 or c2): the policy refuses block b1's two racks", train[i].Name, node)
+		}
+	}
+
+	createGang(t, ns, "spill", 4, "")
+	spill := make([]*corev1.Pod, 4)
+	for i := range spill {
+		spill[i] = createPod(t, ns, fmt.Sprintf("spill-%d", i), inGroup("spill"), trainer, withCPU("1"))
+	}
+	refusal := "placement (all nodes) rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"
+	for _, pod := range spill {
+		msg := waitPending(t, pod, reasonUnschedulable, refusal)
+		t.Logf("%s: %s", pod.Name, msg)
+	}
+
+	// Outside a group the placement filter plays no part.
+	solo := createPod(t, ns, "solo", trainer, withCPU("100m"), onNode("a1"))
+	if got := waitForNode(t, solo); got != "a1" {
+		t.Errorf("solo on %s, want a1", got)
+	}
+	for _, pod := range spill {
+		if !unbound(t, pod) {
+			t.Errorf("%s was bound, want the whole gang pending", pod.Name)
+		}
+	}
+
+	// Audit: the refusal is only reported, and the group, requeued by the
+	// policy's change, is placed on the free nodes of racks a and b.
+	current := &schedv1alpha1.SchedulingPolicy{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: policy.Name}, current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Enforcement = schedv1alpha1.Audit
+	if err := k8sClient.Update(t.Context(), current); err != nil {
+		t.Fatal(err)
+	}
+	got := nodesOf(t, spill)
+	for i, node := range got {
+		if !strings.HasPrefix(node, "a") && !strings.HasPrefix(node, "b") {
+			t.Errorf("%s on %s, want a node of rack a or b", spill[i].Name, node)
+		}
+	}
+	t.Logf("spill placed on %v", got)
+}
+
+// TestPlacementFilterTypeError: a placement filter that does not
+// type-check is refused at apply, with its field path.
+func TestPlacementFilterTypeError(t *testing.T) {
+	policy := builder.MakePolicy("bad-placement").PlacementFilter("count", "placement.count", "").Obj()
+	var err error
+	// The webhook's certificate may still be loading: retry while the
+	// error is not the webhook's answer.
+	_ = wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		err = k8sClient.Create(ctx, policy.DeepCopy())
+		return err == nil || strings.Contains(err.Error(), "denied the request"), nil
+	})
+	if err == nil {
+		deleteObject(t, policy)
+		t.Fatal("policy with a non-bool placement filter was accepted")
+	}
+	for _, want := range []string{"spec.placement.filters[0].expression", "must evaluate to bool, but evaluates to int"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+}
