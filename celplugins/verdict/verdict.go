@@ -22,11 +22,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	fwk "k8s.io/kube-scheduler/framework"
 	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	"k8s.io/kubernetes/pkg/features"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -271,6 +273,14 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(factory),
 			frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+			// Read by DefaultPreemption and the pod-group plugins when
+			// GenericWorkload is on (nil there panicked at New). The pod
+			// group manager is an empty scheduler cache: the dry runs do
+			// not evaluate pod groups yet.
+			frameworkruntime.WithMutableSnapshotLister(c.snapshot),
+			frameworkruntime.WithPodGroupManager(internalcache.New(ctx, nil,
+				utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload),
+				utilfeature.DefaultFeatureGate.Enabled(features.CompositePodGroup))),
 			frameworkruntime.WithEventRecorder(events.NewFakeRecorder(100)),
 			frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())),
 			frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
