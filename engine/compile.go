@@ -623,18 +623,8 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if typical.Max > celcost.MaxEstimatedCost {
-		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
-			"estimated cost %d exceeds the limit of %d for one expression (estimated with lists of up to %d items)%s",
-			typical.Max, celcost.MaxEstimatedCost, celcost.TypicalMaxItems, loopHint(ast))))
+	if !pc.withinCost(path, ast, typical.Max, fmt.Sprintf("lists of up to %d items", celcost.TypicalMaxItems), "objects with long lists") {
 		return nil
-	}
-	if typical.Max > celcost.WarnEstimatedCost {
-		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
-			FieldRef: path.String(),
-			Warning: fmt.Sprintf("estimated cost %d (with lists of up to %d items) exceeds the runtime limit of %d per evaluation: it will be cut off on objects with long lists%s",
-				typical.Max, celcost.TypicalMaxItems, celcost.PerExpressionCostLimit, loopHint(ast)),
-		})
 	}
 	estimate := worst
 	return &checked{ast: ast, env: env, refs: refs, estimate: estimate.Max}
@@ -974,6 +964,26 @@ func (v *referenceVisitor) variable(id int64, name string) {
 	if refs.nodeVariable == nil && ok && out.variables[i].nodeScoped {
 		refs.nodeVariable = &reference{id: id, what: "variables." + name + " (it reads node or nodeInfo)"}
 	}
+}
+
+// withinCost checks an expression's typical estimated cost: over
+// MaxEstimatedCost is an error (false), over WarnEstimatedCost a warning.
+// assumed says what the estimate assumed, cutOff where it will be cut off.
+func (pc *policyCompiler) withinCost(path *field.Path, ast *cel.Ast, estimate uint64, assumed, cutOff string) bool {
+	if estimate > celcost.MaxEstimatedCost {
+		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
+			"estimated cost %d exceeds the limit of %d for one expression (estimated with %s)%s",
+			estimate, celcost.MaxEstimatedCost, assumed, loopHint(ast))))
+		return false
+	}
+	if estimate > celcost.WarnEstimatedCost {
+		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
+			FieldRef: path.String(),
+			Warning: fmt.Sprintf("estimated cost %d (with %s) exceeds the runtime limit of %d per evaluation: it will be cut off on %s%s",
+				estimate, assumed, celcost.PerExpressionCostLimit, cutOff, loopHint(ast)),
+		})
+	}
+	return true
 }
 
 // isPodLabels says whether e is pod.metadata.labels or

@@ -163,18 +163,8 @@ func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, 
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if typical.Max > celcost.MaxEstimatedCost {
-		pc.out.Errors = append(pc.out.Errors, field.Forbidden(path, fmt.Sprintf(
-			"estimated cost %d exceeds the limit of %d for one expression (estimated with placements of up to %d nodes)%s",
-			typical.Max, celcost.MaxEstimatedCost, celcost.MaxPlacementNodes, loopHint(ast))))
+	if !pc.withinCost(path, ast, typical.Max, fmt.Sprintf("placements of up to %d nodes", celcost.MaxPlacementNodes), "large placements") {
 		return nil
-	}
-	if typical.Max > celcost.WarnEstimatedCost {
-		pc.out.Warnings = append(pc.out.Warnings, schedv1alpha1.ExpressionWarning{
-			FieldRef: path.String(),
-			Warning: fmt.Sprintf("estimated cost %d (with placements of up to %d nodes) exceeds the runtime limit of %d per evaluation: it will be cut off on large placements%s",
-				typical.Max, celcost.MaxPlacementNodes, celcost.PerExpressionCostLimit, loopHint(ast)),
-		})
 	}
 	prg, err := celcost.NewTracked(celEnv, ast, celcost.PerExpressionCostLimit)
 	if err != nil {
