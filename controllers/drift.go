@@ -29,6 +29,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create
@@ -150,6 +151,9 @@ type DriftController struct {
 	// name. Bound: the policies reconciled; an entry leaves with its
 	// policy. Written by Reconcile only.
 	memory map[string]*remediationMemory
+	// reports are the policies whose drift changed since the report
+	// writer last read them (ReportSource).
+	reports audit.Touches
 }
 
 // SetupWithManager registers the reconciler (policies' events, and the
@@ -467,6 +471,7 @@ func (d *DriftController) apply(snapshot *engine.Snapshot, pods map[types.Namesp
 	}
 	d.mu.Unlock()
 	for name := range changed {
+		d.reports.Touch(name)
 		select {
 		case d.changed <- event.TypedGenericEvent[*schedv1alpha1.SchedulingPolicy]{Object: &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
 		default: // a full channel: the policy's next event or requeue brings it
@@ -709,3 +714,57 @@ func (d *DriftController) blockedEvent(p *schedv1alpha1.SchedulingPolicy, mem *r
 
 // truncateTo shortens s to at most n bytes.
 func truncateTo(s string, n int) string { return engine.Truncate(s, n) }
+
+// PolicyDrift is a policy's drift as the report writer reads it.
+type PolicyDrift struct {
+	// Generation is the policy's compiled generation the pods were
+	// evaluated with.
+	Generation int64
+	// Since is when the policy's pods last went from none drifted to some.
+	Since time.Time
+	// Pods are the drifted pods, sorted by namespace and name.
+	Pods []DriftedPodRef
+}
+
+// DriftedPodRef is a drifted pod: where it runs and why the policy
+// refuses it there.
+type DriftedPodRef struct {
+	Namespace, Name, Node, Message string
+}
+
+// ReportSource is what the report writer reads of drift: the policies
+// whose drift changed, and each one's drift.
+func (d *DriftController) ReportSource() DriftSource { return driftReports{d} }
+
+// driftReports is DriftController as a DriftSource.
+type driftReports struct{ d *DriftController }
+
+func (r driftReports) Wake() <-chan struct{} { return r.d.reports.Wake() }
+func (r driftReports) Touched() []string     { return r.d.reports.Touched() }
+
+// Policies are the policies with drifted pods.
+func (r driftReports) Policies() []string {
+	r.d.mu.Lock()
+	defer r.d.mu.Unlock()
+	var out []string
+	for name, pd := range r.d.drift {
+		if len(pd.pods) > 0 {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (r driftReports) Drift(policy string) (PolicyDrift, bool) {
+	generation, since, keys, pods, known := r.d.driftOf(policy)
+	if !known {
+		return PolicyDrift{}, false
+	}
+	out := PolicyDrift{Generation: generation, Since: since, Pods: make([]DriftedPodRef, len(keys))}
+	for i, key := range keys {
+		dp := pods[key]
+		out.Pods[i] = DriftedPodRef{Namespace: key.Namespace, Name: key.Name, Node: dp.node, Message: dp.message}
+	}
+	return out, true
+}

@@ -12,16 +12,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/engine/audit"
 )
 
-// evidenceSource is a controller's source of the policies whose evidence
-// of one kind (audit.Evidence) went from none to some: the plugins'
-// evidence cache signals them (without blocking), and the source adds
+// policySignals is what has something new to write per policy: an
+// evidence kind (audit.Evidence) or the drift tracker's changes.
+type policySignals interface {
+	// Wake receives when policies were touched since the last Touched.
+	Wake() <-chan struct{}
+	// Touched returns and clears the policies touched.
+	Touched() []string
+	// Policies are the policies with something unwritten at the start.
+	Policies() []string
+}
+
+// evidenceSource is a controller's source of the policies with something
+// new to write: those whose evidence of one kind (audit.Evidence) went
+// from none to some, or whose drift changed. The plugins' evidence cache
+// (the drift tracker) signals them without blocking, and the source adds
 // them to the controller's queue, where a policy is queued once however
-// often it is signalled. At its start it also queues every policy whose
-// evidence was not written yet (collected before this replica led).
-func evidenceSource[S comparable](e *audit.Evidence[S]) source.Source {
+// often it is signalled. At its start it also queues every policy with
+// something unwritten (collected before this replica led).
+func evidenceSource(e policySignals) source.Source {
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		add := func(names []string) {
 			for _, name := range names {

@@ -121,18 +121,9 @@ func TestReportsNotServed(t *testing.T) {
 // keeps its evidence, and the next write adds it once: the counts end
 // exact, as if no write had failed.
 func TestReportWriterFailedWrites(t *testing.T) {
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{schedv1alpha1.AddToScheme, reportsv1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mapper := meta.NewDefaultRESTMapper(nil)
-	mapper.Add(schedv1alpha1.GroupVersion.WithKind("SchedulingPolicy"), meta.RESTScopeRoot)
-	mapper.Add(schema.GroupVersionKind{Group: reportsv1alpha1.GroupVersion.Group, Version: reportsv1alpha1.GroupVersion.Version, Kind: "Report"}, meta.RESTScopeNamespace)
 	policy := &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1, UID: "p"}}
 	failCreates, failUpdates := 0, 0
-	c := fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(policy).
+	c := reportsClient(t, policy).
 		WithInterceptorFuncs(interceptor.Funcs{
 			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 				if _, ok := obj.(*reportsv1alpha1.Report); ok && fail(&failCreates) {
@@ -196,5 +187,143 @@ func TestReportWriterFailedWrites(t *testing.T) {
 	reconcile(false)
 	if s := summary(); s.Pass != 6 || s.Fail != 3 {
 		t.Errorf("a write with nothing new changed the report: %+v", s)
+	}
+}
+
+// reportsClient is a fake API server that serves policies and
+// OpenReports Reports, holding objs.
+func reportsClient(t *testing.T, objs ...client.Object) *fake.ClientBuilder {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{schedv1alpha1.AddToScheme, reportsv1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(schedv1alpha1.GroupVersion.WithKind("SchedulingPolicy"), meta.RESTScopeRoot)
+	mapper.Add(schema.GroupVersionKind{Group: reportsv1alpha1.GroupVersion.Group, Version: reportsv1alpha1.GroupVersion.Version, Kind: "Report"}, meta.RESTScopeNamespace)
+	return fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).WithObjects(objs...)
+}
+
+// fakeDrift is a DriftSource holding one drift per policy.
+type fakeDrift struct {
+	audit.Touches
+	drift map[string]PolicyDrift
+}
+
+func (f *fakeDrift) Policies() []string { return nil }
+func (f *fakeDrift) Drift(policy string) (PolicyDrift, bool) {
+	d, ok := f.drift[policy]
+	return d, ok
+}
+
+// TestReportDrift: a policy's drifted pods are results of category Drift
+// in their namespace's report, ahead of the audit results and counted in
+// fail beside the audit counts, which they never disturb; a change of the
+// drift rewrites only the namespaces it touches (the others keep their
+// resourceVersion), drift gone leaves the audit part alone, drift of
+// another generation than the policy's is not written, and a new leader
+// (a new writer) takes out the drift a previous one wrote and that is no
+// longer true.
+func TestReportDrift(t *testing.T) {
+	policy := &schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1, UID: "p"}}
+	c := reportsClient(t, policy).Build()
+	clock := time.Unix(1000, 0)
+	log := &audit.Log{}
+	log.ByNamespace.Store(true)
+	drift := &fakeDrift{drift: map[string]PolicyDrift{}}
+	w := &ReportWriter{Client: c, Reader: c, Log: log, Drift: drift, Interval: 10 * time.Second, Now: func() time.Time { return clock }}
+	since := time.Unix(900, 0)
+	pod := func(ns, name, node string) DriftedPodRef {
+		return DriftedPodRef{Namespace: ns, Name: name, Node: node, Message: "refused: " + node}
+	}
+	reconcile := func() {
+		t.Helper()
+		clock = clock.Add(10 * time.Second)
+		if _, err := w.Reconcile(t.Context(), policyRequest("p")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report := func(ns string) *reportsv1alpha1.Report {
+		t.Helper()
+		r := &reportsv1alpha1.Report{}
+		if err := c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: ReportName("p")}, r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	subjects := func(r *reportsv1alpha1.Report) string {
+		var out []string
+		for _, res := range r.Results {
+			out = append(out, res.Category+":"+res.Subjects[0].Name)
+		}
+		return strings.Join(out, ",")
+	}
+
+	// Drift of another generation than the policy's: nothing written.
+	drift.drift["p"] = PolicyDrift{Generation: 2, Since: since, Pods: []DriftedPodRef{pod("ns", "a", "n1")}}
+	reconcile()
+	if err := c.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: ReportName("p")}, &reportsv1alpha1.Report{}); err == nil {
+		t.Error("drift of generation 2 written for a policy of generation 1")
+	}
+
+	drift.drift["p"] = PolicyDrift{Generation: 1, Since: since, Pods: []DriftedPodRef{pod("ns", "a", "n1"), pod("ns", "b", "n2"), pod("other", "c", "n1")}}
+	reconcile()
+	ns := report("ns")
+	if ns.Summary.Fail != 2 || ns.Annotations[ReportDriftedAnnotation] != "2" || subjects(ns) != "Drift:a,Drift:b" {
+		t.Errorf("report of ns: summary %+v, annotations %v, results %s", ns.Summary, ns.Annotations, subjects(ns))
+	}
+	if r := ns.Results[0]; r.Result != "fail" || r.Policy != "p" || r.Properties["node"] != "n1" || r.Properties["enforcement"] != "Enforce" ||
+		r.Description != "refused: n1" || r.Timestamp.Seconds != since.Unix() {
+		t.Errorf("drift result %+v", r)
+	}
+	if other := report("other"); other.Summary.Fail != 1 || subjects(other) != "Drift:c" {
+		t.Errorf("report of other: summary %+v, results %s", other.Summary, subjects(other))
+	}
+
+	// Audit evidence in ns adds to its counts, after the drift results.
+	bind(log, &engine.CompiledPolicy{Program: &engine.Program{Name: "p", Generation: 1}}, 3, 2)
+	reconcile()
+	if ns := report("ns"); ns.Summary.Fail != 4 || ns.Summary.Pass != 1 || subjects(ns) != "Drift:a,Drift:b,:pod-b,:pod-a" {
+		t.Errorf("report of ns with evidence: summary %+v, results %s", ns.Summary, subjects(ns))
+	}
+
+	// a leaves: ns is rewritten, other is not.
+	otherVersion := report("other").ResourceVersion
+	drift.drift["p"] = PolicyDrift{Generation: 1, Since: since, Pods: []DriftedPodRef{pod("ns", "b", "n2"), pod("other", "c", "n1")}}
+	drift.Touch("p")
+	reconcile()
+	if ns := report("ns"); ns.Summary.Fail != 3 || ns.Summary.Pass != 1 || subjects(ns) != "Drift:b,:pod-b,:pod-a" {
+		t.Errorf("report of ns after a left: summary %+v, results %s", ns.Summary, subjects(ns))
+	}
+	if v := report("other").ResourceVersion; v != otherVersion {
+		t.Errorf("the report of other was written (%s, was %s) while its drift did not change", v, otherVersion)
+	}
+
+	// A drift unchanged writes nothing.
+	nsVersion := report("ns").ResourceVersion
+	reconcile()
+	if v := report("ns").ResourceVersion; v != nsVersion {
+		t.Errorf("a write with nothing new changed the report of ns (%s, was %s)", v, nsVersion)
+	}
+
+	// A new leader, whose drift says c left other, while the reports say
+	// what the previous leader wrote.
+	drift.drift["p"] = PolicyDrift{Generation: 1, Since: since, Pods: []DriftedPodRef{pod("ns", "b", "n2")}}
+	w = &ReportWriter{Client: c, Reader: c, Log: log, Drift: drift, Interval: 10 * time.Second, Now: func() time.Time { return clock }}
+	reconcile()
+	if other := report("other"); other.Summary.Fail != 0 || len(other.Results) != 0 || other.Annotations[ReportDriftedAnnotation] != "0" {
+		t.Errorf("report of other after its drift left: summary %+v, annotations %v, results %s", other.Summary, other.Annotations, subjects(other))
+	}
+	if v := report("ns").ResourceVersion; v != nsVersion {
+		t.Errorf("the new leader rewrote ns's report, whose drift it holds unchanged (%s, was %s)", v, nsVersion)
+	}
+
+	// No drift at all: the audit counts and results stay.
+	drift.drift["p"] = PolicyDrift{Generation: 1, Since: since}
+	reconcile()
+	if ns := report("ns"); ns.Summary.Fail != 2 || ns.Summary.Pass != 1 || subjects(ns) != ":pod-b,:pod-a" {
+		t.Errorf("report of ns without drift: summary %+v, results %s", ns.Summary, subjects(ns))
 	}
 }

@@ -9,6 +9,7 @@ package audit
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -176,9 +177,7 @@ const MaxReportResults = 50
 type Evidence[S comparable] struct {
 	mu        sync.Mutex
 	unwritten map[string]map[S]*Delta
-	// touched are the policies signalled since the last Touched.
-	touched map[string]struct{}
-	wake    chan struct{}
+	touches   Touches
 }
 
 // record counts one evaluated pod in the delta of (policy, sub), keeping
@@ -193,7 +192,7 @@ func (e *Evidence[S]) record(policy string, sub S, generation int64, violations 
 	if subs == nil {
 		subs = map[S]*Delta{}
 		e.unwritten[policy] = subs
-		e.signal(policy)
+		e.touches.Touch(policy)
 	}
 	d := subs[sub]
 	if d == nil || d.Generation != generation {
@@ -209,44 +208,58 @@ func (e *Evidence[S]) record(policy string, sub S, generation int64, violations 
 	}
 }
 
-// signal marks a policy touched and wakes the reader of Wake; the caller
-// holds the lock. It never blocks.
-func (e *Evidence[S]) signal(policy string) {
-	if e.touched == nil {
-		e.touched = map[string]struct{}{}
+// Wake receives when policies were touched since the last Touched.
+func (e *Evidence[S]) Wake() <-chan struct{} { return e.touches.Wake() }
+
+// Touched returns and clears the policies that gained evidence after
+// having none unwritten.
+func (e *Evidence[S]) Touched() []string { return e.touches.Touched() }
+
+// Touches is a set of policies touched since it was last read, and a
+// wake-up when it gains one: how a writer learns, without polling and
+// without losing one, which policies have something new to write. Bound:
+// the policies touched between two reads. Safe for concurrent use; Touch
+// never blocks.
+type Touches struct {
+	mu      sync.Mutex
+	touched map[string]struct{}
+	wake    chan struct{}
+}
+
+// Touch marks a policy touched and wakes the reader of Wake.
+func (t *Touches) Touch(policy string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.touched == nil {
+		t.touched = map[string]struct{}{}
 	}
-	e.touched[policy] = struct{}{}
+	t.touched[policy] = struct{}{}
 	select {
-	case e.wakeChan() <- struct{}{}:
+	case t.wakeChan() <- struct{}{}:
 	default: // a wake-up is pending already
 	}
 }
 
-func (e *Evidence[S]) wakeChan() chan struct{} {
-	if e.wake == nil {
-		e.wake = make(chan struct{}, 1)
+func (t *Touches) wakeChan() chan struct{} {
+	if t.wake == nil {
+		t.wake = make(chan struct{}, 1)
 	}
-	return e.wake
+	return t.wake
 }
 
 // Wake receives when policies were touched since the last Touched.
-func (e *Evidence[S]) Wake() <-chan struct{} {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.wakeChan()
+func (t *Touches) Wake() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.wakeChan()
 }
 
-// Touched returns and clears the policies that gained evidence after
-// having none unwritten.
-func (e *Evidence[S]) Touched() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]string, 0, len(e.touched))
-	for p := range e.touched {
-		out = append(out, p)
-	}
-	e.touched = nil
-	slices.Sort(out)
+// Touched returns and clears the policies touched, sorted.
+func (t *Touches) Touched() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := slices.Sorted(maps.Keys(t.touched))
+	t.touched = nil
 	return out
 }
 

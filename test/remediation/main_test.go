@@ -95,7 +95,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", Remediation: true, AuditStatusInterval: 100 * time.Millisecond}
+	opts := app.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", Remediation: true, Reports: true, AuditStatusInterval: 100 * time.Millisecond}
 	testenv.SelfSignedWebhook(env, &opts, namespace)
 	stop, err := testenv.RunManager(ctx, cfg, k8sClient, opts)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -31,6 +32,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/analyze"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
+	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/test/kwok"
 )
 
@@ -290,6 +292,29 @@ func TestRemediationEvictsDriftedPods(t *testing.T) {
 		return driftedPodsMetric(t, policyName) == 2, nil
 	}); err != nil {
 		t.Errorf("celsched_policy_drifted_pods{policy=%q} = %v, want 2", policyName, driftedPodsMetric(t, policyName))
+	}
+	// And the policy's OpenReports Report in the namespace: the same two
+	// pods, as drift results.
+	var reportSays string
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		r := &reportsv1alpha1.Report{}
+		if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: controllers.ReportName(policyName)}, r); err != nil {
+			return false, nil
+		}
+		var got []string
+		for _, res := range r.Results {
+			if res.Category == controllers.DriftCategory {
+				got = append(got, res.Subjects[0].Name+" on "+res.Properties["node"])
+			}
+		}
+		want := []string{wantPods[0].Name + " on " + wantPods[0].Node, wantPods[1].Name + " on " + wantPods[1].Node}
+		if r.Summary.Fail == 2 && slices.Equal(got, want) {
+			return true, nil
+		}
+		reportSays = fmt.Sprintf("fail %d, drift results %v; want 2, %v", r.Summary.Fail, got, want)
+		return false, nil
+	}); err != nil {
+		t.Errorf("the policy's Report in %s does not hold the drifted pods (%v): %s", ns, err, reportSays)
 	}
 	var violations []analyze.Finding
 	for _, f := range analyzeReport(t).Findings {

@@ -274,12 +274,6 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the audit status writer: %w", err)
 	}
-	if o.Reports {
-		if err := (&controllers.ReportWriter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog,
-			Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
-			return nil, fmt.Errorf("setting up the report writer: %w", err)
-		}
-	}
 	runner, err := addScheduler(ctx, cfg, mgr, schedCfg, p, fence)
 	if err != nil {
 		return nil, err
@@ -305,8 +299,17 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
 	}
-	if err := addDrift(ctx, cfg, mgr, o, schedCfg, p, runner, fence); err != nil {
+	drift, err := addDrift(ctx, cfg, mgr, o, schedCfg, p, runner, fence)
+	if err != nil {
 		return nil, err
+	}
+	if o.Reports {
+		// One writer of the reports, with two inputs: the audit evidence
+		// and the drift.
+		if err := (&controllers.ReportWriter{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog,
+			Drift: drift.ReportSource(), Interval: o.AuditStatusInterval}).SetupWithManager(mgr); err != nil {
+			return nil, fmt.Errorf("setting up the report writer: %w", err)
+		}
 	}
 	return &Manager{Manager: mgr, SchedulerNames: names, sched: runner.sched}, nil
 }
@@ -315,7 +318,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 // on the leader: it evaluates running pods with the one evaluator over the
 // scheduler's own informers, policies, converter and params, and evicts
 // through a client that passes the leader fence.
-func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies, runner *schedulerRunner, fence *leaderFence) error {
+func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options, schedCfg *schedulerconfig.KubeSchedulerConfiguration, p *policies, runner *schedulerRunner, fence *leaderFence) (*controllers.DriftController, error) {
 	podInformer := runner.factory.Core().V1().Pods()
 	nodeInformer := runner.factory.Core().V1().Nodes()
 	nsInformer := runner.factory.Core().V1().Namespaces()
@@ -328,7 +331,7 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 	}
 	evictions, err := kubernetes.NewForConfig(evictCfg)
 	if err != nil {
-		return fmt.Errorf("creating the remediation's client: %w", err)
+		return nil, fmt.Errorf("creating the remediation's client: %w", err)
 	}
 	d := &controllers.DriftController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Live: live, Pods: podInformer.Lister(),
 		Recorder: mgr.GetEventRecorder("celsched-drift"), Remediation: o.Remediation, WriteInterval: o.AuditStatusInterval,
@@ -346,9 +349,9 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 		d.ParamsChanged()
 	}
 	if err := d.SetupWithManager(mgr, podInformer.Informer(), nodeInformer.Informer(), nsInformer.Informer()); err != nil {
-		return fmt.Errorf("setting up drift detection: %w", err)
+		return nil, fmt.Errorf("setting up drift detection: %w", err)
 	}
-	return mgr.Add(&controllers.DriftMetrics{Reader: mgr.GetCache()})
+	return d, mgr.Add(&controllers.DriftMetrics{Reader: mgr.GetCache()})
 }
 
 // newControllerManager builds the controller-runtime manager: its scheme,
