@@ -17,12 +17,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,7 +118,8 @@ func run(workDir, samplesDir string, gates map[string]bool) error {
 	if err != nil {
 		return err
 	}
-	if err := createCluster(ctx, c); err != nil {
+	gangs := gates["GenericWorkload"] && gates["TopologyAwareWorkloadScheduling"]
+	if err := createCluster(ctx, c, gangs); err != nil {
 		return err
 	}
 	mgrCtx, cancelMgr := context.WithCancel(klog.NewContext(ctx, klog.NewKlogr()))
@@ -125,7 +128,7 @@ func run(workDir, samplesDir string, gates map[string]bool) error {
 	if err != nil {
 		return err
 	}
-	if err := populate(ctx, c, samplesDir); err != nil {
+	if err := populate(ctx, c, samplesDir, gangs); err != nil {
 		return err
 	}
 	printTryThis(kubeconfig)
@@ -169,8 +172,9 @@ func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Confi
 
 // populate applies the sample policies (once the manager's webhook is
 // called: it validates them) and their params, waits for them to be Ready,
-// creates the sample pods and prints where they went.
-func populate(ctx context.Context, c client.Client, samplesDir string) error {
+// creates the sample pods (and, with gangs, the sample pod groups) and
+// prints where they went.
+func populate(ctx context.Context, c client.Client, samplesDir string, gangs bool) error {
 	if err := testenv.WaitWebhook(ctx, c, true, time.Minute); err != nil {
 		return err
 	}
@@ -184,7 +188,7 @@ func populate(ctx context.Context, c client.Client, samplesDir string) error {
 	if err := waitReady(ctx, c, policies); err != nil {
 		return err
 	}
-	pods, err := createPods(ctx, c)
+	pods, err := createPods(ctx, c, gangs)
 	if err != nil {
 		return err
 	}
@@ -235,6 +239,25 @@ var nodes = []node{
 	{name: "node-c1", zone: "zone-c", labels: map[string]string{"celsched.io/maintenance": "true"}},
 }
 
+// gangTaint keeps the pods of the sample pod groups, which tolerate it,
+// apart from the other sample pods.
+const gangTaint = "celsched.io/gangs"
+
+// gangNodes are the nodes of the sample pod groups (make run with the
+// workload feature gates): GPU nodes in two rack blocks of zone-a, where
+// team-a's TenantPlacement lets its pods run.
+var gangNodes = func() []node {
+	var out []node
+	for _, b := range []string{"x", "y"} {
+		for i := 1; i <= 2; i++ {
+			out = append(out, node{name: fmt.Sprintf("node-%s%d", b, i), zone: "zone-a",
+				labels: map[string]string{"nvidia.com/gpu.present": "true", "topology.example.com/block": b},
+				taints: []corev1.Taint{{Key: gangTaint, Effect: corev1.TaintEffectNoSchedule}}})
+		}
+	}
+	return out
+}()
+
 // namespaces of the sample workloads and their labels.
 var namespaces = map[string]map[string]string{
 	"ml":       {"team": "ml", "gpu-approved": "true", "cost-center": "research"},
@@ -257,11 +280,16 @@ var namespaces = map[string]map[string]string{
 // managerNamespace is the namespace of an install (config/default).
 const managerNamespace = "celsched-system"
 
-// createCluster creates the nodes, KWOK's (its annotation; it makes them
+// createCluster creates the nodes (with gangs, the rack blocks' nodes
+// too), KWOK's (its annotation; it makes them
 // Ready and keeps their capacity), and the namespaces, and waits until
 // KWOK has made the nodes Ready.
-func createCluster(ctx context.Context, c client.Client) error {
-	for _, n := range nodes {
+func createCluster(ctx context.Context, c client.Client, gangs bool) error {
+	all := nodes
+	if gangs {
+		all = slices.Concat(nodes, gangNodes)
+	}
+	for _, n := range all {
 		labels := map[string]string{corev1.LabelTopologyZone: n.zone}
 		for k, v := range n.labels {
 			labels[k] = v
@@ -286,7 +314,7 @@ func createCluster(ctx context.Context, c client.Client) error {
 			return fmt.Errorf("creating node %s: %w", n.name, err)
 		}
 	}
-	if err := waitNodesReady(ctx, c); err != nil {
+	if err := waitNodesReady(ctx, c, all); err != nil {
 		return err
 	}
 	for name, labels := range namespaces {
@@ -295,11 +323,14 @@ func createCluster(ctx context.Context, c client.Client) error {
 		}
 	}
 	fmt.Printf("Created %d KWOK nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance), Ready, and %d namespaces.\n", len(nodes), len(namespaces))
+	if gangs {
+		fmt.Printf("With the workload feature gates: %d GPU nodes in rack blocks x and y of zone-a, for pod groups only (tainted %s).\n", len(gangNodes), gangTaint)
+	}
 	return nil
 }
 
 // waitNodesReady waits until KWOK has made every node Ready.
-func waitNodesReady(ctx context.Context, c client.Client) error {
+func waitNodesReady(ctx context.Context, c client.Client, nodes []node) error {
 	var notReady []string
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		notReady = notReady[:0]
@@ -395,6 +426,32 @@ type samplePod struct {
 	gpus, cpu       string
 	tolerateGPU     bool
 	note            string
+	// group is the pod's pod group (sampleGroups), with gangs only.
+	group string
+}
+
+// sampleGroup is a pod group of the demo (make run with the workload
+// feature gates): a gang of minCount members, whose candidate placements
+// are the values of topologyKey.
+type sampleGroup struct {
+	namespace, name, topologyKey string
+	minCount                     int32
+}
+
+// sampleGroups are team-a's gangs under tenant-gangs-one-block: one asks
+// for a rack block and is placed in one; one asks for a zone, which spans
+// both blocks, and is held with the policy's reason.
+var sampleGroups = []sampleGroup{
+	{namespace: "team-a", name: "train", topologyKey: "topology.example.com/block", minCount: 2},
+	{namespace: "team-a", name: "wide", topologyKey: corev1.LabelTopologyZone, minCount: 2},
+}
+
+// gangPods are the members of sampleGroups.
+var gangPods = []samplePod{
+	{namespace: "team-a", name: "train-0", cpu: "6", group: "train", note: "tenant-gangs-one-block: one block"},
+	{namespace: "team-a", name: "train-1", cpu: "6", group: "train", note: "tenant-gangs-one-block: one block"},
+	{namespace: "team-a", name: "wide-0", cpu: "6", group: "wide", note: "tenant-gangs-one-block: a zone spans blocks"},
+	{namespace: "team-a", name: "wide-1", cpu: "6", group: "wide", note: "tenant-gangs-one-block: a zone spans blocks"},
 }
 
 var samplePods = []samplePod{
@@ -411,9 +468,25 @@ var samplePods = []samplePod{
 	{namespace: "team-c", name: "web", note: "tenant-zones-and-pools: no params"},
 }
 
-func createPods(ctx context.Context, c client.Client) ([]*corev1.Pod, error) {
+func createPods(ctx context.Context, c client.Client, gangs bool) ([]*corev1.Pod, error) {
 	var out []*corev1.Pod
-	for _, s := range samplePods {
+	all := samplePods
+	if gangs {
+		all = slices.Concat(samplePods, gangPods)
+		for _, g := range sampleGroups {
+			pg := &schedulingv1beta1.PodGroup{
+				ObjectMeta: metav1.ObjectMeta{Namespace: g.namespace, Name: g.name},
+				Spec: schedulingv1beta1.PodGroupSpec{
+					SchedulingPolicy:      schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: g.minCount}},
+					SchedulingConstraints: &schedulingv1beta1.PodGroupSchedulingConstraints{Topology: []schedulingv1beta1.TopologyConstraint{{Key: g.topologyKey}}},
+				},
+			}
+			if err := c.Create(ctx, pg); err != nil {
+				return nil, fmt.Errorf("creating PodGroup %s/%s: %w", g.namespace, g.name, err)
+			}
+		}
+	}
+	for _, s := range all {
 		container := corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
 		}}
@@ -430,6 +503,10 @@ func createPods(ctx context.Context, c client.Client) ([]*corev1.Pod, error) {
 		}
 		if s.tolerateGPU {
 			pod.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		}
+		if s.group != "" {
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &s.group}
+			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: gangTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 		}
 		if err := c.Create(ctx, pod); err != nil {
 			return nil, fmt.Errorf("creating pod %s/%s: %w", s.namespace, s.name, err)

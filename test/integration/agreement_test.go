@@ -118,8 +118,16 @@ func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string
 	pod.Name = id + "-" + pod.Name
 	requireNodes(pod, metav1.LabelSelectorRequirement{Key: caseLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{id}})
 
-	// celsched eval on the same objects, as files.
-	args := []string{"eval", "-o", "json", "--pod", writeObjects(t, dir, "pod", pod), "--nodes", writeObjects(t, dir, "nodes", nodes...),
+	// celsched eval on the same objects, as files; the pod as the API
+	// server stores it (a server-side dry run: fields of a feature the
+	// server has off, such as spec.schedulingGroup without
+	// GenericWorkload, are dropped live, so eval must not see them).
+	stored := pod.DeepCopy()
+	if err := k8sClient.Create(ctx, stored, client.DryRunAll); err != nil {
+		t.Fatalf("creating pod %s (dry run): %v", pod.Name, err)
+	}
+	stored.ResourceVersion, stored.UID, stored.CreationTimestamp = "", "", metav1.Time{}
+	args := []string{"eval", "-o", "json", "--pod", writeObjects(t, dir, "pod", stored), "--nodes", writeObjects(t, dir, "nodes", nodes...),
 		"--namespace", writeObjects(t, dir, "namespaces", namespaces...), "--pods-on-nodes", writeObjects(t, dir, "pods", onNodes...)}
 	for _, f := range suite.PolicyFiles {
 		args = append(args, "-f", f)
