@@ -49,7 +49,22 @@ type Score struct {
 	// over the scored nodes, allocated per cycle otherwise. Taken and
 	// returned by NormalizeScore.
 	normalizeBuffers sync.Pool
+
+	// tables numbers the cycles' tables of raw values (scoreState.id).
+	tables atomic.Uint32
+	// mu guards kept.
+	mu sync.Mutex
+	// kept are the tables of finished cycles that kube-scheduler's
+	// opportunistic batching may still hand back to NormalizeScore (see
+	// keep). Bound: the table of the last cycle that scored every
+	// candidate, and the one-row tables of the rescoring cycles after it;
+	// at most maxKept. Written by NormalizeScore.
+	kept []*scoreState
 }
+
+// maxKept bounds the tables kept for batching: the rescoring cycles of one
+// batch (kube-scheduler ends a batch after 500 ms) fit many times over.
+const maxKept = 256
 
 var (
 	_ fwk.PreScorePlugin = &Score{}
@@ -75,10 +90,20 @@ func (pl *Score) SignPod(ctx context.Context, pod *corev1.Pod) ([]fwk.SignFragme
 
 // scoreState holds the raw values of one cycle. Each Score call takes a
 // row of its own (next), writes its node's raw values there and returns
-// the row's number as the node's score, which kube-scheduler hands to
-// NormalizeScore unchanged; NormalizeScore turns the rows into the
-// normalized scores. So no per-node map is built or read.
+// the table's id and the row's number as the node's raw score (rowRef),
+// which kube-scheduler hands to NormalizeScore unchanged; NormalizeScore
+// turns the rows into the normalized scores. So no per-node map is built
+// or read.
+//
+// kube-scheduler 1.37's opportunistic batching hands NormalizeScore raw
+// scores of an earlier cycle too: for the next pod of the same signature
+// it rescores only the node the last pod took (PreScore with every
+// candidate, Score on that node) and normalizes the earlier raw scores of
+// the other candidates with it. A raw score therefore names its table, and
+// the plugin keeps the tables batching can still refer to (Score.kept).
 type scoreState struct {
+	// id is the table's number in rowRef.
+	id    uint32
 	cycle *celplugins.Cycle
 	tally *metrics.Tally
 	rules []rule
@@ -109,6 +134,46 @@ func (pl *Score) release(s *scoreState) {
 	if cap(raw) > 0 {
 		pl.rawBuffers.Put(&raw)
 	}
+}
+
+// keptTable returns the kept table id if its rules are those of s (the
+// same compiled policies, so the same rules in the same order), or nil.
+// The caller holds mu.
+func (pl *Score) keptTable(id uint32, s *scoreState) *scoreState {
+	for _, t := range pl.kept {
+		if t.id == id {
+			if !slices.Equal(t.cycle.Scores, s.cycle.Scores) {
+				return nil
+			}
+			return t
+		}
+	}
+	return nil
+}
+
+// keep keeps a finished cycle's table for batching, which may hand its
+// raw scores to a later NormalizeScore. A cycle that read no earlier
+// table (earlier false) scored its candidates afresh: batching can refer
+// to no table before it any more, and those go back to rawBuffers. A
+// rescoring cycle's table keeps only its used rows (one). The caller
+// holds mu.
+func (pl *Score) keep(s *scoreState, earlier bool) {
+	if !earlier {
+		for _, t := range pl.kept {
+			pl.release(t)
+		}
+		pl.kept = pl.kept[:0]
+	}
+	if used := int(s.next.Load()) * len(s.rules); used < len(s.raw)/2 {
+		raw := slices.Clone(s.raw[:used])
+		pl.release(s)
+		s.raw = raw
+	}
+	if len(pl.kept) == maxKept {
+		pl.release(pl.kept[0])
+		pl.kept = slices.Delete(pl.kept, 0, 1)
+	}
+	pl.kept = append(pl.kept, s)
 }
 
 // row returns the raw values of a row.
@@ -142,7 +207,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	if len(c.Scores) == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	s := &scoreState{cycle: c, tally: pl.rt.Report.Tally(engine.PointScore, c.Scores)}
+	s := &scoreState{id: pl.tables.Add(1) & maxTableID, cycle: c, tally: pl.rt.Report.Tally(engine.PointScore, c.Scores)}
 	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
 			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: !p.Enforced()})
@@ -180,7 +245,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		// generation): its raw values are this pod's.
 		copy(raw, o.Raw)
 		s.tally.Passed(0, len(s.cycle.Scores))
-		return row, nil
+		return rowRef(s.id, row), nil
 	}
 	// clean: every decision passed plainly, so the raw values are the
 	// same for every pod that reads the same (when the list is memoized)
@@ -228,8 +293,18 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	if clean {
 		s.cycle.ScoreList.Remember(s.cycle.Pod, &in, engine.ListOutcome{Raw: slices.Clone(raw)})
 	}
-	return row, nil
+	return rowRef(s.id, row), nil
 }
+
+// maxTableID is the largest table id: a rowRef is never negative.
+const maxTableID = 1<<31 - 1
+
+// rowRef is a node's raw score as Score returns it: the table's id and
+// the row of the node's raw values in it.
+func rowRef(table uint32, row int64) int64 { return int64(table)<<32 | row }
+
+// splitRowRef is rowRef's table and row.
+func splitRowRef(v int64) (table uint32, row int64) { return uint32(v >> 32), v & (1<<32 - 1) }
 
 // ScoreExtensions implements fwk.ScorePlugin.
 func (pl *Score) ScoreExtensions() fwk.ScoreExtensions { return pl }
@@ -249,17 +324,36 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	}
 	defer pl.normalizeBuffers.Put(b)
 	rows, seen := sized(&b.rows, len(scores)), sized(&b.seen, int(s.next.Load()))
+	earlier := false
+	pl.mu.Lock()
 	for i, ns := range scores {
-		// The row Score wrote the node's raw values in.
-		row := ns.Score
-		if row < 0 || row >= int64(len(seen)) || seen[row] {
-			return fwk.AsStatus(fmt.Errorf("node %s was not scored (row %d of %d)", ns.Name, row, len(seen)))
+		// The row Score wrote the node's raw values in: this cycle's, or,
+		// when batching rescored one node, an earlier cycle's.
+		id, row := splitRowRef(ns.Score)
+		t := s
+		if id != s.id {
+			t = pl.keptTable(id, s)
+			earlier = true
 		}
-		seen[row] = true
-		rows[i] = int(row)
+		switch {
+		case t == nil:
+			pl.mu.Unlock()
+			return fwk.AsStatus(fmt.Errorf("node %s: its raw score (table %d) is not of this cycle or of a cycle kept for batching", ns.Name, id))
+		case t == s && (row >= int64(len(seen)) || seen[row]):
+			pl.mu.Unlock()
+			return fwk.AsStatus(fmt.Errorf("node %s was not scored (row %d of %d)", ns.Name, row, len(seen)))
+		case row >= t.next.Load():
+			pl.mu.Unlock()
+			return fwk.AsStatus(fmt.Errorf("node %s was not scored (row %d of table %d)", ns.Name, row, id))
+		}
+		if t == s {
+			seen[row] = true
+		}
+		rows[i] = t.row(row)
 	}
+	pl.keep(s, earlier)
+	pl.mu.Unlock()
 	enforced, audit := s.combine(rows, false, b, &b.enforced), s.combine(rows, true, b, &b.audit)
-	pl.release(s)
 	for i := range scores {
 		scores[i].Score = 0
 		if enforced != nil {
@@ -281,10 +375,10 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 }
 
 // combine returns the weighted mean of the normalized scores of the
-// enforced (or the Audit) rules for the nodes in rows, in *out, or nil
-// when there are none. b's buffers of raw values and of normalized scores
-// serve every rule.
-func (s *scoreState) combine(rows []int, audit bool, b *normalizeBuffer, out *[]int64) []int64 {
+// enforced (or the Audit) rules for the nodes whose raw values are rows,
+// in *out, or nil when there are none. b's buffers of raw values and of
+// normalized scores serve every rule.
+func (s *scoreState) combine(rows [][]float64, audit bool, b *normalizeBuffer, out *[]int64) []int64 {
 	var (
 		combiner engine.ScoreCombiner
 		found    bool
@@ -299,7 +393,7 @@ func (s *scoreState) combine(rows []int, audit bool, b *normalizeBuffer, out *[]
 		}
 		raw, normalized := sized(&b.raw, len(rows)), sized(&b.normalized, len(rows))
 		for i, row := range rows {
-			raw[i] = s.row(int64(row))[r]
+			raw[i] = row[r]
 		}
 		engine.NormalizeScoresInto(normalized, raw, rl.normalization)
 		combiner.Add(normalized, rl.weight)
@@ -312,7 +406,7 @@ func (s *scoreState) combine(rows []int, audit bool, b *normalizeBuffer, out *[]
 
 // normalizeBuffer is what NormalizeScore needs per node.
 type normalizeBuffer struct {
-	rows            []int
+	rows            [][]float64
 	seen            []bool
 	raw             []float64
 	normalized      []int64

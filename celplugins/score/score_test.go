@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestCombine(t *testing.T) {
 		},
 		raw: []float64{100, 4, 1, 0, 2, 9, nan, nan, 5}, rows: 3,
 	}
-	rows := []int{0, 1, 2}
+	rows := [][]float64{s.row(0), s.row(1), s.row(2)}
 	// The buffers hold another cycle's values, as when they come from the
 	// pool: they must not show.
 	b := &normalizeBuffer{raw: []float64{7, 7, 7, 7}, normalized: []int64{9, 9, 9, 9}}
@@ -339,5 +340,102 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 		if diff := cmp.Diff(scores(pod, fresh), scores(pod, cached)); diff != "" {
 			t.Errorf("pod %d: kept (+) and fresh (-) scores differ:\n%s", i, diff)
 		}
+	}
+}
+
+// TestBatchRescore: kube-scheduler 1.37's opportunistic batching, for the
+// next pod of the same signature, rescores only the node the last pod took
+// (PreScore with every candidate on a clone of the pod's CycleState, Score
+// on that node) and normalizes the other candidates' raw scores of the
+// earlier cycle with it. CELScore's raw scores name their cycle's table,
+// so that normalization succeeds and gives the scores of a fresh cycle,
+// rescore after rescore; a raw score of a table no longer kept (a fresh
+// cycle came since) or of other policies fails the normalization (the
+// batch is dropped), never reads another cycle's values.
+func TestBatchRescore(t *testing.T) {
+	t.Parallel()
+	policies := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
+		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
+			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
+		builder.MakePolicy("team-b-only").NamespaceLabels(map[string]string{"team": "b"}).
+			Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 0 : 100", 1, schedv1alpha1.None).Obj(),
+	}
+	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("team-a", map[string]string{"team": "a"}), plugintest.Namespace("team-b", map[string]string{"team": "b"}))}
+	var nodes []fwk.NodeInfo
+	for i := range 12 {
+		n := st.MakeNode().Name(fmt.Sprintf("node-%d", i*37)).Label("rack", fmt.Sprintf("r%d", i%3))
+		if i%4 == 0 {
+			n = n.Label("spot", "true")
+		}
+		cached, _ := plugintest.CachedAndFresh(n.Obj())
+		nodes = append(nodes, cached)
+	}
+	ctx := context.Background()
+	pod := func(ns, name string) *corev1.Pod {
+		return st.MakePod().Namespace(ns).Name(name).SchedulerName("celsched").Obj()
+	}
+	// fresh is a whole cycle: PreScore, Score on every node, NormalizeScore;
+	// it returns the raw scores (as batching keeps them) and the scores.
+	fresh := func(p *corev1.Pod) (raw, scores fwk.NodeScoreList) {
+		t.Helper()
+		state := prepared(t, pl.rt, p)
+		if status := pl.PreScore(ctx, state, p, nodes); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		raw = make(fwk.NodeScoreList, len(nodes))
+		for i, ni := range nodes {
+			score, status := pl.Score(ctx, state, p, ni)
+			if !status.IsSuccess() {
+				t.Fatal(status)
+			}
+			raw[i] = fwk.NodeScore{Name: ni.Node().Name, Score: score}
+		}
+		scores = slices.Clone(raw)
+		if status := pl.NormalizeScore(ctx, state, p, scores); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		return raw, scores
+	}
+	// rescore is batching's rescoring of node i, with the other nodes' raw
+	// scores of earlier cycles; it returns the new raw scores and the
+	// normalization's scores or status.
+	rescore := func(p *corev1.Pod, raw fwk.NodeScoreList, i int) (fwk.NodeScoreList, fwk.NodeScoreList, *fwk.Status) {
+		t.Helper()
+		state := prepared(t, pl.rt, p).Clone()
+		if status := pl.PreScore(ctx, state, p, nodes); !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		score, status := pl.Score(ctx, state, p, nodes[i])
+		if !status.IsSuccess() {
+			t.Fatal(status)
+		}
+		raw = slices.Clone(raw)
+		raw[i].Score = score
+		scores := slices.Clone(raw)
+		return raw, scores, pl.NormalizeScore(ctx, state, p, scores)
+	}
+
+	raw, want := fresh(pod("team-a", "p0"))
+	for k, i := range []int{3, 0, 3, 7} {
+		var got fwk.NodeScoreList
+		var status *fwk.Status
+		raw, got, status = rescore(pod("team-a", fmt.Sprintf("p%d", k+1)), raw, i)
+		if !status.IsSuccess() {
+			t.Fatalf("rescore %d (node %d): %v", k, i, status)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("rescore %d (node %d): scores differ from a fresh cycle's (-fresh +rescored):\n%s", k, i, diff)
+		}
+	}
+	// Other policies (team-b's pods have a third): the kept tables are not
+	// theirs.
+	if _, _, status := rescore(pod("team-b", "q0"), raw, 2); status.IsSuccess() {
+		t.Error("a rescore of another policy set normalized the earlier raw scores")
+	}
+	// A fresh cycle since: the batch's tables are gone.
+	fresh(pod("team-a", "p9"))
+	if _, _, status := rescore(pod("team-a", "p10"), raw, 2); status.IsSuccess() {
+		t.Error("a rescore normalized raw scores of tables dropped by a later fresh cycle")
 	}
 }
