@@ -329,7 +329,7 @@ filters: [{name: a, expression: "true"}]`,
 		"no rules at all": {
 			spec: `
 enforcement: Audit`,
-			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores or placement.filters must be set"}},
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters or placement.scores must be set"}},
 		},
 	}
 	for name, tc := range tests {
