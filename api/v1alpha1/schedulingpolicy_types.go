@@ -334,8 +334,8 @@ type PlacementRules struct {
 	// scores are CEL expressions that compute a number (int, uint or
 	// double) per candidate placement that a matching group fits, over
 	// placement (as for filters, plus placement.assignedNodes: the node
-	// proposed for each of the group's pods in this placement) and
-	// podGroup. Each value is rounded and clamped to 0..100 (as a score
+	// proposed for each of the group's pods in this placement, with
+	// metadata.name and metadata.labels) and podGroup. Each value is rounded and clamped to 0..100 (as a score
 	// rule's with normalization None), and the placement's score is the
 	// weighted mean of the rules of every enforced matching policy, which
 	// kube-scheduler weighs against its own placement scores.
