@@ -143,42 +143,6 @@ func TestPlacementFilter(t *testing.T) {
 	}
 }
 
-// TestPlacementFilterCostLimit: a placement rule is tracked at runtime, so
-// a rule whose estimate passes with the declared sizes (placements of
-// celcost.MaxPlacementNodes nodes, 64 labels each) is still cut off at the
-// per-expression limit on a larger placement, and follows failurePolicy.
-func TestPlacementFilterCostLimit(t *testing.T) {
-	c := NewCompiler(testEnv(t))
-	p := c.Compile(placementPolicy("", schedv1alpha1.PlacementFilter{Name: "labels",
-		Expression: "placement.nodes.all(n, n.metadata.labels.all(k, k != ''))"}), CompileOptions{})
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
-	labels := map[string]string{}
-	for i := range 200 {
-		labels[fmt.Sprintf("l%d", i)] = "x"
-	}
-	nodes := make([]*corev1.Node, 3000)
-	for i := range nodes {
-		nodes[i] = makeNode(fmt.Sprintf("n%d", i), labels)
-	}
-	in, err := NewPlacementInput("big", nodes, nil, "ml", "train", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := p.PlacementFilter(context.Background(), in)
-	if d.Verdict != Error || !errors.Is(d.Err, celcost.ErrCostLimitExceeded) {
-		t.Fatalf("decision %v, err %v: want Error with the cost limit exceeded", d.Verdict, d.Err)
-	}
-	small, err := NewPlacementInput("small", nodes[:10], nil, "ml", "train", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := p.PlacementFilter(context.Background(), small); d.Verdict != Pass {
-		t.Fatalf("decision on 10 nodes %v (%v), want Pass", d.Verdict, d.Err)
-	}
-}
-
 func placementScorePolicy(failurePolicy schedv1alpha1.FailurePolicyType, scores ...schedv1alpha1.PlacementScore) *schedv1alpha1.SchedulingPolicy {
 	p := placementPolicy(failurePolicy)
 	p.Spec.Placement.Scores = scores
@@ -334,16 +298,13 @@ func TestPlacementScore(t *testing.T) {
 	}
 }
 
-// TestPlacementScoreCostLimit: placement scores are tracked at runtime like
-// placement filters: cut off at the per-expression limit on a placement
-// larger than the estimates assume, following failurePolicy.
-func TestPlacementScoreCostLimit(t *testing.T) {
+// TestPlacementCostLimit: placement rules are tracked at runtime, so a
+// rule whose estimate passes with the declared sizes (placements of
+// celcost.MaxPlacementNodes nodes, 64 labels each) is still cut off at the
+// per-expression limit on a larger placement, and follows failurePolicy;
+// on a small placement it evaluates.
+func TestPlacementCostLimit(t *testing.T) {
 	c := NewCompiler(testEnv(t))
-	p := c.Compile(placementScorePolicy("", schedv1alpha1.PlacementScore{Name: "labels",
-		Expression: "placement.nodes.filter(n, n.metadata.labels.all(k, k != '')).size()"}), CompileOptions{})
-	if err := p.Err(); err != nil {
-		t.Fatal(err)
-	}
 	labels := map[string]string{}
 	for i := range 200 {
 		labels[fmt.Sprintf("l%d", i)] = "x"
@@ -352,23 +313,54 @@ func TestPlacementScoreCostLimit(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = makeNode(fmt.Sprintf("n%d", i), labels)
 	}
-	in, err := NewPlacementInput("big", nodes, nil, "ml", "train", []string{})
-	if err != nil {
-		t.Fatal(err)
+	tests := map[string]struct {
+		policy *schedv1alpha1.SchedulingPolicy
+		// decide decides the policy's placement rules on in, and returns
+		// the score of a placement score (0 for a filter).
+		decide func(p *CompiledPolicy, in *PlacementInput) (Decision, int64)
+		// wantSmall is the score on the small placement.
+		wantSmall int64
+	}{
+		"filter": {
+			policy: placementPolicy("", schedv1alpha1.PlacementFilter{Name: "labels", Expression: "placement.nodes.all(n, n.metadata.labels.all(k, k != ''))"}),
+			decide: func(p *CompiledPolicy, in *PlacementInput) (Decision, int64) {
+				return p.PlacementFilter(context.Background(), in), 0
+			},
+		},
+		"score": {
+			policy: placementScorePolicy("", schedv1alpha1.PlacementScore{Name: "labels", Expression: "placement.nodes.filter(n, n.metadata.labels.all(k, k != '')).size()"}),
+			decide: func(p *CompiledPolicy, in *PlacementInput) (Decision, int64) {
+				scores := NewScoreCombiner(1)
+				d := p.PlacementScore(context.Background(), in, scores)
+				return d, scores.Mean()[0]
+			},
+			wantSmall: 10,
+		},
 	}
-	d := p.PlacementScore(context.Background(), in, NewScoreCombiner(1))
-	if d.Verdict != Error || !errors.Is(d.Err, celcost.ErrCostLimitExceeded) {
-		t.Fatalf("decision %v, err %v: want Error with the cost limit exceeded", d.Verdict, d.Err)
-	}
-	small, err := NewPlacementInput("small", nodes[:10], nil, "ml", "train", []string{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scores := NewScoreCombiner(1)
-	if d := p.PlacementScore(context.Background(), small, scores); d.Verdict != Pass {
-		t.Fatalf("decision on 10 nodes %v (%v), want Pass", d.Verdict, d.Err)
-	}
-	if got := scores.Mean()[0]; got != 10 {
-		t.Errorf("score on 10 nodes %d, want 10", got)
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := c.Compile(tc.policy, CompileOptions{})
+			if err := p.Err(); err != nil {
+				t.Fatal(err)
+			}
+			in, err := NewPlacementInput("big", nodes, nil, "ml", "train", []string{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d, _ := tc.decide(p, in); d.Verdict != Error || !errors.Is(d.Err, celcost.ErrCostLimitExceeded) {
+				t.Fatalf("decision %v, err %v: want Error with the cost limit exceeded", d.Verdict, d.Err)
+			}
+			small, err := NewPlacementInput("small", nodes[:10], nil, "ml", "train", []string{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, score := tc.decide(p, small)
+			if d.Verdict != Pass {
+				t.Fatalf("decision on 10 nodes %v (%v), want Pass", d.Verdict, d.Err)
+			}
+			if score != tc.wantSmall {
+				t.Errorf("score on 10 nodes %d, want %d", score, tc.wantSmall)
+			}
+		})
 	}
 }
