@@ -10,7 +10,7 @@ import (
 
 // Status is the framework status of a policy's decision, with message as
 // its text: the one table from (point, verdict, enforcement) to
-// kube-scheduler's codes that the three plugins use.
+// kube-scheduler's codes that the plugins use.
 //
 //	decision                          | status
 //	----------------------------------+-------------------------------------
@@ -21,6 +21,7 @@ import (
 //	                                  | change its verdict, so preemption may help); otherwise
 //	                                  | UnschedulableAndUnresolvable
 //	score Error                       | Error: the cycle fails and the pod is retried with backoff
+//	placement score Error             | Error: the group's cycle fails and it is retried with backoff
 func Status(d *engine.Decision, message string) *fwk.Status {
 	if !d.Acts() {
 		return nil
@@ -31,7 +32,7 @@ func Status(d *engine.Decision, message string) *fwk.Status {
 			return fwk.NewStatus(fwk.Unschedulable, message)
 		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, message)
-	case engine.PointScore:
+	case engine.PointScore, engine.PointPlacementScore:
 		return fwk.AsStatus(errors.New(message))
 	default: // PointMatch, PointPreEnqueue
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, message)

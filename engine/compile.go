@@ -87,8 +87,10 @@ type Program struct {
 	preEnqueue    []*boolRule
 	filters       []*boolRule
 	scores        []*scoreRule
-	// placementFilters are spec.placement.filters (placement.go).
+	// placementFilters and placementScores are spec.placement.filters
+	// and spec.placement.scores (placement.go).
 	placementFilters []*placementRule
+	placementScores  []*placementRule
 	usesNodeInfo     bool
 	// paramSpec is the policy's paramKind and paramRef, nil without.
 	paramSpec *ParamSpec
@@ -393,6 +395,9 @@ func storedExpressions(opts CompileOptions) func(string) bool {
 	}
 	if s.Placement != nil {
 		for _, r := range s.Placement.Filters {
+			previous.Insert(r.Expression)
+		}
+		for _, r := range s.Placement.Scores {
 			previous.Insert(r.Expression)
 		}
 	}

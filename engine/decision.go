@@ -33,7 +33,8 @@ const (
 	// Error means the policy does not compile, or a rule or match condition
 	// failed, and failurePolicy is Fail. At PointPreEnqueue it holds the pod,
 	// at PointMatch and PointFilter it rejects (the pod on every node, or the
-	// node), at PointScore it fails the scheduling cycle.
+	// node), at PointScore and PointPlacementScore it fails the scheduling
+	// cycle.
 	Error
 )
 
@@ -215,8 +216,9 @@ func podVisible(err error) bool {
 }
 
 // RuleLabel names the decision's rule as metrics, events and status.audit
-// do: preEnqueue/NAME, filters/NAME, scores/NAME, or match/NAME for a match
-// condition ("-" for a compile error).
+// do: preEnqueue/NAME, filters/NAME, scores/NAME, placement.filters/NAME,
+// placement.scores/NAME, or match/NAME for a match condition ("-" for a
+// compile error).
 func (d *Decision) RuleLabel() string {
 	if d.Rule == "" {
 		return "-"
@@ -230,6 +232,8 @@ func (d *Decision) RuleLabel() string {
 		return "scores/" + d.Rule
 	case PointPlacement:
 		return "placement.filters/" + d.Rule
+	case PointPlacementScore:
+		return "placement.scores/" + d.Rule
 	default:
 		return "match/" + d.Rule
 	}

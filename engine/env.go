@@ -53,8 +53,8 @@ type Environment struct {
 	// shippedParams types the param kinds celsched ships (TenantPlacement).
 	shippedParams CRDParamTypes
 
-	// placement is the environment of placement rules (placement.go).
-	placement *placementEnv
+	// placement are the environments of placement rules (placement.go).
+	placement *placementEnvs
 
 	// memo numbers the memo slots and ids of everything compiled,
 	// listed or converted over this environment (memoNumbers).
@@ -121,7 +121,7 @@ func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 		return nil, fmt.Errorf("building the CEL environment: %w", err)
 	}
 	e.envSet = envSet
-	if e.placement, err = newPlacementEnv(base); err != nil {
+	if e.placement, err = newPlacementEnvs(base); err != nil {
 		return nil, err
 	}
 	return e, nil

@@ -610,20 +610,29 @@ func (ev *evaluation) run(e *expr) (ref.Val, costRecord, error) {
 	val, own, err := e.prg.Eval(ev.ctx, ev)
 	cost := costRecord{own: own, vars: distinctReads(ev.reads[start:])}
 	ev.reads = ev.reads[:start]
+	if err == nil {
+		err = errorOf(ev.ctx, val)
+	}
 	if err != nil {
 		return nil, cost, err
 	}
-	if types.IsError(val) {
-		if ev.ctx.Err() != nil {
-			// cel-go stops a comprehension with "operation interrupted".
-			return nil, cost, fmt.Errorf("evaluation cancelled: %w", context.Cause(ev.ctx))
-		}
-		if err, ok := val.Value().(error); ok {
-			return nil, cost, err
-		}
-		return nil, cost, fmt.Errorf("%v", val)
-	}
 	return val, cost, nil
+}
+
+// errorOf is the error that an evaluation's result holds (cel-go returns a
+// failed evaluation as an error value), nil for any other value.
+func errorOf(ctx context.Context, val ref.Val) error {
+	if !types.IsError(val) {
+		return nil
+	}
+	if ctx.Err() != nil {
+		// cel-go stops a comprehension with "operation interrupted".
+		return fmt.Errorf("evaluation cancelled: %w", context.Cause(ctx))
+	}
+	if err, ok := val.Value().(error); ok {
+		return err
+	}
+	return fmt.Errorf("%v", val)
 }
 
 func asBool(val ref.Val, err error) (bool, error) {

@@ -36,7 +36,7 @@ func NormalizeScoresInto(out []int64, raw []float64, normalization schedv1alpha1
 	if normalization == schedv1alpha1.None {
 		for i, v := range raw {
 			if !math.IsNaN(v) {
-				out[i] = clampScore(math.Round(v))
+				out[i] = roundScore(v)
 			}
 		}
 		return
@@ -140,6 +140,10 @@ func (c *ScoreCombiner) Mean() []int64 {
 	}
 	return out
 }
+
+// roundScore is a raw value as a score without normalization: rounded and
+// clamped to 0..MaxScore (normalization None, and placement scores).
+func roundScore(v float64) int64 { return clampScore(math.Round(v)) }
 
 func clampScore(v float64) int64 {
 	switch {

@@ -1,9 +1,10 @@
 package engine
 
-// Placement rules: spec.placement.filters, CEL expressions over one
-// candidate placement of a pod group (placement) and the group itself
-// (podGroup), compiled against their own environment and decided with the
-// policy's failurePolicy and enforcement like every other rule.
+// Placement rules: spec.placement.filters and spec.placement.scores, CEL
+// expressions over one candidate placement of a pod group (placement) and
+// the group itself (podGroup), compiled against their own environment and
+// decided with the policy's failurePolicy and enforcement like every other
+// rule.
 
 import (
 	"context"
@@ -12,6 +13,7 @@ import (
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -31,8 +33,12 @@ const (
 )
 
 // PointPlacement is the placement filters, per candidate placement of a
-// pod group.
-const PointPlacement Point = PointScore + 1
+// pod group; PointPlacementScore the placement scores, per candidate
+// placement that the group fits.
+const (
+	PointPlacement Point = PointScore + 1 + iota
+	PointPlacementScore
+)
 
 // MaxLabelsPerObject is the number of labels a node or a pod group is
 // declared to have at most, for the cost estimates of placement rules (as
@@ -47,9 +53,36 @@ type placementEnv struct {
 	worst, typical *celcost.Estimator
 }
 
+// placementEnvs are the environments of the two kinds of placement rules.
+// Filters run when the placements are generated, before any pod is
+// proposed for one; scores run after kube-scheduler has proposed a node
+// for each pod of the group in the placement, so their placement also has
+// assignedNodes. A filter that reads placement.assignedNodes is a compile
+// error (undefined field), not an empty list at runtime.
+type placementEnvs struct {
+	filters, scores *placementEnv
+}
+
+// newPlacementEnvs declares the environments of placement filters and
+// scores over the base environment.
+func newPlacementEnvs(base *environment.EnvSet) (*placementEnvs, error) {
+	filters, err := newPlacementEnv(base, false)
+	if err != nil {
+		return nil, err
+	}
+	scores, err := newPlacementEnv(base, true)
+	if err != nil {
+		return nil, err
+	}
+	return &placementEnvs{filters: filters, scores: scores}, nil
+}
+
 // newPlacementEnv declares placement and podGroup over the base
-// environment.
-func newPlacementEnv(base *environment.EnvSet) (*placementEnv, error) {
+// environment; with assigned, placement has assignedNodes: the node
+// proposed for each pod, with the fields of placement.nodes, declared as
+// long as placement.nodes at most for the estimates (a group may have more
+// pods; placement rules are tracked at runtime).
+func newPlacementEnv(base *environment.EnvSet, assigned bool) (*placementEnv, error) {
 	labels := apiservercel.NewMapType(apiservercel.StringType, apiservercel.StringType, MaxLabelsPerObject)
 	nodeMeta := apiservercel.NewObjectType("celsched.placement.node.metadata", map[string]*apiservercel.DeclField{
 		"name":   apiservercel.NewDeclField("name", apiservercel.StringType, true, nil, nil),
@@ -58,10 +91,15 @@ func newPlacementEnv(base *environment.EnvSet) (*placementEnv, error) {
 	node := apiservercel.NewObjectType("celsched.placement.node", map[string]*apiservercel.DeclField{
 		"metadata": apiservercel.NewDeclField("metadata", nodeMeta, true, nil, nil),
 	})
-	placement := apiservercel.NewObjectType("celsched.placement", map[string]*apiservercel.DeclField{
+	placementFields := map[string]*apiservercel.DeclField{
 		"nodes": apiservercel.NewDeclField("nodes", apiservercel.NewListType(node, celcost.MaxPlacementNodes), true, nil, nil),
 		"count": apiservercel.NewDeclField("count", apiservercel.IntType, true, nil, nil),
-	})
+	}
+	if assigned {
+		placementFields["assignedNodes"] = apiservercel.NewDeclField("assignedNodes",
+			apiservercel.NewListType(node, celcost.MaxPlacementNodes), true, nil, nil)
+	}
+	placement := apiservercel.NewObjectType("celsched.placement", placementFields)
 	groupMeta := apiservercel.NewObjectType("celsched.podGroup.metadata", map[string]*apiservercel.DeclField{
 		"name":      apiservercel.NewDeclField("name", apiservercel.StringType, true, nil, nil),
 		"namespace": apiservercel.NewDeclField("namespace", apiservercel.StringType, true, nil, nil),
@@ -90,16 +128,21 @@ func newPlacementEnv(base *environment.EnvSet) (*placementEnv, error) {
 	}, nil
 }
 
-// placementRule is a compiled placement filter.
+// placementRule is a compiled placement filter or score.
 type placementRule struct {
-	name    string
-	path    *field.Path
-	prg     celcost.Program
+	name string
+	path *field.Path
+	prg  celcost.Program
+	// message is a filter's message; weight a score's weight.
 	message string
+	weight  int32
 }
 
 // HasPlacementFilters says whether the policy has placement filters.
 func (p *Program) HasPlacementFilters() bool { return len(p.placementFilters) > 0 }
+
+// HasPlacementScores says whether the policy has placement scores.
+func (p *Program) HasPlacementScores() bool { return len(p.placementScores) > 0 }
 
 // PlacementFilterRuleNames returns the names of the placement filters, in
 // order.
@@ -111,31 +154,45 @@ func (p *Program) PlacementFilterRuleNames() []string {
 	return out
 }
 
-// compilePlacement compiles spec.placement.filters.
-func (pc *policyCompiler) compilePlacement(spec *schedv1alpha1.SchedulingPolicySpec, env *placementEnv) {
-	if spec.Placement == nil || len(spec.Placement.Filters) == 0 {
+// compilePlacement compiles spec.placement.filters and
+// spec.placement.scores.
+func (pc *policyCompiler) compilePlacement(spec *schedv1alpha1.SchedulingPolicySpec, envs *placementEnvs) {
+	if spec.Placement == nil || len(spec.Placement.Filters)+len(spec.Placement.Scores) == 0 {
 		return
 	}
-	listPath := field.NewPath("spec", "placement", "filters")
-	if env == nil {
-		pc.out.Errors = append(pc.out.Errors, field.InternalError(listPath, fmt.Errorf("no environment for placement rules")))
+	placementPath := field.NewPath("spec", "placement")
+	if envs == nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(placementPath, fmt.Errorf("no environment for placement rules")))
 		return
 	}
 	for i, r := range spec.Placement.Filters {
-		path := listPath.Index(i).Child("expression")
-		if prg := pc.placementProgram(env, path, r.Expression); prg != nil {
+		path := placementPath.Child("filters").Index(i).Child("expression")
+		if prg := pc.placementProgram(envs.filters, path, r.Expression, outputBool); prg != nil {
 			pc.out.placementFilters = append(pc.out.placementFilters, &placementRule{name: r.Name, path: path, prg: prg, message: r.Message})
 		}
 	}
+	for i, r := range spec.Placement.Scores {
+		path := placementPath.Child("scores").Index(i).Child("expression")
+		prg := pc.placementProgram(envs.scores, path, r.Expression, outputNumber)
+		if prg == nil {
+			continue
+		}
+		weight := r.Weight
+		if weight == 0 {
+			weight = 1 // not defaulted by an apiserver (files in dry-run)
+		}
+		pc.out.placementScores = append(pc.out.placementScores, &placementRule{name: r.Name, path: path, prg: prg, weight: weight})
+	}
 }
 
-// placementProgram parses, type-checks and cost-checks one placement rule
-// and builds its program, or records its errors and returns nil. Every
+// placementProgram parses, type-checks (its result must be want) and
+// cost-checks one placement rule and builds its program, or records its
+// errors and returns nil. Every
 // placement rule is tracked at runtime: placement.nodes is declared to hold
 // at most celcost.MaxPlacementNodes nodes for the estimates, and a larger
 // cluster's placements may hold more, so the runtime limit
 // (celcost.PerExpressionCostLimit) is what bounds them.
-func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, text string) celcost.Program {
+func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, text string, want outputKind) celcost.Program {
 	if pc.stopped() {
 		return nil
 	}
@@ -153,9 +210,9 @@ func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, 
 		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "compilation failed: "+issuesText(issues, text)))
 		return nil
 	}
-	if !outputMatches(ast.OutputType(), outputBool) {
+	if !outputMatches(ast.OutputType(), want) {
 		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text),
-			fmt.Sprintf("must evaluate to %s, but evaluates to %s", outputBool, ast.OutputType())))
+			fmt.Sprintf("must evaluate to %s, but evaluates to %s", want, ast.OutputType())))
 		return nil
 	}
 	typical, err := celEnv.EstimateCost(ast, env.typical)
@@ -185,11 +242,30 @@ type PlacementInput struct {
 
 // NewPlacementInput converts a candidate placement (its nodes) and its pod
 // group. group may be nil (a composite group): podGroup then has the
-// namespace and name given, and minCount 0.
-func NewPlacementInput(name string, nodes []*corev1.Node, group *schedulingv1beta1.PodGroup, namespace, groupName string) (*PlacementInput, error) {
+// namespace and name given, and minCount 0. assigned are the names of the
+// nodes proposed for the group's pods in the placement, one per pod, which
+// placement scores read as placement.assignedNodes; nil for the filters,
+// which run before any is proposed (and cannot read it).
+func NewPlacementInput(name string, nodes []*corev1.Node, group *schedulingv1beta1.PodGroup, namespace, groupName string, assigned []string) (*PlacementInput, error) {
 	list := make([]any, len(nodes))
 	for i, n := range nodes {
-		list[i] = map[string]any{"metadata": map[string]any{"name": n.Name, "labels": labelsOf(n.Labels)}}
+		list[i] = placementNode(n.Name, n.Labels)
+	}
+	placement := map[string]any{"nodes": list, "count": int64(len(nodes))}
+	if assigned != nil {
+		byName := make(map[string]any, len(nodes))
+		for i, n := range nodes {
+			byName[n.Name] = list[i]
+		}
+		assignedNodes := make([]any, len(assigned))
+		for i, name := range assigned {
+			if assignedNodes[i] = byName[name]; assignedNodes[i] == nil {
+				// Not one of the placement's nodes (kube-scheduler
+				// proposes only those): its name, without labels.
+				assignedNodes[i] = placementNode(name, nil)
+			}
+		}
+		placement["assignedNodes"] = assignedNodes
 	}
 	meta := map[string]any{"name": groupName, "namespace": namespace, "labels": map[string]string{}}
 	var minCount int64
@@ -200,13 +276,18 @@ func NewPlacementInput(name string, nodes []*corev1.Node, group *schedulingv1bet
 		}
 	}
 	vars, err := interpreter.NewActivation(map[string]any{
-		PlacementVar: map[string]any{"nodes": list, "count": int64(len(nodes))},
+		PlacementVar: placement,
 		PodGroupVar:  map[string]any{"metadata": meta, "minCount": minCount},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("converting placement %s: %w", name, err)
 	}
 	return &PlacementInput{Name: name, vars: vars}, nil
+}
+
+// placementNode is a node as placement rules read it.
+func placementNode(name string, labels map[string]string) map[string]any {
+	return map[string]any{"metadata": map[string]any{"name": name, "labels": labelsOf(labels)}}
 }
 
 func labelsOf(l map[string]string) map[string]string {
@@ -230,11 +311,7 @@ func (p *CompiledPolicy) PlacementFilter(ctx context.Context, in *PlacementInput
 	}
 	var spent uint64
 	for _, r := range p.placementFilters {
-		v, cost, err := r.prg.Eval(ctx, in.vars)
-		spent += cost
-		if err == nil && spent > p.costBudget {
-			err = fmt.Errorf("%w: %d", ErrCostBudgetExceeded, p.costBudget)
-		}
+		v, err := p.evalPlacement(ctx, r, in, &spent)
 		if err == nil {
 			if _, ok := v.(types.Bool); !ok {
 				err = fmt.Errorf("evaluated to %s, want bool", v.Type().TypeName())
@@ -256,6 +333,59 @@ func (p *CompiledPolicy) PlacementFilter(ctx context.Context, in *PlacementInput
 		}
 	}
 	return d
+}
+
+// PlacementScore evaluates the placement scores on one candidate placement
+// (an input with the nodes assigned) and adds each rule's score, with its
+// weight, to scores (a combiner of one placement: NewScoreCombiner(1)). A
+// rule's score is its value rounded and clamped to 0..MaxScore, as an
+// ordinary score rule's with normalization None; one that fails under
+// Ignore scores 0, as an ordinary rule that failed scores 0 on the node.
+// Under Fail the first error decides Error and the policy adds nothing.
+// The policy must apply to the group's pods; the caller uses the scores of
+// enforced policies and reports the others'.
+func (p *CompiledPolicy) PlacementScore(ctx context.Context, in *PlacementInput, scores *ScoreCombiner) Decision {
+	d := Decision{Policy: p, Point: PointPlacementScore}
+	if err := p.Err(); err != nil {
+		d.fail("", err)
+		return d
+	}
+	values := make([]int64, len(p.placementScores))
+	var spent uint64
+	for i, r := range p.placementScores {
+		v, err := p.evalPlacement(ctx, r, in, &spent)
+		var f float64
+		if err == nil {
+			f, err = number(v)
+		}
+		if err != nil {
+			if d.fail(r.name, &EvalError{Policy: p.Name, Rule: r.name, Field: r.path.String(), Err: err}) {
+				return d
+			}
+			continue
+		}
+		values[i] = roundScore(f)
+	}
+	for i, r := range p.placementScores {
+		scores.Add(values[i:i+1], r.weight)
+	}
+	return d
+}
+
+// evalPlacement evaluates one placement rule, adding what it cost to
+// *spent, the cost of the policy's evaluation on the placement so far,
+// which must stay within the policy's budget. A failed evaluation is an
+// error, not a value.
+func (p *CompiledPolicy) evalPlacement(ctx context.Context, r *placementRule, in *PlacementInput, spent *uint64) (ref.Val, error) {
+	v, cost, err := r.prg.Eval(ctx, in.vars)
+	*spent += cost
+	if err == nil {
+		err = errorOf(ctx, v)
+	}
+	if err == nil && *spent > p.costBudget {
+		err = fmt.Errorf("%w: %d", ErrCostBudgetExceeded, p.costBudget)
+	}
+	return v, err
 }
 
 // PlacementRejection is a placement filter's decision as a pod's owner

@@ -34,6 +34,7 @@ func TestCRDLimitsMatchConstants(t *testing.T) {
 		"spec.filters":           spec.Properties["filters"],
 		"spec.scores":            spec.Properties["scores"],
 		"spec.placement.filters": spec.Properties["placement"].Properties["filters"],
+		"spec.placement.scores":  spec.Properties["placement"].Properties["scores"],
 	}
 	for path, list := range lists {
 		if list.MaxItems == nil || *list.MaxItems != MaxRulesPerList {
@@ -62,9 +63,11 @@ func TestCRDLimitsMatchConstants(t *testing.T) {
 			t.Errorf("%s[].messageExpression: maxLength %v, want %d", path, got, MaxExpressionLength)
 		}
 	}
-	weight := lists["spec.scores"].Items.Schema.Properties["weight"]
-	if weight.Minimum == nil || *weight.Minimum != MinScoreWeight || weight.Maximum == nil || *weight.Maximum != MaxScoreWeight {
-		t.Errorf("spec.scores[].weight: range %v..%v, want %d..%d", weight.Minimum, weight.Maximum, MinScoreWeight, MaxScoreWeight)
+	for _, path := range []string{"spec.scores", "spec.placement.scores"} {
+		weight := lists[path].Items.Schema.Properties["weight"]
+		if weight.Minimum == nil || *weight.Minimum != MinScoreWeight || weight.Maximum == nil || *weight.Maximum != MaxScoreWeight {
+			t.Errorf("%s[].weight: range %v..%v, want %d..%d", path, weight.Minimum, weight.Maximum, MinScoreWeight, MaxScoreWeight)
+		}
 	}
 	if got := spec.Properties["schedulerNames"].MaxItems; got == nil || *got != MaxSchedulerNames {
 		t.Errorf("spec.schedulerNames: maxItems %v, want %d", got, MaxSchedulerNames)

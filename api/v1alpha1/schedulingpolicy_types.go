@@ -12,8 +12,8 @@ const (
 	// MaxMessageLength is the maximum length in bytes of a static message.
 	MaxMessageLength = 1024
 	// MaxRulesPerList is the maximum number of entries in each of
-	// match.conditions, variables, preEnqueue, filters, scores and
-	// placement.filters.
+	// match.conditions, variables, preEnqueue, filters, scores,
+	// placement.filters and placement.scores.
 	MaxRulesPerList = 64
 	// MaxSchedulerNames is the maximum number of entries in schedulerNames.
 	MaxSchedulerNames = 16
@@ -197,7 +197,7 @@ func (w *RolloutWave) Gate() int64 {
 
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="!has(self.rollout) || self.enforcement == 'Audit'",message="spec.enforcement must be Audit with spec.rollout: the waves decide where the policy is enforced",fieldPath=".enforcement"
-// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && has(self.placement.filters) && size(self.placement.filters) > 0)",message="at least one of preEnqueue, filters, scores or placement.filters must be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && ((has(self.placement.filters) && size(self.placement.filters) > 0) || (has(self.placement.scores) && size(self.placement.scores) > 0)))",message="at least one of preEnqueue, filters, scores, placement.filters or placement.scores must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramKind) || has(self.paramRef)",message="paramKind requires paramRef"
 type SchedulingPolicySpec struct {
@@ -330,6 +330,48 @@ type PlacementRules struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Filters []PlacementFilter `json:"filters,omitempty"`
+
+	// scores are CEL expressions that compute a number (int, uint or
+	// double) per candidate placement that a matching group fits, over
+	// placement (as for filters, plus placement.assignedNodes: the node
+	// proposed for each of the group's pods in this placement, with
+	// metadata.name and metadata.labels) and podGroup. Each value is rounded and clamped to 0..100 (as a score
+	// rule's with normalization None), and the placement's score is the
+	// weighted mean of the rules of every enforced matching policy, which
+	// kube-scheduler weighs against its own placement scores.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Scores []PlacementScore `json:"scores,omitempty"`
+}
+
+// PlacementScore is a named CEL expression over a candidate placement of a
+// pod group that evaluates to a number, with its weight.
+type PlacementScore struct {
+	// name identifies the rule: lowercase letters, digits and '-', at most
+	// 63 characters, unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to an int, uint or
+	// double: the placement's score, rounded and clamped to 0..100.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+
+	// weight is the rule's weight in the weighted mean of the placement
+	// scores of all the enforced policies that match the group's pods, 1
+	// to 100. Defaults to 1.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight int32 `json:"weight,omitempty"`
 }
 
 // PlacementFilter is a named CEL expression over a candidate placement of a

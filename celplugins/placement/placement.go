@@ -1,17 +1,23 @@
-// Package placement is the kube-scheduler PlacementGenerate plugin of
-// celsched, CELPlacement: it generates a pod group's candidate placements
-// as kube-scheduler's TopologyPlacementGenerator does (it runs that
-// plugin), then keeps those that the placement filters of the policies
-// matching the group's pods accept.
+// Package placement is the kube-scheduler PlacementGenerate and
+// PlacementScore plugin of celsched, CELPlacement: it generates a pod
+// group's candidate placements as kube-scheduler's
+// TopologyPlacementGenerator does (it runs that plugin), then keeps those
+// that the placement filters of the policies matching the group's pods
+// accept; and it scores the placements the group fits with those
+// policies' placement scores.
 //
 // kube-scheduler runs one PlacementGenerate plugin per profile and has no
 // placement-filter extension point, so the policies' placement filters
-// run here, in place of TopologyPlacementGenerator.
+// run here, in place of TopologyPlacementGenerator. One plugin may serve
+// several extension points (as NodeResourcesFit is a Filter, Score and
+// PlacementScore plugin), so a profile that enables CELPlacement in
+// multiPoint runs both.
 package placement
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +36,8 @@ import (
 const Name = "CELPlacement"
 
 // Placement generates a pod group's placements and filters them with the
-// matching policies' placement filters.
+// matching policies' placement filters, and scores them with their
+// placement scores.
 type Placement struct {
 	rt *celplugins.Runtime
 	// generator is kube-scheduler's TopologyPlacementGenerator: the
@@ -41,6 +48,7 @@ type Placement struct {
 
 var (
 	_ fwk.PlacementGeneratePlugin = &Placement{}
+	_ fwk.PlacementScorePlugin    = &Placement{}
 	_ fwk.EnqueueExtensions       = &Placement{}
 )
 
@@ -72,7 +80,7 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 	if !status.IsSuccess() || result == nil || len(result.Placements) == 0 {
 		return result, status
 	}
-	policies, err := pl.matching(ctx, group)
+	policies, err := pl.matching(ctx, group, (*engine.CompiledPolicy).HasPlacementFilters)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
@@ -84,7 +92,7 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 	var refusals []string
 	var refusal *engine.Decision
 	for _, p := range result.Placements {
-		in, err := placementInput(p, group)
+		in, err := placementInput(p, group, nil)
 		if err != nil {
 			return nil, fwk.AsStatus(err)
 		}
@@ -113,17 +121,18 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 }
 
-// matching returns the policies with placement filters that apply to the
-// group: those that match its first unscheduled member (Match, as for
-// filters). A policy whose match fails is left to CELFilter, which rejects
-// the pods (failurePolicy Fail) or skips it (Ignore).
-func (pl *Placement) matching(ctx context.Context, group fwk.PodGroupInfo) ([]*engine.CompiledPolicy, error) {
+// matching returns the policies with placement rules of a kind (has says
+// which policies have them) that apply to the group: those that match its
+// first unscheduled member (Match, as for filters). A policy whose match
+// fails is left to CELFilter, which rejects the pods (failurePolicy Fail)
+// or skips it (Ignore).
+func (pl *Placement) matching(ctx context.Context, group fwk.PodGroupInfo, has func(*engine.CompiledPolicy) bool) ([]*engine.CompiledPolicy, error) {
 	pods := group.GetUnscheduledPods()
 	if len(pods) == 0 {
 		return nil, nil
 	}
 	snapshot := pl.rt.Inputs.Policies.Snapshot()
-	if !hasPlacementFilters(snapshot) {
+	if !slices.ContainsFunc(snapshot.Policies(), has) {
 		return nil, nil
 	}
 	podIn, err := pl.rt.Inputs.PodInput(pods[0])
@@ -133,20 +142,11 @@ func (pl *Placement) matching(ctx context.Context, group fwk.PodGroupInfo) ([]*e
 	var out []*engine.CompiledPolicy
 	for _, m := range snapshot.Match(ctx, podIn, nil) {
 		d := m.Decision
-		if d.Verdict == engine.Pass && d.Policy.HasPlacementFilters() {
+		if d.Verdict == engine.Pass && has(d.Policy) {
 			out = append(out, d.Policy)
 		}
 	}
 	return out, nil
-}
-
-func hasPlacementFilters(s *engine.Snapshot) bool {
-	for _, p := range s.Policies() {
-		if p.HasPlacementFilters() {
-			return true
-		}
-	}
-	return false
 }
 
 // decide returns the first enforced decision that refuses the placement,
@@ -174,8 +174,57 @@ func (pl *Placement) decide(ctx context.Context, policies []*engine.CompiledPoli
 	return nil
 }
 
-// placementInput converts a placement and its group for the engine.
-func placementInput(p *fwk.Placement, group fwk.PodGroupInfo) (*engine.PlacementInput, error) {
+// ScorePlacement implements fwk.PlacementScorePlugin: the weighted mean
+// (0..100) of the placement scores of the enforced policies matching the
+// group's pods on the placement with the nodes kube-scheduler proposed for
+// them; 0 on every placement when none has any, so the other placement
+// scores decide. An enforced policy's error under failurePolicy Fail fails
+// the group's cycle (as a score rule's fails a pod's); Audit policies'
+// scores are logged and change nothing.
+//
+// kube-scheduler scores the placements in parallel and gives each call one
+// placement, so each call matches the policies itself: a match per
+// placement, beside a scheduling cycle per pod per placement.
+func (pl *Placement) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, group fwk.PodGroupInfo, assignments *fwk.PodGroupAssignments) (int64, *fwk.Status) {
+	policies, err := pl.matching(ctx, group, (*engine.CompiledPolicy).HasPlacementScores)
+	if err != nil || len(policies) == 0 {
+		return 0, fwk.AsStatus(err)
+	}
+	assigned := make([]string, len(assignments.ProposedAssignments))
+	for i, a := range assignments.ProposedAssignments {
+		assigned[i] = a.GetNodeName()
+	}
+	in, err := placementInput(assignments.Placement, group, assigned)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	pod := group.GetUnscheduledPods()[0]
+	enforced, audit := engine.NewScoreCombiner(1), engine.NewScoreCombiner(1)
+	audited := false
+	for _, p := range policies {
+		scores := enforced
+		if !p.Enforced() {
+			scores, audited = audit, true
+		}
+		d := p.PlacementScore(ctx, in, scores)
+		pl.rt.Report.NoteErrors(ctx, 0, &d, pod, "")
+		if d.Acts() {
+			return 0, celplugins.Status(&d, fmt.Sprintf("pod group %s/%s, placement %s: %s", group.GetNamespace(), group.GetName(), in.Name, d.String()))
+		}
+	}
+	if logger := klog.FromContext(ctx).V(4); audited && logger.Enabled() {
+		logger.Info("Audit placement scores", "podGroup", klog.KRef(group.GetNamespace(), group.GetName()), "placement", in.Name, "score", audit.Mean()[0])
+	}
+	return enforced.Mean()[0], nil
+}
+
+// PlacementScoreExtensions implements fwk.PlacementScorePlugin: the
+// scores are in 0..100 already, and need no normalization.
+func (pl *Placement) PlacementScoreExtensions() fwk.PlacementScoreExtensions { return nil }
+
+// placementInput converts a placement and its group for the engine, with
+// the nodes assigned to the group's pods (nil when none are yet).
+func placementInput(p *fwk.Placement, group fwk.PodGroupInfo, assigned []string) (*engine.PlacementInput, error) {
 	nodes := make([]*corev1.Node, 0, len(p.Nodes))
 	for _, n := range p.Nodes {
 		if node := n.Node(); node != nil {
@@ -186,7 +235,7 @@ func placementInput(p *fwk.Placement, group fwk.PodGroupInfo) (*engine.Placement
 	if name == "" {
 		name = "(all nodes)"
 	}
-	return engine.NewPlacementInput(name, nodes, group.GetPodGroup(), group.GetNamespace(), group.GetName())
+	return engine.NewPlacementInput(name, nodes, group.GetPodGroup(), group.GetNamespace(), group.GetName(), assigned)
 }
 
 // EventsToRegister implements fwk.EnqueueExtensions: the events that may

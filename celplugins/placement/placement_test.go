@@ -109,3 +109,99 @@ func TestGeneratePlacements(t *testing.T) {
 		})
 	}
 }
+
+// assignment is a pod proposed for a node, as kube-scheduler gives
+// ScorePlacement the group's pods.
+type assignment struct {
+	pod  *corev1.Pod
+	node string
+}
+
+func (a *assignment) GetPod() *corev1.Pod           { return a.pod }
+func (a *assignment) GetPodInfo() fwk.PodInfo       { return nil }
+func (a *assignment) GetNodeName() string           { return a.node }
+func (a *assignment) GetCycleState() fwk.CycleState { return nil }
+
+// TestScorePlacement: the weighted mean of the enforced matching policies'
+// placement scores (0 without any, so kube-scheduler's own placement
+// scores decide); Audit policies and policies that do not match the
+// group's pods score nothing; an enforced error under Fail is an Error
+// status (the group's cycle fails), under Ignore the rule scores 0.
+func TestScorePlacement(t *testing.T) {
+	t.Parallel()
+	pod := st.MakePod().Namespace("ns").Name("trainer-0").SchedulerName("celsched").Label("app", "trainer").Obj()
+	group := &framework.PodGroupInfo{Namespace: "ns", Name: "train", UnscheduledPods: []*corev1.Pod{pod}, PodGroup: &schedulingv1beta1.PodGroup{}}
+	var nodes []fwk.NodeInfo
+	for _, n := range []*corev1.Node{
+		st.MakeNode().Name("a1").Label("rack", "a").Label("tier", "gold").Obj(),
+		st.MakeNode().Name("a2").Label("rack", "a").Obj(),
+	} {
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		nodes = append(nodes, ni)
+	}
+	// Two of the group's pods on a1 (gold), one on a2.
+	assignments := &fwk.PodGroupAssignments{
+		Placement:           &fwk.Placement{Name: "rack-a", Nodes: nodes},
+		ProposedAssignments: []fwk.ProposedAssignment{&assignment{pod, "a1"}, &assignment{pod, "a1"}, &assignment{pod, "a2"}},
+	}
+	const goldPods = "100.0 * double(placement.assignedNodes.filter(n, n.metadata.labels[?'tier'] == optional.of('gold')).size()) / double(size(placement.assignedNodes))"
+	const missing = "int(placement.nodes[0].metadata.labels['zone'])"
+	trainers := func(name string) *builder.PolicyWrapper {
+		return builder.MakePolicy(name).PodLabels(map[string]string{"app": "trainer"})
+	}
+	cases := map[string]struct {
+		policies   []*schedv1alpha1.SchedulingPolicy
+		want       int64
+		wantCode   fwk.Code
+		wantPrefix string
+	}{
+		"no policy": {},
+		"gold share of the pods": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("gold").PlacementScore("gold", goldPods, 1).Obj()},
+			want:     67,
+		},
+		"weighted across policies": {
+			policies: []*schedv1alpha1.SchedulingPolicy{
+				trainers("gold").PlacementScore("gold", goldPods, 1).Obj(),
+				trainers("packed").PlacementScore("full", "100", 2).Obj(),
+			},
+			want: 89, // (67 + 2*100) / 3
+		},
+		"audit": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("gold").PlacementScore("gold", goldPods, 1).Audit().Obj()},
+		},
+		"does not match the group's pods": {
+			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("gold").PodLabels(map[string]string{"app": "web"}).PlacementScore("gold", goldPods, 1).Obj()},
+		},
+		"error under Fail": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{trainers("zones").PlacementScore("zone", missing, 1).Obj()},
+			wantCode:   fwk.Error,
+			wantPrefix: "pod group ns/train, placement rack-a: SchedulingPolicy zones, rule zone: spec.placement.scores[0].expression: no such key: zone",
+		},
+		"error under Ignore": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("zones").PlacementScore("zone", missing, 1).PlacementScore("full", "100", 1).Ignore().Obj()},
+			want:     50,
+		},
+		"audit error under Fail": {
+			policies: []*schedv1alpha1.SchedulingPolicy{trainers("zones").PlacementScore("zone", missing, 1).Audit().Obj()},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
+			pl := &Placement{rt: rt}
+			got, status := pl.ScorePlacement(context.Background(), nil, group, assignments)
+			if code := status.Code(); code != tc.wantCode {
+				t.Fatalf("code %v (%v), want %v", code, status, tc.wantCode)
+			}
+			if tc.wantPrefix != "" && !strings.HasPrefix(status.Message(), tc.wantPrefix) {
+				t.Errorf("message:\n got %s\nwant prefix %s", status.Message(), tc.wantPrefix)
+			}
+			if got != tc.want {
+				t.Errorf("score %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

@@ -159,11 +159,21 @@ func (b *PolicyWrapper) FilterMsg(name, expression, message, messageExpression s
 
 // PlacementFilter appends a placement filter (spec.placement.filters).
 func (b *PolicyWrapper) PlacementFilter(name, expression, message string) *PolicyWrapper {
+	b.placement().Filters = append(b.placement().Filters, schedv1alpha1.PlacementFilter{Name: name, Expression: expression, Message: message})
+	return b
+}
+
+// PlacementScore appends a placement score (spec.placement.scores).
+func (b *PolicyWrapper) PlacementScore(name, expression string, weight int32) *PolicyWrapper {
+	b.placement().Scores = append(b.placement().Scores, schedv1alpha1.PlacementScore{Name: name, Expression: expression, Weight: weight})
+	return b
+}
+
+func (b *PolicyWrapper) placement() *schedv1alpha1.PlacementRules {
 	if b.p.Spec.Placement == nil {
 		b.p.Spec.Placement = &schedv1alpha1.PlacementRules{}
 	}
-	b.p.Spec.Placement.Filters = append(b.p.Spec.Placement.Filters, schedv1alpha1.PlacementFilter{Name: name, Expression: expression, Message: message})
-	return b
+	return b.p.Spec.Placement
 }
 
 // Score appends a score rule.

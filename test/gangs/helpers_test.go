@@ -247,16 +247,23 @@ func applyPolicy(t *testing.T, policy *schedv1alpha1.SchedulingPolicy) {
 		t.Fatalf("creating policy %s: %v", policy.Name, err)
 	}
 	t.Cleanup(func() { deleteObject(t, policy) })
+	waitReady(t, policy.Name)
+}
+
+// waitReady waits until the manager reports the policy's current
+// generation compiled (Ready with its generation).
+func waitReady(t *testing.T, name string) {
+	t.Helper()
 	got := &schedv1alpha1.SchedulingPolicy{}
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
-		if err := k8sClient.Get(ctx, client.ObjectKey{Name: policy.Name}, got); err != nil {
+		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
 			return false, err
 		}
 		c := meta.FindStatusCondition(got.Status.Conditions, schedv1alpha1.ConditionReady)
 		return got.Status.ObservedGeneration == got.Generation && c != nil && c.Status == metav1.ConditionTrue, nil
 	})
 	if err != nil {
-		t.Fatalf("policy %s: not Ready: %v; status %+v", policy.Name, err, got.Status)
+		t.Fatalf("policy %s: not Ready: %v; status %+v", name, err, got.Status)
 	}
 }
 

@@ -112,7 +112,14 @@ func TestGangPlacementOneRack(t *testing.T) {
 // TestPlacementFilterTypeError: a placement filter that does not
 // type-check is refused at apply, with its field path.
 func TestPlacementFilterTypeError(t *testing.T) {
-	policy := builder.MakePolicy("bad-placement").PlacementFilter("count", "placement.count", "").Obj()
+	wantRefused(t, builder.MakePolicy("bad-placement").PlacementFilter("count", "placement.count", "").Obj(),
+		"spec.placement.filters[0].expression", "must evaluate to bool, but evaluates to int")
+}
+
+// wantRefused creates a policy that the webhook must refuse, with an error
+// containing each of want.
+func wantRefused(t *testing.T, policy *schedv1alpha1.SchedulingPolicy, want ...string) {
+	t.Helper()
 	var err error
 	// The webhook's certificate may still be loading: retry while the
 	// error is not the webhook's answer.
@@ -122,11 +129,76 @@ func TestPlacementFilterTypeError(t *testing.T) {
 	})
 	if err == nil {
 		deleteObject(t, policy)
-		t.Fatal("policy with a non-bool placement filter was accepted")
+		t.Fatalf("policy %s was accepted", policy.Name)
 	}
-	for _, want := range []string{"spec.placement.filters[0].expression", "must evaluate to bool, but evaluates to int"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not contain %q", err, want)
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not contain %q", err, w)
 		}
 	}
+}
+
+// TestGangPlacementScore: a policy's placement score chooses between two
+// racks that both hold a 4-member gang (one placement per rack, from the
+// gang's topology constraint on the rack label). Rack g's nodes are
+// tier=gold, rack p's are not. kube-scheduler's own placement scores
+// (NodeResourcesFit packs: it prefers the placement left most allocated)
+// lean the other way each time, so only the policy's score can place the
+// gangs as asserted: a filler pod makes rack p the fuller one, yet the
+// first gang, with the policy preferring gold, lands wholly in rack g;
+// then rack g is the fuller one, and the second gang, with the preference
+// flipped, lands wholly in rack p.
+func TestGangPlacementScore(t *testing.T) {
+	node := func(name, r, tier string) nodeSpec {
+		labels := map[string]string{rackLabel: r}
+		if tier != "" {
+			labels["tier"] = tier
+		}
+		return nodeSpec{name: name, cpu: "4", labels: labels}
+	}
+	createNodes(t, node("g1", "g", "gold"), node("g2", "g", "gold"), node("p1", "p", ""), node("p2", "p", ""))
+	ns := createNamespace(t, "placement-score", nil)
+	filler := createPod(t, ns, "filler", withCPU("2"), onNode("p1"))
+	if got := waitForNode(t, filler); got != "p1" {
+		t.Fatalf("filler on %s, want p1", got)
+	}
+
+	const allGold = "placement.nodes.all(n, n.metadata.labels[?'tier'].orValue('') == 'gold')"
+	policy := builder.MakePolicy("gold-racks").PodLabels(map[string]string{"app": "trainer"}).
+		PlacementScore("gold", allGold+" ? 100 : 0", 1).Obj()
+	applyPolicy(t, policy)
+	trainer := withLabels(map[string]string{"app": "trainer"})
+	inRack := func(group string, pods []*corev1.Pod, rack string) {
+		t.Helper()
+		for i, node := range nodesOf(t, pods) {
+			if !strings.HasPrefix(node, rack) {
+				t.Errorf("gang %s: %s on %s, want rack %s", group, pods[i].Name, node, rack)
+			}
+		}
+	}
+
+	createGang(t, ns, "first", 4, rackLabel)
+	inRack("first", members(t, ns, "first", 4, nil, trainer, withCPU("1")), "g")
+
+	current := &schedv1alpha1.SchedulingPolicy{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: policy.Name}, current); err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Placement.Scores[0].Expression = allGold + " ? 0 : 100"
+	if err := k8sClient.Update(t.Context(), current); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, policy.Name)
+
+	// members names the pods of every gang alike: another namespace.
+	ns2 := createNamespace(t, "placement-score", nil)
+	createGang(t, ns2, "second", 4, rackLabel)
+	inRack("second", members(t, ns2, "second", 4, nil, trainer, withCPU("1")), "p")
+}
+
+// TestPlacementScoreTypeError: a placement score that does not evaluate
+// to a number is refused at apply, with its field path.
+func TestPlacementScoreTypeError(t *testing.T) {
+	wantRefused(t, builder.MakePolicy("bad-placement-score").PlacementScore("gold", "placement.count > 1", 1).Obj(),
+		"spec.placement.scores[0].expression", "must evaluate to int, uint or double, but evaluates to bool")
 }

@@ -102,6 +102,10 @@ filters:
 scores:
 - name: pods
   expression: nodeInfo.podCount
+placement:
+  scores:
+  - name: gold
+    expression: "100"
 `)
 	if err := k8sClient.Create(ctx, policy); err != nil {
 		t.Fatalf("creating policy: %v", err)
@@ -119,6 +123,7 @@ scores:
 		Scores: []schedv1alpha1.ScoreRule{{
 			Name: "pods", Expression: "nodeInfo.podCount", Weight: 1, Normalization: schedv1alpha1.MinMax,
 		}},
+		Placement: &schedv1alpha1.PlacementRules{Scores: []schedv1alpha1.PlacementScore{{Name: "gold", Expression: "100", Weight: 1}}},
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)
@@ -326,10 +331,20 @@ paramRef: {name: placement, parameterNotFoundAction: Skip}
 filters: [{name: a, expression: "true"}]`,
 			want: []cause{{Field: "spec.paramRef.parameterNotFoundAction", Type: metav1.CauseTypeFieldValueNotSupported, Message: `Unsupported value: "Skip": supported values: "Allow", "Deny"`}},
 		},
+		"placement score weight above range": {
+			spec: `
+placement: {scores: [{name: a, expression: "1", weight: 101}]}`,
+			want: []cause{{Field: "spec.placement.scores[0].weight", Type: metav1.CauseTypeFieldValueInvalid, Message: "should be less than or equal to 100"}},
+		},
+		"empty placement rules": {
+			spec: `
+placement: {filters: [], scores: []}`,
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters or placement.scores must be set"}},
+		},
 		"no rules at all": {
 			spec: `
 enforcement: Audit`,
-			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores or placement.filters must be set"}},
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters or placement.scores must be set"}},
 		},
 	}
 	for name, tc := range tests {
