@@ -476,10 +476,10 @@ func labelsByNode(nodes *corev1.NodeList) map[string]map[string]string {
 	return labels
 }
 
-// checkPodGroups fails the workload if a pod group was placed in part or
-// across more than one domain of its topology constraint: scheduler_perf
-// only waits for every pod to be bound, so this checks that the groups
-// were placed as groups.
+// checkPodGroups fails the workload if a pod group's bound members are in
+// more than one domain of its topology constraint, or only some of its
+// members are bound, when the workload is done: scheduler_perf itself
+// only waits for every pod to be bound, wherever.
 func checkPodGroups(tCtx ktesting.TContext) {
 	nodes, pods, err := listNodesAndPods(tCtx)
 	if err != nil {
