@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
@@ -68,20 +70,15 @@ func profile(t *testing.T, cfg *schedulerconfig.KubeSchedulerConfiguration, name
 // stricter environment of new expressions: a broken policy would measure
 // nothing.
 func TestWorkloadPolicies(t *testing.T) {
-	data, err := os.ReadFile(configFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var testCases []struct {
 		Name string `json:"name"`
 	}
-	if err := yaml.Unmarshal(data, &testCases); err != nil {
-		t.Fatal(err)
-	}
+	readConfig(t, &testCases)
 	wantPolicies := map[string]int{
 		"NoPolicy": 0, "NonMatching10": 10, "NodeOnly10": 10, "NodeOnly10Native": 10, "NodeOnly10Batchable": 10,
 		"Mixed100": 100, "Mixed100Native": 100,
 		"RequiredAffinity": 1, "PreferredAffinity": 1, "PodAndNode": 1, "Spread": 1,
+		"Gangs": 1,
 	}
 	if len(testCases) != len(wantPolicies) {
 		t.Errorf("%d test cases in %s, want %d", len(testCases), configFile, len(wantPolicies))
@@ -143,10 +140,6 @@ func TestSamePolicies(t *testing.T) {
 // native profile's (where there is one) and the celsched profile's on pods
 // of their own, and the order of the profiles alternating between runs.
 func TestPhases(t *testing.T) {
-	data, err := os.ReadFile(configFile)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var testCases []struct {
 		Name             string `json:"name"`
 		WorkloadTemplate []struct {
@@ -156,12 +149,17 @@ func TestPhases(t *testing.T) {
 			CollectMetrics  bool   `json:"collectMetrics"`
 		} `json:"workloadTemplate"`
 	}
-	if err := yaml.Unmarshal(data, &testCases); err != nil {
-		t.Fatal(err)
-	}
+	readConfig(t, &testCases)
 	native := map[string]bool{
 		"NodeOnly10Native": true, "Mixed100Native": true,
 		"RequiredAffinity": true, "PreferredAffinity": true, "PodAndNode": true, "Spread": true,
+		"Gangs": true,
+	}
+	// plain are the stock pod templates without rules: plain pods, the
+	// pods of ten Deployments, the members of a pod group (whose
+	// constraints are the same in every profile's phases).
+	plain := map[string]bool{
+		"templates/pod-stock.yaml": true, "templates/pod-stock-deployment.yaml": true, "templates/pod-stock-gang.yaml": true,
 	}
 	for _, tc := range testCases {
 		t.Run(tc.Name, func(t *testing.T) {
@@ -205,9 +203,9 @@ func TestPhases(t *testing.T) {
 				}
 				for path := range paths {
 					switch {
-					case profile == perfdata.StockProfile && path != "templates/pod-stock.yaml" && path != "templates/pod-stock-deployment.yaml":
+					case profile == perfdata.StockProfile && !plain[path]:
 						t.Errorf("%s: pods of %s carry rules; the stock phases measure plain pods", profile, path)
-					case profile == perfdata.NativeProfile && (path == "templates/pod-stock.yaml" || path == "templates/pod-stock-deployment.yaml"):
+					case profile == perfdata.NativeProfile && plain[path]:
 						t.Errorf("%s: pods of %s carry no rules", profile, path)
 					case profile != perfdata.CelschedProfile && strings.HasPrefix(path, "templates/pod-celsched"):
 						t.Errorf("%s: pods of %s are the celsched profile's", profile, path)
@@ -226,7 +224,7 @@ func TestPhases(t *testing.T) {
 // that give it 100 (all of normalization None, weight 1, 0 or 100), so
 // NodeAffinity ranks the nodes as CELScore does.
 func TestNativeEquivalents(t *testing.T) {
-	nodes := templateNodes(t, 200)
+	nodes := templateNodes(t, "templates/node.yaml", 200)
 	for name, tc := range map[string]struct {
 		podTemplate string
 		// policies are the policies of the test case that the native rules
@@ -278,7 +276,10 @@ func TestNativeEquivalents(t *testing.T) {
 			if len(policies) == 0 {
 				t.Fatal("no policy to compare with")
 			}
-			pod := templatePod(t, tc.podTemplate)
+			pod := templatePod(t, tc.podTemplate, nil)
+			if pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
+				t.Fatalf("%s: no node affinity", tc.podTemplate)
+			}
 			podIn, err := conv.Pod(pod, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: perfdata.NativeProfile + "-1"}})
 			if err != nil {
 				t.Fatal(err)
@@ -335,29 +336,15 @@ func TestNativeEquivalents(t *testing.T) {
 	}
 }
 
-// templateNodes renders the first n nodes of templates/node.yaml, as
+// templateNodes renders the first n nodes of a node template, as
 // scheduler_perf's createNodes does (each with a name, and a
 // resourceVersion for the converter's cache).
-func templateNodes(t *testing.T, n int) []*corev1.Node {
+func templateNodes(t *testing.T, path string, n int) []*corev1.Node {
 	t.Helper()
-	data, err := os.ReadFile("templates/node.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := template.New("node").Funcs(template.FuncMap{"Mod": func(a, b int) int { return a % b }}).Parse(string(data))
-	if err != nil {
-		t.Fatal(err)
-	}
 	nodes := make([]*corev1.Node, n)
 	for i := range nodes {
-		var b bytes.Buffer
-		if err := tmpl.Execute(&b, map[string]any{"Index": i}); err != nil {
-			t.Fatal(err)
-		}
 		var node corev1.Node
-		if err := yaml.UnmarshalStrict(b.Bytes(), &node); err != nil {
-			t.Fatal(err)
-		}
+		renderTemplate(t, path, map[string]any{"Index": i}, &node)
 		node.Name = fmt.Sprintf("perf-node-%d", i)
 		node.ResourceVersion = "1"
 		nodes[i] = &node
@@ -365,19 +352,180 @@ func templateNodes(t *testing.T, n int) []*corev1.Node {
 	return nodes
 }
 
-func templatePod(t *testing.T, path string) *corev1.Pod {
+// templatePod renders the first pod of a pod template with params (nil:
+// none) in the first native namespace.
+func templatePod(t *testing.T, path string, params map[string]any) *corev1.Pod {
+	t.Helper()
+	env := map[string]any{"Index": 0}
+	maps.Copy(env, params)
+	var pod corev1.Pod
+	renderTemplate(t, path, env, &pod)
+	pod.Name, pod.Namespace = "pod-0", perfdata.NativeProfile+"-1"
+	return &pod
+}
+
+// renderTemplate renders the text/template at path with env and the
+// template functions of scheduler_perf that the templates use, and
+// decodes it strictly into obj.
+func renderTemplate(t *testing.T, path string, env map[string]any, obj any) {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pod corev1.Pod
-	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
+	tmpl, err := template.New(path).Funcs(template.FuncMap{
+		"Mod":       func(a, b int) int { return a % b },
+		"DivideInt": func(a, b int) int { return a / b },
+	}).Parse(string(data))
+	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Name, pod.Namespace = "pod-0", perfdata.NativeProfile+"-1"
-	if pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
-		t.Fatalf("%s: no node affinity", path)
+	var b bytes.Buffer
+	if err := tmpl.Execute(&b, env); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	return &pod
+	if err := yaml.UnmarshalStrict(b.Bytes(), obj); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}
+
+// TestGangsNativeEquivalent checks that Gangs' native rule and its policy
+// admit the same racks of templates/node-racks.yaml at 1000 nodes: the
+// policy applies to the celsched members (templates/pod-celsched-gang.yaml);
+// its placement filter accepts a rack's placement exactly when the native
+// members' node selector (templates/pod-stock-gang-gpu.yaml) admits the
+// rack's nodes; and no rack mixes admitted and refused nodes, so a group
+// kept in one rack by its topology constraint has the same candidate racks
+// in both.
+func TestGangsNativeEquivalent(t *testing.T) {
+	const podsPerGroup = 16
+	params := map[string]any{"podsPerGroup": podsPerGroup}
+	var group schedulingv1beta1.PodGroup
+	renderTemplate(t, "templates/podgroup-rack.yaml", map[string]any{"Index": 0, "podsPerGroup": podsPerGroup}, &group)
+	group.Namespace = perfdata.CelschedProfile + "-1"
+	c := group.Spec.SchedulingConstraints
+	if c == nil || len(c.Topology) != 1 {
+		t.Fatalf("podgroup-rack.yaml: topology constraints %+v, want one", c)
+	}
+	rackKey := c.Topology[0].Key
+	racks := map[string][]*corev1.Node{}
+	for _, n := range templateNodes(t, "templates/node-racks.yaml", 1000) {
+		racks[n.Labels[rackKey]] = append(racks[n.Labels[rackKey]], n)
+	}
+	if len(racks) != 50 {
+		t.Errorf("%d racks (%s), want 50", len(racks), rackKey)
+	}
+
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := engine.NewConverter(env, engine.DefaultMaxCachedNodes)
+	objs, err := readPolicies("Gangs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 {
+		t.Fatalf("testdata/Gangs.yaml holds %d policies, want 1", len(objs))
+	}
+	var p schedv1alpha1.SchedulingPolicy
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(objs[0].Object, &p); err != nil {
+		t.Fatal(err)
+	}
+	policy := engine.NewCompiler(env).Compile(&p, engine.CompileOptions{})
+	if err := policy.Err(); err != nil {
+		t.Fatal(err)
+	}
+	member := templatePod(t, "templates/pod-celsched-gang.yaml", params)
+	member.Namespace = group.Namespace
+	if sg := member.Spec.SchedulingGroup; sg == nil || sg.PodGroupName == nil || *sg.PodGroupName != group.Name {
+		t.Errorf("pod-celsched-gang.yaml: pod 0 in group %+v, want %s", sg, group.Name)
+	}
+	podIn, err := conv.Pod(member, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: member.Namespace}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if m := policy.Match(ctx, podIn); !m.Matches {
+		t.Fatalf("policy %s does not apply to the celsched members: %+v", p.Name, m.Decision)
+	}
+	native := nodeaffinity.GetRequiredNodeAffinity(templatePod(t, "templates/pod-stock-gang-gpu.yaml", params))
+
+	var accepted int
+	for name, nodes := range racks {
+		var admitted int
+		for _, n := range nodes {
+			ok, err := native.Match(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				admitted++
+			}
+		}
+		if admitted != 0 && admitted != len(nodes) {
+			t.Errorf("%s: the native selector admits %d of its %d nodes, want all or none", name, admitted, len(nodes))
+		}
+		in, err := engine.NewPlacementInput(name, nodes, &group, group.Namespace, group.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := policy.PlacementFilter(ctx, in)
+		if d.Verdict == engine.Error {
+			t.Fatalf("%s: placement filter error: %+v", name, d)
+		}
+		celAccepts := d.Verdict == engine.Pass
+		if celAccepts != (admitted == len(nodes)) {
+			t.Errorf("%s: the placement filter accepts it: %v; the native selector admits %d of its %d nodes", name, celAccepts, admitted, len(nodes))
+		}
+		if celAccepts {
+			accepted++
+		}
+	}
+	if accepted != 10 {
+		t.Errorf("%d of %d racks accepted, want 10 (one in five)", accepted, len(racks))
+	}
+}
+
+// TestGangsParams checks that every workload of the test cases with pod
+// groups measures podGroups x podsPerGroup pods per phase: the phase meter
+// ends a phase at its measurePods-th bound pod.
+func TestGangsParams(t *testing.T) {
+	var testCases []struct {
+		Name      string `json:"name"`
+		Workloads []struct {
+			Name   string         `json:"name"`
+			Params map[string]int `json:"params"`
+		} `json:"workloads"`
+	}
+	readConfig(t, &testCases)
+	var checked int
+	for _, tc := range testCases {
+		for _, w := range tc.Workloads {
+			groups, ok := w.Params["podGroups"]
+			if !ok {
+				continue
+			}
+			checked++
+			if got, want := w.Params["measurePods"], groups*w.Params["podsPerGroup"]; got != want {
+				t.Errorf("%s/%s: measurePods %d, want podGroups x podsPerGroup = %d", tc.Name, w.Name, got, want)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no workload with pod groups")
+	}
+}
+
+// readConfig decodes performance-config.yaml's test cases into testCases
+// (a slice of structs with the fields a test reads).
+func readConfig(t *testing.T, testCases any) {
+	t.Helper()
+	data, err := os.ReadFile(configFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, testCases); err != nil {
+		t.Fatal(err)
+	}
 }

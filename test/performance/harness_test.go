@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,12 +26,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	benchmark "k8s.io/kubernetes/test/integration/scheduler_perf"
 	"k8s.io/kubernetes/test/utils/client-go/ktesting"
@@ -230,6 +233,11 @@ func prepare(tCtx ktesting.TContext) error {
 		// before the control plane stops.
 		tCtx.Cleanup(func() { recordPlacement(tCtx, testCase, workload, len(created)) })
 	}
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		// Pod groups exist only with the gate (scheduler_perf sets the
+		// workload's gates before this hook).
+		tCtx.Cleanup(func() { checkPodGroups(tCtx) })
+	}
 	w := current.Load()
 	if err := meterPhases(tCtx, w, testCase, workload); err != nil {
 		return err
@@ -363,7 +371,25 @@ type namespacePlace struct {
 	// with the value "blocked" (templates/node.yaml), which the policies
 	// of NodeOnly10 and Mixed100 keep the celsched profile's pods off.
 	OnBlockedNodes int `json:"onBlockedNodes"`
+	// Tiers counts the scheduled pods per value of their node's tier
+	// label (templates/node-racks.yaml), for the workloads whose nodes
+	// have one: Gangs keeps its native and celsched pods on gpu nodes.
+	Tiers map[string]int `json:"tiers,omitempty"`
+	groupPlace
 }
+
+// groupPlace is where the pod groups of a namespace's pods landed: how
+// many groups, how many were placed in part (some members bound, some
+// not: what all-or-nothing forbids) and how many across more than one
+// domain of their topology constraint (what the constraint forbids).
+type groupPlace struct {
+	PodGroups int `json:"podGroups,omitempty"`
+	Partial   int `json:"podGroupsPartial,omitempty"`
+	Split     int `json:"podGroupsSplit,omitempty"`
+}
+
+// tierLabel is the tier label of templates/node-racks.yaml.
+const tierLabel = "perf.celsched.io/tier"
 
 // recordPlacement appends the workload's placement to placementsFile. A
 // failure fails the workload.
@@ -374,22 +400,24 @@ func recordPlacement(tCtx ktesting.TContext, testCase, workload string, policies
 }
 
 func appendPlacement(tCtx ktesting.TContext, testCase, workload string, policies int) error {
-	nodes, err := tCtx.Client().CoreV1().Nodes().List(tCtx, metav1.ListOptions{})
+	nodes, pods, err := listNodesAndPods(tCtx)
 	if err != nil {
 		return err
 	}
+	nodeLabels := labelsByNode(nodes)
 	blocked := map[string]bool{}
-	for i := range nodes.Items {
-		n := &nodes.Items[i]
-		for _, v := range n.Labels {
+	for name, labels := range nodeLabels {
+		for _, v := range labels {
 			if v == "blocked" {
-				blocked[n.Name] = true
+				blocked[name] = true
 			}
 		}
 	}
-	pods, err := tCtx.Client().CoreV1().Pods(corev1.NamespaceAll).List(tCtx, metav1.ListOptions{})
-	if err != nil {
-		return err
+	groups := map[string]groupPlace{}
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		if groups, err = podGroupPlaces(tCtx, nodeLabels, pods); err != nil {
+			return err
+		}
 	}
 	p := placement{TestCase: testCase, Workload: workload, Policies: policies, Namespaces: map[string]namespacePlace{}}
 	for i := range pods.Items {
@@ -401,7 +429,14 @@ func appendPlacement(tCtx ktesting.TContext, testCase, workload string, policies
 			if blocked[pod.Spec.NodeName] {
 				ns.OnBlockedNodes++
 			}
+			if tier, ok := nodeLabels[pod.Spec.NodeName][tierLabel]; ok {
+				if ns.Tiers == nil {
+					ns.Tiers = map[string]int{}
+				}
+				ns.Tiers[tier]++
+			}
 		}
+		ns.groupPlace = groups[pod.Namespace]
 		p.Namespaces[pod.Namespace] = ns
 	}
 	line, err := json.Marshal(p)
@@ -417,4 +452,110 @@ func appendPlacement(tCtx ktesting.TContext, testCase, workload string, policies
 		return err
 	}
 	return f.Close()
+}
+
+// listNodesAndPods lists every node and pod of the workload's cluster.
+func listNodesAndPods(tCtx ktesting.TContext) (*corev1.NodeList, *corev1.PodList, error) {
+	nodes, err := tCtx.Client().CoreV1().Nodes().List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods, err := tCtx.Client().CoreV1().Pods(corev1.NamespaceAll).List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
+	}
+	return nodes, pods, nil
+}
+
+// labelsByNode maps the name of each node to its labels.
+func labelsByNode(nodes *corev1.NodeList) map[string]map[string]string {
+	labels := make(map[string]map[string]string, len(nodes.Items))
+	for i := range nodes.Items {
+		labels[nodes.Items[i].Name] = nodes.Items[i].Labels
+	}
+	return labels
+}
+
+// checkPodGroups fails the workload if a pod group's bound members are in
+// more than one domain of its topology constraint, or only some of its
+// members are bound, when the workload is done: scheduler_perf itself
+// only waits for every pod to be bound, wherever.
+func checkPodGroups(tCtx ktesting.TContext) {
+	nodes, pods, err := listNodesAndPods(tCtx)
+	if err != nil {
+		tCtx.Errorf("checking the pod groups: %v", err)
+		return
+	}
+	places, err := podGroupPlaces(tCtx, labelsByNode(nodes), pods)
+	if err != nil {
+		tCtx.Errorf("checking the pod groups: %v", err)
+		return
+	}
+	for ns, g := range places {
+		if g.Partial > 0 || g.Split > 0 {
+			tCtx.Errorf("namespace %s: of %d pod groups, %d placed in part and %d across more than one domain of their topology constraint", ns, g.PodGroups, g.Partial, g.Split)
+		}
+	}
+}
+
+// podGroupPlaces returns, per namespace, where the groups of its pods
+// (spec.schedulingGroup.podGroupName) landed: a group is partial when
+// some of its pods are bound and some not, split when its bound pods are
+// on nodes of more than one value of its PodGroup's topology constraint
+// key (a node without the key counts as the value "").
+func podGroupPlaces(tCtx ktesting.TContext, nodeLabels map[string]map[string]string, pods *corev1.PodList) (map[string]groupPlace, error) {
+	podGroups, err := tCtx.Client().SchedulingV1beta1().PodGroups(corev1.NamespaceAll).List(tCtx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pod groups: %w", err)
+	}
+	return groupPlaces(podGroups, nodeLabels, pods), nil
+}
+
+// groupPlaces is podGroupPlaces on listed objects.
+func groupPlaces(podGroups *schedulingv1beta1.PodGroupList, nodeLabels map[string]map[string]string, pods *corev1.PodList) map[string]groupPlace {
+	topologyKey := map[types.NamespacedName]string{}
+	for _, pg := range podGroups.Items {
+		if c := pg.Spec.SchedulingConstraints; c != nil && len(c.Topology) > 0 {
+			topologyKey[types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}] = c.Topology[0].Key
+		}
+	}
+	type members struct {
+		bound, unbound int
+		domains        map[string]bool
+	}
+	groups := map[types.NamespacedName]*members{}
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		sg := pod.Spec.SchedulingGroup
+		if sg == nil || sg.PodGroupName == nil {
+			continue
+		}
+		key := types.NamespacedName{Namespace: pod.Namespace, Name: *sg.PodGroupName}
+		m := groups[key]
+		if m == nil {
+			m = &members{domains: map[string]bool{}}
+			groups[key] = m
+		}
+		if pod.Spec.NodeName == "" {
+			m.unbound++
+			continue
+		}
+		m.bound++
+		if k, ok := topologyKey[key]; ok {
+			m.domains[nodeLabels[pod.Spec.NodeName][k]] = true
+		}
+	}
+	places := map[string]groupPlace{}
+	for key, m := range groups {
+		g := places[key.Namespace]
+		g.PodGroups++
+		if m.bound > 0 && m.unbound > 0 {
+			g.Partial++
+		}
+		if len(m.domains) > 1 {
+			g.Split++
+		}
+		places[key.Namespace] = g
+	}
+	return places
 }
