@@ -466,7 +466,7 @@ func TestGangsNativeEquivalent(t *testing.T) {
 		if admitted != 0 && admitted != len(nodes) {
 			t.Errorf("%s: the native selector admits %d of its %d nodes, want all or none", name, admitted, len(nodes))
 		}
-		in, err := engine.NewPlacementInput(name, nodes, &group, group.Namespace, group.Name)
+		in, err := engine.NewPlacementInput(name, nodes, &group, group.Namespace, group.Name, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
