@@ -271,12 +271,8 @@ func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
 // evaluated afresh (no resourceVersion), and the second pod reads them.
 func TestScoreListAgreesWithEvaluation(t *testing.T) {
 	t.Parallel()
-	policies := []*schedv1alpha1.SchedulingPolicy{
-		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
-		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
-			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
-		builder.MakePolicy("own-rack").Score("own", "node.metadata.?labels[?'team'].orValue('') == pod.metadata.namespace ? 10 : 0", 5, schedv1alpha1.MinMax).Obj(),
-	}
+	policies := append(nodeScorePolicies(),
+		builder.MakePolicy("own-rack").Score("own", "node.metadata.?labels[?'team'].orValue('') == pod.metadata.namespace ? 10 : 0", 5, schedv1alpha1.MinMax).Obj())
 	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("team-a", nil), plugintest.Namespace("team-b", nil))}
 	var cached, fresh []fwk.NodeInfo
 	for i := range 20 {
@@ -354,13 +350,9 @@ func TestScoreListAgreesWithEvaluation(t *testing.T) {
 // batch is dropped), never reads another cycle's values.
 func TestBatchRescore(t *testing.T) {
 	t.Parallel()
-	policies := []*schedv1alpha1.SchedulingPolicy{
-		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
-		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
-			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
+	policies := append(nodeScorePolicies(),
 		builder.MakePolicy("team-b-only").NamespaceLabels(map[string]string{"team": "b"}).
-			Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 0 : 100", 1, schedv1alpha1.None).Obj(),
-	}
+			Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 0 : 100", 1, schedv1alpha1.None).Obj())
 	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("team-a", map[string]string{"team": "a"}), plugintest.Namespace("team-b", map[string]string{"team": "b"}))}
 	var nodes []fwk.NodeInfo
 	for i := range 12 {
@@ -437,5 +429,15 @@ func TestBatchRescore(t *testing.T) {
 	fresh(pod("team-a", "p9"))
 	if _, _, status := rescore(pod("team-a", "p10"), raw, 2); status.IsSuccess() {
 		t.Error("a rescore normalized raw scores of tables dropped by a later fresh cycle")
+	}
+}
+
+// nodeScorePolicies are two policies of node-only score rules: a label
+// (None), and a label and the name's length (MinMaxReverse, MinMax).
+func nodeScorePolicies() []*schedv1alpha1.SchedulingPolicy {
+	return []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("spot").Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 100 : 0", 3, schedv1alpha1.None).Obj(),
+		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
+			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
 	}
 }
