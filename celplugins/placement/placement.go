@@ -112,6 +112,9 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 		}
 		return &fwk.GeneratePlacementsResult{Placements: kept}, nil
 	}
+	// Sorted: the generator's order changes from one try to the next, and
+	// a message that changes is a status write of every member per try.
+	slices.Sort(refusals)
 	msg := engine.Truncate(fmt.Sprintf("pod group %s/%s: no placement passes the SchedulingPolicies: %s", group.GetNamespace(), group.GetName(), strings.Join(refusals, "; ")), engine.MaxMessageLength)
 	// No node of a refused placement can help, and neither can preemption
 	// unless a rule failed (Error), which a retry may not repeat.
