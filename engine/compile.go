@@ -575,29 +575,40 @@ type checked struct {
 	estimate uint64 // worst-case cost
 }
 
+// typeChecked parses and type-checks an expression in an environment
+// (stored or new, as the expression is), and checks its output type. It
+// records the errors and returns a nil Ast on failure.
+func (pc *policyCompiler) typeChecked(envSet *environment.EnvSet, path *field.Path, text string, want outputKind) (*cel.Env, *cel.Ast) {
+	envType := environment.NewExpressions
+	if pc.stored(text) {
+		envType = environment.StoredExpressions
+	}
+	env, err := envSet.Env(envType)
+	if err != nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, err))
+		return nil, nil
+	}
+	ast, issues := env.CompileSource(textSource{common.NewTextSource(text)})
+	if len(issues.Errors()) > 0 {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "compilation failed: "+issuesText(issues, text)))
+		return nil, nil
+	}
+	if !outputMatches(ast.OutputType(), want) {
+		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text),
+			fmt.Sprintf("must evaluate to %s, but evaluates to %s", want, ast.OutputType())))
+		return nil, nil
+	}
+	return env, ast
+}
+
 // check parses and type-checks an expression, and checks its output type,
 // scope and estimated cost. It records the errors and returns nil on failure.
 func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, sc scope, scopeName string) *checked {
 	if pc.stopped() {
 		return nil
 	}
-	envType := environment.NewExpressions
-	if pc.stored(text) {
-		envType = environment.StoredExpressions
-	}
-	env, err := pc.env.envSet.Env(envType)
-	if err != nil {
-		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, err))
-		return nil
-	}
-	ast, issues := env.CompileSource(textSource{common.NewTextSource(text)})
-	if len(issues.Errors()) > 0 {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "compilation failed: "+issuesText(issues, text)))
-		return nil
-	}
-	if !outputMatches(ast.OutputType(), want) {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text),
-			fmt.Sprintf("must evaluate to %s, but evaluates to %s", want, ast.OutputType())))
+	env, ast := pc.typeChecked(pc.env.envSet, path, text, want)
+	if ast == nil {
 		return nil
 	}
 

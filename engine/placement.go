@@ -11,7 +11,6 @@ import (
 	"fmt"
 
 	"github.com/google/cel-go/cel"
-	"github.com/google/cel-go/common"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
@@ -196,23 +195,8 @@ func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, 
 	if pc.stopped() {
 		return nil
 	}
-	envType := environment.NewExpressions
-	if pc.stored(text) {
-		envType = environment.StoredExpressions
-	}
-	celEnv, err := env.envSet.Env(envType)
-	if err != nil {
-		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, err))
-		return nil
-	}
-	ast, issues := celEnv.CompileSource(textSource{common.NewTextSource(text)})
-	if len(issues.Errors()) > 0 {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "compilation failed: "+issuesText(issues, text)))
-		return nil
-	}
-	if !outputMatches(ast.OutputType(), want) {
-		pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text),
-			fmt.Sprintf("must evaluate to %s, but evaluates to %s", want, ast.OutputType())))
+	celEnv, ast := pc.typeChecked(env.envSet, path, text, want)
+	if ast == nil {
 		return nil
 	}
 	typical, err := celEnv.EstimateCost(ast, env.typical)
