@@ -325,6 +325,9 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	defer pl.normalizeBuffers.Put(b)
 	rows, seen := sized(&b.rows, len(scores)), sized(&b.seen, int(s.next.Load()))
 	earlier := false
+	// found is the earlier table last looked up: a batch's raw scores are
+	// mostly of one table, looked up once.
+	var found *scoreState
 	pl.mu.Lock()
 	for i, ns := range scores {
 		// The row Score wrote the node's raw values in: this cycle's, or,
@@ -332,7 +335,10 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 		id, row := splitRowRef(ns.Score)
 		t := s
 		if id != s.id {
-			t = pl.keptTable(id, s)
+			if found == nil || found.id != id {
+				found = pl.keptTable(id, s)
+			}
+			t = found
 			earlier = true
 		}
 		switch {
