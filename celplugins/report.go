@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/celsched/celsched/engine"
@@ -36,6 +37,11 @@ type Reporter struct {
 	// the metrics, and no error, cut-off or audited rejection is recorded
 	// for status or reports.
 	Dry bool
+	// RefusedPlacements, when set, is told the candidate placements of a
+	// pod group that placement filters refused in a cycle, each as
+	// engine.PlacementRejection says it (a dry run's explanation). It
+	// must not block.
+	RefusedPlacements func(group ktypes.NamespacedName, refusals []string)
 
 	counters metrics.Counters
 	// tallies are the current cycle's tallies of filter and score

@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -105,6 +106,9 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 			refusal = d
 		}
 		refusals = append(refusals, engine.PlacementRejection(in.Name, d))
+	}
+	if len(refusals) > 0 && pl.rt.Report.RefusedPlacements != nil {
+		pl.rt.Report.RefusedPlacements(ktypes.NamespacedName{Namespace: group.GetNamespace(), Name: group.GetName()}, refusals)
 	}
 	if len(kept) > 0 {
 		if len(refusals) > 0 {

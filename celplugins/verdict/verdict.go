@@ -169,8 +169,11 @@ type Options struct {
 // pods concurrently (each evaluation has its own cycle state, as the
 // scheduler's parallel filters do); Close releases it.
 type Evaluator struct {
-	cluster    *Cluster
-	rt         *celplugins.Runtime
+	cluster *Cluster
+	rt      *celplugins.Runtime
+	// policies are what the CEL plugins read, for the scheduler of
+	// PlaceGroups.
+	policies   Policies
 	cfg        *schedulerconfig.KubeSchedulerConfiguration
 	frameworks map[string]framework.Framework
 	// plugins are each profile's plugin instances by name, as the
@@ -210,6 +213,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	e := &Evaluator{
 		cluster:    c,
 		rt:         celplugins.NewRuntime(fixed{policies.Snapshot}, policies.Converter),
+		policies:   policies,
 		cfg:        opts.Config,
 		frameworks: map[string]framework.Framework{},
 		plugins:    map[string]map[string]fwk.Plugin{},

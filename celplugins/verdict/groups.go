@@ -1,0 +1,419 @@
+package verdict
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/filter"
+	"github.com/celsched/celsched/celplugins/placement"
+	"github.com/celsched/celsched/celplugins/preenqueue"
+	"github.com/celsched/celsched/celplugins/score"
+)
+
+// This file answers "where would kube-scheduler place these pod groups"
+// the one way it can be answered: by kube-scheduler itself. A pod group's
+// cycle (generate the candidate placements, filter them, try the members
+// in each, assume them, score the placements that fit, all or nothing) is
+// unexported methods of kube-scheduler's Scheduler, so PlaceGroups runs a
+// real Scheduler (pkg/scheduler.New, the configuration's profiles, the
+// CEL plugins over the same policies) on a fake clientset holding the
+// cluster, the PodGroups and their pending members, and records its
+// bindings instead of making them.
+
+// Group is a pod group to place: its PodGroup and its members that are
+// not bound (spec.schedulingGroup.podGroupName names it).
+type Group struct {
+	PodGroup *schedulingv1beta1.PodGroup
+	Pods     []*corev1.Pod
+}
+
+// GroupState is what the scheduler does with a pod group.
+type GroupState string
+
+const (
+	// GroupPlaced: every member the scheduler tried was bound (at least
+	// the gang's minimum count: it binds all or nothing).
+	GroupPlaced GroupState = "placed"
+	// GroupUnschedulable: the scheduler tried the group and bound none of
+	// its members.
+	GroupUnschedulable GroupState = "unschedulable"
+	// GroupHeld: a PreEnqueue plugin holds the group's members (a
+	// SchedulingPolicy's preEnqueue rule, or the gang waiting for its
+	// minimum count of pods): the scheduler does not try it.
+	GroupHeld GroupState = "held"
+)
+
+// GroupMember is where one member of a group goes.
+type GroupMember struct {
+	Pod string `json:"pod"`
+	// Node is the node the scheduler would bind it to.
+	Node string `json:"node,omitempty"`
+	// Reason is why it is not bound: its PodScheduled condition's message,
+	// or the PreEnqueue plugin that holds it.
+	Reason string `json:"reason,omitempty"`
+}
+
+// GroupResult is what the scheduler does with a pod group.
+type GroupResult struct {
+	// Group is namespace/name.
+	Group    string     `json:"group"`
+	State    GroupState `json:"state"`
+	MinCount int32      `json:"minCount"`
+	// Members are the group's pending members, by name.
+	Members []GroupMember `json:"members"`
+	// Domains are, for a placed group with a topology constraint, the
+	// values of the constraint's keys on its members' nodes (the domain
+	// the scheduler chose), sorted.
+	Domains []string `json:"domains,omitempty"`
+	// Reason is why the group is not placed: its members' distinct
+	// reasons, in the order of the members, joined by "; " (the member a
+	// filter refuses says which policy and rule; the others, that the
+	// group is unschedulable).
+	Reason string `json:"reason,omitempty"`
+	// Refused are the candidate placements that the policies' placement
+	// filters refused in the group's cycles, each with the policy and
+	// rule ("placement z1 rejected by SchedulingPolicy p, rule
+	// placement.filters/f: message"), sorted.
+	Refused []string `json:"refused,omitempty"`
+}
+
+// GroupsSettleTimeout bounds how long PlaceGroups waits for the scheduler
+// to have tried every group: long enough for thousands of pods on
+// thousands of nodes on a small machine, short enough that a dry run that
+// cannot settle (a bug) fails rather than hangs.
+const GroupsSettleTimeout = 5 * time.Minute
+
+// PlaceGroups runs kube-scheduler, with the Evaluator's configuration,
+// policies and cluster, on the pending members of the groups, and returns
+// what it does with each group, in the order of groups. The groups are
+// scheduled together, as the scheduler would take them from its queue:
+// one group's members take room another would have used. The pod group
+// features (GenericWorkload) must be on in the process's feature gates.
+func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupResult, error) {
+	if !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		return nil, fmt.Errorf("pod groups are scheduled only with the feature gate GenericWorkload on (--feature-gates)")
+	}
+	// The scheduler's own log (a group it cannot place is an error there)
+	// is not the dry run's: what it did is in the results.
+	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logr.Discard()))
+	defer cancel()
+	run := &groupRun{
+		bound:     map[ktypes.NamespacedName]string{},
+		tried:     map[ktypes.NamespacedName]bool{},
+		gated:     map[ktypes.NamespacedName]string{},
+		refusals:  map[ktypes.NamespacedName][]string{},
+		podGroups: map[ktypes.NamespacedName]*schedulingv1beta1.PodGroup{},
+	}
+	objects := make([]runtime.Object, 0, len(e.cluster.nodes)+len(e.cluster.pods)+len(e.cluster.namespaces)+len(e.cluster.objects)+2*len(groups))
+	for _, n := range e.cluster.nodes {
+		objects = append(objects, n)
+	}
+	for _, p := range e.cluster.pods {
+		objects = append(objects, p)
+	}
+	for _, ns := range e.cluster.namespaces {
+		objects = append(objects, ns)
+	}
+	objects = append(objects, e.cluster.objects...)
+	var pending []*corev1.Pod
+	for _, g := range groups {
+		key := ktypes.NamespacedName{Namespace: g.PodGroup.Namespace, Name: g.PodGroup.Name}
+		run.podGroups[key] = g.PodGroup
+		objects = append(objects, g.PodGroup.DeepCopy())
+		for _, p := range g.Pods {
+			p = Default(p)
+			p.Spec.NodeName = ""
+			pending = append(pending, p)
+			objects = append(objects, p)
+		}
+	}
+	client := fake.NewSimpleClientset(objects...) //nolint:staticcheck // NewClientset builds a type converter per call (about a second); nothing here applies
+	client.PrependReactor("create", "pods", run.bind(client))
+	client.PrependReactor("patch", "pods", run.patched)
+
+	rt := celplugins.NewRuntime(fixed{e.policies.Snapshot}, e.policies.Converter)
+	rt.Inputs.Params = e.policies.Params
+	rt.Report.Dry = true
+	rt.Report.RefusedPlacements = run.refused
+	registry := frameworkruntime.Registry{
+		preenqueue.Name: celplugins.Factory(rt, preenqueue.New),
+		filter.Name:     celplugins.Factory(rt, filter.New),
+		score.Name:      celplugins.Factory(rt, score.New),
+		placement.Name:  celplugins.Factory(rt, placement.New),
+	}
+	profiles := make([]schedulerconfig.KubeSchedulerProfile, len(e.cfg.Profiles))
+	for i := range e.cfg.Profiles {
+		prof := profile(&e.cfg.Profiles[i])
+		if err := withBudget(prof, e.budget); err != nil {
+			return nil, err
+		}
+		profiles[i] = *prof
+	}
+	factory := scheduler.NewInformerFactory(client, 0, nil)
+	sched, err := scheduler.New(ctx, client, factory, nil,
+		func(string) events.EventRecorderLogger { return &events.FakeRecorder{} },
+		scheduler.WithProfiles(profiles...),
+		scheduler.WithFrameworkOutOfTreeRegistry(registry),
+		scheduler.WithParallelism(e.cfg.Parallelism),
+		scheduler.WithPercentageOfNodesToScore(e.cfg.PercentageOfNodesToScore),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("building the scheduler of the pod groups: %w", err)
+	}
+	factory.Start(ctx.Done())
+	if err := waitForSync(ctx, factory); err != nil {
+		return nil, err
+	}
+	if err := sched.WaitForHandlersSync(ctx); err != nil {
+		return nil, fmt.Errorf("waiting for the scheduler's event handlers: %w", err)
+	}
+	go sched.Run(ctx)
+	if err := run.settle(ctx, sched, pending); err != nil {
+		return nil, err
+	}
+	run.holds(ctx, sched, pending)
+	cancel()
+	return run.results(ctx, client, groups, e.cluster)
+}
+
+// groupRun is what one PlaceGroups run records of its scheduler: the
+// bindings, the status writes and the placement refusals. Written by the
+// scheduler's goroutines, under mu.
+type groupRun struct {
+	mu sync.Mutex
+	// bound are the pods bound, by namespace and name, to their node.
+	bound map[ktypes.NamespacedName]string
+	// tried are the pods whose PodScheduled condition the scheduler wrote
+	// (it tried them and bound none).
+	tried map[ktypes.NamespacedName]bool
+	// gated are the pods a PreEnqueue plugin holds, to its name and then
+	// to its message (holds).
+	gated map[ktypes.NamespacedName]string
+	// refusals are the CEL placement filters' refusals by pod group.
+	refusals map[ktypes.NamespacedName][]string
+	// podGroups are the groups run, by namespace and name: written
+	// before the scheduler starts, read only after.
+	podGroups map[ktypes.NamespacedName]*schedulingv1beta1.PodGroup
+}
+
+// bind is the reaction to a binding: it is recorded, and the pod, bound in
+// the fake clientset, is confirmed in the scheduler's cache as a binding
+// would.
+func (r *groupRun) bind(client *fake.Clientset) clienttesting.ReactionFunc {
+	podsResource := corev1.SchemeGroupVersion.WithResource("pods")
+	return func(action clienttesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b, ok := action.(clienttesting.CreateAction).GetObject().(*corev1.Binding)
+		if !ok {
+			return true, nil, fmt.Errorf("a binding that is not a Binding: %T", action.(clienttesting.CreateAction).GetObject())
+		}
+		obj, err := client.Tracker().Get(podsResource, b.Namespace, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		pod := obj.(*corev1.Pod).DeepCopy()
+		pod.Spec.NodeName = b.Target.Name
+		if err := client.Tracker().Update(podsResource, pod, b.Namespace); err != nil {
+			return true, nil, err
+		}
+		r.mu.Lock()
+		r.bound[ktypes.NamespacedName{Namespace: b.Namespace, Name: b.Name}] = b.Target.Name
+		r.mu.Unlock()
+		return true, b, nil
+	}
+}
+
+// patched records a status write of a pod (the scheduler's record of a
+// failed attempt) and lets the fake clientset apply it.
+func (r *groupRun) patched(action clienttesting.Action) (bool, runtime.Object, error) {
+	if action.GetSubresource() == "status" {
+		r.mu.Lock()
+		r.tried[ktypes.NamespacedName{Namespace: action.GetNamespace(), Name: action.(clienttesting.PatchAction).GetName()}] = true
+		r.mu.Unlock()
+	}
+	return false, nil, nil
+}
+
+// refused records the placements the CEL placement filters refused for a
+// group (celplugins.Reporter.RefusedPlacements).
+func (r *groupRun) refused(group ktypes.NamespacedName, refusals []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range refusals {
+		if !slices.Contains(r.refusals[group], s) {
+			r.refusals[group] = append(r.refusals[group], s)
+		}
+	}
+}
+
+// settle waits until the scheduler has done what it will do with every
+// pending pod: bound it, written its failure, or left it held at
+// PreEnqueue; and no cycle is in flight.
+func (r *groupRun) settle(ctx context.Context, sched *scheduler.Scheduler, pending []*corev1.Pod) error {
+	deadline := time.NewTimer(GroupsSettleTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if r.settled(sched, pending) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("placing the pod groups: %w", context.Cause(ctx))
+		case <-deadline.C:
+			return fmt.Errorf("placing the pod groups: the scheduler did not try every group within %s", GroupsSettleTimeout)
+		case <-tick.C:
+		}
+	}
+}
+
+func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bool {
+	if len(sched.SchedulingQueue.InFlightPods()) > 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range pending {
+		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		if _, ok := r.bound[key]; ok || r.tried[key] {
+			continue
+		}
+		qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup)
+		if !ok || !qp.Gated() {
+			return false
+		}
+		r.gated[key] = qp.GatingPlugin
+	}
+	return true
+}
+
+// holds asks the PreEnqueue plugin that holds each held pod, in the
+// scheduler's framework for the pod, why: the queue keeps the plugin's
+// name, not its message.
+func (r *groupRun) holds(ctx context.Context, sched *scheduler.Scheduler, pending []*corev1.Pod) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range pending {
+		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		name, ok := r.gated[key]
+		if !ok {
+			continue
+		}
+		fw := sched.Profiles[p.Spec.SchedulerName]
+		if fw == nil {
+			continue
+		}
+		for _, pl := range fw.PreEnqueuePlugins() {
+			if pl.Name() != name {
+				continue
+			}
+			if st := pl.PreEnqueue(ctx, p); !st.IsSuccess() && st.Message() != "" {
+				r.gated[key] = name + ": " + st.Message()
+			}
+		}
+	}
+}
+
+// results reads what the scheduler did with each group: the members'
+// bindings and, for those not bound, their PodScheduled condition (or
+// that they were held).
+func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups []Group, c *Cluster) ([]*GroupResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*GroupResult, len(groups))
+	for i, g := range groups {
+		key := ktypes.NamespacedName{Namespace: g.PodGroup.Namespace, Name: g.PodGroup.Name}
+		res := &GroupResult{Group: key.String(), Members: make([]GroupMember, 0, len(g.Pods)), Refused: slices.Sorted(slices.Values(r.refusals[key]))}
+		if gang := g.PodGroup.Spec.SchedulingPolicy.Gang; gang != nil {
+			res.MinCount = gang.MinCount
+		}
+		var nodes, reasons []string
+		held := true
+		for _, p := range g.Pods {
+			m := GroupMember{Pod: p.Name}
+			pk := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+			switch {
+			case r.bound[pk] != "":
+				m.Node = r.bound[pk]
+				nodes = append(nodes, m.Node)
+				held = false
+			case r.tried[pk]:
+				pod, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+				if err != nil {
+					return nil, fmt.Errorf("reading the pod group member %s: %w", pk, err)
+				}
+				m.Reason = "unschedulable"
+				for _, cond := range pod.Status.Conditions {
+					if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse {
+						m.Reason = cond.Message
+					}
+				}
+				held = false
+			default:
+				m.Reason = "held at PreEnqueue by " + r.gated[pk]
+			}
+			if m.Reason != "" && !slices.Contains(reasons, m.Reason) {
+				reasons = append(reasons, m.Reason)
+			}
+			res.Members = append(res.Members, m)
+		}
+		slices.SortFunc(res.Members, func(a, b GroupMember) int { return strings.Compare(a.Pod, b.Pod) })
+		switch {
+		case len(nodes) > 0:
+			res.State = GroupPlaced
+			res.Domains = domains(g.PodGroup, nodes, c)
+		case held:
+			res.State, res.Reason = GroupHeld, strings.Join(reasons, "; ")
+		default:
+			res.State, res.Reason = GroupUnschedulable, strings.Join(reasons, "; ")
+		}
+		out[i] = res
+	}
+	return out, nil
+}
+
+// domains returns the values of a group's topology constraint keys on the
+// nodes, sorted and distinct ("key=value").
+func domains(pg *schedulingv1beta1.PodGroup, nodes []string, c *Cluster) []string {
+	if pg.Spec.SchedulingConstraints == nil {
+		return nil
+	}
+	var out []string
+	for _, name := range nodes {
+		ni, err := c.NodeInfo(name)
+		if err != nil {
+			continue
+		}
+		for _, t := range pg.Spec.SchedulingConstraints.Topology {
+			if v, ok := ni.Node().Labels[t.Key]; ok {
+				out = append(out, t.Key+"="+v)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

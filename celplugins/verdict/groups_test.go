@@ -1,0 +1,177 @@
+package verdict
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/utils/ptr"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
+)
+
+const (
+	rackLabel  = "topology.example.com/rack"
+	blockLabel = "topology.example.com/block"
+	// oneRack is the placement filter "a gang stays in one rack".
+	oneRack = "placement.nodes.all(n, n.metadata.labels[?'" + rackLabel + "'].orValue('') == placement.nodes[0].metadata.labels[?'" + rackLabel + "'].orValue(''))"
+)
+
+// podGroup is a gang of minCount, with a topology constraint on key when
+// set.
+func podGroup(ns, name string, minCount int32, key string) *schedulingv1beta1.PodGroup {
+	pg := &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: ktypes.UID("pg-" + ns + "-" + name), ResourceVersion: "1"},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
+		},
+	}
+	if key != "" {
+		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
+			Topology: []schedulingv1beta1.TopologyConstraint{{Key: key}},
+		}
+	}
+	return pg
+}
+
+
+// gang returns the group and n members requesting cpu, labelled.
+func gang(pg *schedulingv1beta1.PodGroup, n int, cpu string, labels map[string]string) Group {
+	g := Group{PodGroup: pg}
+	for i := range n {
+		p := pod(pg.Namespace, fmt.Sprintf("%s-%d", pg.Name, i), labels)
+		requesting(cpu)(p)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
+		g.Pods = append(g.Pods, p)
+	}
+	return g
+}
+
+// TestPlaceGroups: kube-scheduler itself, run by PlaceGroups over a
+// cluster in memory, places a 4-member gang whose policy keeps it in one
+// rack in the only rack that takes all 4; keeps wholly pending, with the
+// policy and rule, a gang that no rack can take; keeps wholly pending a
+// gang one of whose members a filter refuses everywhere (none of 2
+// bound); holds a gang short of its minimum count, and one a preEnqueue
+// rule holds, each with the plugin's message; and places a gang no
+// policy applies to across racks.
+func TestPlaceGroups(t *testing.T) {
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload: true, features.TopologyAwareWorkloadScheduling: true,
+	})
+	var nodes []*corev1.Node
+	for _, spec := range []struct{ name, rack, block, cpu string }{
+		{"a1", "a", "b1", "1500m"}, {"a2", "a", "b1", "1500m"},
+		{"b1", "b", "b1", "1500m"}, {"b2", "b", "b1", "1500m"},
+		{"c1", "c", "b2", "2500m"}, {"c2", "c", "b2", "2500m"},
+	} {
+		n := node(spec.name, map[string]string{rackLabel: spec.rack, blockLabel: spec.block, corev1.LabelHostname: spec.name})
+		n.Status.Allocatable[corev1.ResourceCPU] = resourceQuantity(spec.cpu)
+		nodes = append(nodes, n)
+	}
+	policies := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("one-rack").PodLabels(map[string]string{"app": "trainer"}).
+			PlacementFilter("one-rack", oneRack, "a gang stays in one rack").Obj(),
+		builder.MakePolicy("no-ps").Filter("ps", "pod.metadata.labels[?'role'].orValue('') != 'ps'").Obj(),
+		builder.MakePolicy("queue").PreEnqueue("open", "pod.metadata.labels[?'queue'].orValue('') != 'closed'", "the queue is closed").Obj(),
+	}
+	trainer := map[string]string{"app": "trainer"}
+	ps := gang(podGroup("ml", "ps", 2, ""), 2, "100m", map[string]string{"app": "other"})
+	ps.Pods[1].Labels = map[string]string{"app": "other", "role": "ps"}
+	groups := []Group{
+		gang(podGroup("ml", "train", 4, blockLabel), 4, "1", trainer),
+		gang(podGroup("ml", "spill", 4, ""), 4, "1", trainer),
+		ps,
+		gang(podGroup("ml", "short", 3, ""), 2, "100m", trainer),
+		gang(podGroup("ml", "free", 2, blockLabel), 2, "100m", map[string]string{"app": "other"}),
+		gang(podGroup("ml", "queued", 2, ""), 2, "100m", map[string]string{"queue": "closed"}),
+	}
+	e := newEvaluator(t, namespace("ml", nil), nodes, nil, policies)
+	got, err := e.PlaceGroups(context.Background(), groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*GroupResult{}
+	for _, r := range got {
+		byName[r.Group] = r
+		t.Logf("%s: %s %v %s refused=%v", r.Group, r.State, r.Members, r.Reason, r.Refused)
+	}
+
+	train := byName["ml/train"]
+	if train.State != GroupPlaced {
+		t.Fatalf("ml/train %s (%s), want placed in rack c", train.State, train.Reason)
+	}
+	for _, m := range train.Members {
+		if !strings.HasPrefix(m.Node, "c") {
+			t.Errorf("ml/train member %s on %q, want c1 or c2 (the only rack that takes 4)", m.Pod, m.Node)
+		}
+	}
+	if diff := cmp.Diff([]string{blockLabel + "=b2"}, train.Domains); diff != "" {
+		t.Errorf("ml/train domains (-want +got):\n%s", diff)
+	}
+	wantRefused := []string{"placement b1 rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"}
+	if !containsAll(train.Refused, wantRefused) {
+		t.Errorf("ml/train refused %q, want %q among them", train.Refused, wantRefused)
+	}
+
+	spill := byName["ml/spill"]
+	refusal := "rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"
+	if spill.State != GroupUnschedulable || !strings.Contains(spill.Reason, refusal) {
+		t.Errorf("ml/spill %s (%q), want unschedulable naming %q", spill.State, spill.Reason, refusal)
+	}
+	for _, m := range spill.Members {
+		if m.Node != "" || !strings.Contains(m.Reason, refusal) {
+			t.Errorf("ml/spill member %+v, want pending naming the rule", m)
+		}
+	}
+
+	psGroup := byName["ml/ps"]
+	if psGroup.State != GroupUnschedulable {
+		t.Errorf("ml/ps %s, want unschedulable: one member's nodes are all refused, so none is bound", psGroup.State)
+	}
+	for _, m := range psGroup.Members {
+		if m.Node != "" {
+			t.Errorf("ml/ps member %s bound to %s, want the whole gang pending", m.Pod, m.Node)
+		}
+	}
+	if !strings.Contains(psGroup.Reason, "no-ps") {
+		t.Errorf("ml/ps reason %q, want it to name the policy no-ps", psGroup.Reason)
+	}
+
+	if short := byName["ml/short"]; short.State != GroupHeld {
+		t.Errorf("ml/short %s (%s), want held: 2 pods of a gang of 3", short.State, short.Reason)
+	}
+
+	queued := byName["ml/queued"]
+	if want := "held at PreEnqueue by CELPreEnqueue: "; queued.State != GroupHeld || !strings.Contains(queued.Reason, want) || !strings.Contains(queued.Reason, "the queue is closed") {
+		t.Errorf("ml/queued %s (%q), want held by CELPreEnqueue with the rule's message", queued.State, queued.Reason)
+	}
+
+	free := byName["ml/free"]
+	if free.State != GroupPlaced || len(free.Domains) != 1 {
+		t.Errorf("ml/free %s in %v, want placed in one block", free.State, free.Domains)
+	}
+}
+
+func containsAll(got, want []string) bool {
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			found = found || g == w
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
