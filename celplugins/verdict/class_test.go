@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
@@ -182,6 +183,13 @@ func TestClassEvaluatedOnce(t *testing.T) {
 
 func newEvaluator(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, policies []*schedv1alpha1.SchedulingPolicy) *Evaluator {
 	t.Helper()
+	return newEvaluatorWith(t, ns, nodes, pods, policies, func(*schedulerconfig.KubeSchedulerConfiguration) {})
+}
+
+// newEvaluatorWith is newEvaluator with the default configuration changed
+// by edit.
+func newEvaluatorWith(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, policies []*schedv1alpha1.SchedulingPolicy, edit func(*schedulerconfig.KubeSchedulerConfiguration)) *Evaluator {
+	t.Helper()
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)
@@ -197,6 +205,7 @@ func newEvaluator(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, pods
 	if err != nil {
 		t.Fatal(err)
 	}
+	edit(cfg)
 	c := NewCluster([]*corev1.Namespace{ns}, nodes, pods, nil)
 	e, err := New(context.Background(), c, Policies{Snapshot: engine.NewSnapshot(compiled...), Converter: engine.NewConverter(env, 0)}, Options{Config: cfg})
 	if err != nil {

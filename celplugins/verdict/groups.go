@@ -110,6 +110,12 @@ const GroupsSettleTimeout = 5 * time.Minute
 // scheduled together, as the scheduler would take them from its queue:
 // one group's members take room another would have used. The pod group
 // features (GenericWorkload) must be on in the process's feature gates.
+//
+// The scheduler records kube-scheduler's metrics (extension point
+// durations, attempts) under its profiles' own names, as the scheduler
+// does: PlaceGroups is for the CLI, not for a process whose metrics are a
+// scheduler's (the manager's rollout gate uses the Evaluator's frameworks,
+// whose profile names end with DryRunProfileSuffix).
 func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupResult, error) {
 	if !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		return nil, fmt.Errorf("pod groups are scheduled only with the feature gate GenericWorkload on (--feature-gates)")

@@ -14,6 +14,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/utils/ptr"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -26,6 +27,9 @@ const (
 	// oneRack is the placement filter "a gang stays in one rack".
 	oneRack = "placement.nodes.all(n, n.metadata.labels[?'" + rackLabel + "'].orValue('') == placement.nodes[0].metadata.labels[?'" + rackLabel + "'].orValue(''))"
 )
+
+// groupsProfile is TestPlaceGroups' name for the celsched profile.
+const groupsProfile = "celsched-groups"
 
 // podGroup is a gang of minCount, with a topology constraint on key when
 // set.
@@ -50,6 +54,7 @@ func gang(pg *schedulingv1beta1.PodGroup, n int, cpu string, labels map[string]s
 	g := Group{PodGroup: pg}
 	for i := range n {
 		p := pod(pg.Namespace, fmt.Sprintf("%s-%d", pg.Name, i), labels)
+		p.Spec.SchedulerName = groupsProfile
 		requesting(cpu)(p)
 		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(pg.Name)}
 		g.Pods = append(g.Pods, p)
@@ -96,7 +101,12 @@ func TestPlaceGroups(t *testing.T) {
 		gang(podGroup("ml", "free", 2, blockLabel), 2, "100m", map[string]string{"app": "other"}),
 		gang(podGroup("ml", "queued", 2, ""), 2, "100m", map[string]string{"queue": "closed"}),
 	}
-	e := newEvaluator(t, namespace("ml", nil), nodes, nil, policies)
+	// The profile renamed: PlaceGroups records kube-scheduler's metrics
+	// under its profiles' names, which TestDryRunRecordsNoMetrics checks
+	// the Evaluator's frameworks never do with the scheduler's.
+	e := newEvaluatorWith(t, namespace("ml", nil), nodes, nil, policies, func(cfg *schedulerconfig.KubeSchedulerConfiguration) {
+		cfg.Profiles[0].SchedulerName = groupsProfile
+	})
 	got, err := e.PlaceGroups(context.Background(), groups)
 	if err != nil {
 		t.Fatal(err)
