@@ -38,15 +38,25 @@ type Reporter struct {
 	// for status or reports.
 	Dry bool
 	// RefusedPlacements, when set, is told the candidate placements of a
-	// pod group that placement filters refused in a cycle, each as
-	// engine.PlacementRejection says it (a dry run's explanation). It
-	// must not block.
-	RefusedPlacements func(group ktypes.NamespacedName, refusals []string)
+	// pod group that placement filters refused in a cycle (a dry run's
+	// explanation). It must not block.
+	RefusedPlacements func(group ktypes.NamespacedName, refusals []RefusedPlacement)
 
 	counters metrics.Counters
 	// tallies are the current cycle's tallies of filter and score
 	// decisions (Tally).
 	tallies [2]atomic.Pointer[metrics.Tally]
+}
+
+// RefusedPlacement is a candidate placement of a pod group that a
+// placement filter refused.
+type RefusedPlacement struct {
+	// Placement is the placement's name: its topology domain (the value
+	// of the group's topology constraint key), or "(all nodes)".
+	Placement string `json:"placement"`
+	// Refusal names the policy and rule, with the rule's message
+	// (engine.PlacementRejection).
+	Refusal string `json:"refusal"`
 }
 
 // NoteErrors records the errors of a decision of the cycle: the last one

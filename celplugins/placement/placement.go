@@ -91,6 +91,7 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 	logger := klog.FromContext(ctx)
 	kept := make([]*fwk.Placement, 0, len(result.Placements))
 	var refusals []string
+	var refused []celplugins.RefusedPlacement
 	var refusal *engine.Decision
 	for _, p := range result.Placements {
 		in, err := placementInput(p, group, nil)
@@ -106,9 +107,12 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 			refusal = d
 		}
 		refusals = append(refusals, engine.PlacementRejection(in.Name, d))
+		if pl.rt.Report.RefusedPlacements != nil {
+			refused = append(refused, celplugins.RefusedPlacement{Placement: in.Name, Refusal: refusals[len(refusals)-1]})
+		}
 	}
-	if len(refusals) > 0 && pl.rt.Report.RefusedPlacements != nil {
-		pl.rt.Report.RefusedPlacements(ktypes.NamespacedName{Namespace: group.GetNamespace(), Name: group.GetName()}, refusals)
+	if len(refused) > 0 {
+		pl.rt.Report.RefusedPlacements(ktypes.NamespacedName{Namespace: group.GetNamespace(), Name: group.GetName()}, refused)
 	}
 	if len(kept) > 0 {
 		if len(refusals) > 0 {

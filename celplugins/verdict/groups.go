@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -82,10 +83,10 @@ type GroupResult struct {
 	MinCount int32      `json:"minCount"`
 	// Members are the group's pending members, by name.
 	Members []GroupMember `json:"members"`
-	// Domains are, for a placed group with a topology constraint, the
-	// values of the constraint's keys on its members' nodes (the domain
-	// the scheduler chose), sorted.
-	Domains []string `json:"domains,omitempty"`
+	// Placement is, for a placed group with a topology constraint, the
+	// domain the scheduler chose: the value of the constraint's key on its
+	// members' nodes, as kube-scheduler names the placement.
+	Placement string `json:"placement,omitempty"`
 	// Reason is why the group is not placed: its members' distinct
 	// reasons, in the order of the members, joined by "; " (the member a
 	// filter refuses says which policy and rule; the others, that the
@@ -93,9 +94,8 @@ type GroupResult struct {
 	Reason string `json:"reason,omitempty"`
 	// Refused are the candidate placements that the policies' placement
 	// filters refused in the group's cycles, each with the policy and
-	// rule ("placement z1 rejected by SchedulingPolicy p, rule
-	// placement.filters/f: message"), sorted.
-	Refused []string `json:"refused,omitempty"`
+	// rule, by placement.
+	Refused []celplugins.RefusedPlacement `json:"refused,omitempty"`
 }
 
 // GroupsSettleTimeout bounds how long PlaceGroups waits for the scheduler
@@ -128,7 +128,7 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 		bound:     map[ktypes.NamespacedName]string{},
 		tried:     map[ktypes.NamespacedName]bool{},
 		gated:     map[ktypes.NamespacedName]string{},
-		refusals:  map[ktypes.NamespacedName][]string{},
+		refusals:  map[ktypes.NamespacedName][]celplugins.RefusedPlacement{},
 		podGroups: map[ktypes.NamespacedName]*schedulingv1beta1.PodGroup{},
 	}
 	objects := make([]runtime.Object, 0, len(e.cluster.nodes)+len(e.cluster.pods)+len(e.cluster.namespaces)+len(e.cluster.objects)+2*len(groups))
@@ -217,7 +217,7 @@ type groupRun struct {
 	// to its message (holds).
 	gated map[ktypes.NamespacedName]string
 	// refusals are the CEL placement filters' refusals by pod group.
-	refusals map[ktypes.NamespacedName][]string
+	refusals map[ktypes.NamespacedName][]celplugins.RefusedPlacement
 	// podGroups are the groups run, by namespace and name: written
 	// before the scheduler starts, read only after.
 	podGroups map[ktypes.NamespacedName]*schedulingv1beta1.PodGroup
@@ -265,7 +265,7 @@ func (r *groupRun) patched(action clienttesting.Action) (bool, runtime.Object, e
 
 // refused records the placements the CEL placement filters refused for a
 // group (celplugins.Reporter.RefusedPlacements).
-func (r *groupRun) refused(group ktypes.NamespacedName, refusals []string) {
+func (r *groupRun) refused(group ktypes.NamespacedName, refusals []celplugins.RefusedPlacement) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range refusals {
@@ -353,7 +353,10 @@ func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups [
 	out := make([]*GroupResult, len(groups))
 	for i, g := range groups {
 		key := ktypes.NamespacedName{Namespace: g.PodGroup.Namespace, Name: g.PodGroup.Name}
-		res := &GroupResult{Group: key.String(), Members: make([]GroupMember, 0, len(g.Pods)), Refused: slices.Sorted(slices.Values(r.refusals[key]))}
+		res := &GroupResult{Group: key.String(), Members: make([]GroupMember, 0, len(g.Pods)), Refused: slices.Clone(r.refusals[key])}
+		slices.SortFunc(res.Refused, func(a, b celplugins.RefusedPlacement) int {
+			return cmp.Or(strings.Compare(a.Placement, b.Placement), strings.Compare(a.Refusal, b.Refusal))
+		})
 		if gang := g.PodGroup.Spec.SchedulingPolicy.Gang; gang != nil {
 			res.MinCount = gang.MinCount
 		}
@@ -391,7 +394,7 @@ func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups [
 		switch {
 		case len(nodes) > 0:
 			res.State = GroupPlaced
-			res.Domains = domains(g.PodGroup, nodes, c)
+			res.Placement = domain(g.PodGroup, nodes, c)
 		case held:
 			res.State, res.Reason = GroupHeld, strings.Join(reasons, "; ")
 		default:
@@ -402,24 +405,20 @@ func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups [
 	return out, nil
 }
 
-// domains returns the values of a group's topology constraint keys on the
-// nodes, sorted and distinct ("key=value").
-func domains(pg *schedulingv1beta1.PodGroup, nodes []string, c *Cluster) []string {
-	if pg.Spec.SchedulingConstraints == nil {
-		return nil
+// domain returns the values of a group's topology constraint key on the
+// nodes (one, when kube-scheduler placed the group in one domain), joined
+// by ",".
+func domain(pg *schedulingv1beta1.PodGroup, nodes []string, c *Cluster) string {
+	if pg.Spec.SchedulingConstraints == nil || len(pg.Spec.SchedulingConstraints.Topology) == 0 {
+		return ""
 	}
-	var out []string
+	key := pg.Spec.SchedulingConstraints.Topology[0].Key
+	var values []string
 	for _, name := range nodes {
-		ni, err := c.NodeInfo(name)
-		if err != nil {
-			continue
-		}
-		for _, t := range pg.Spec.SchedulingConstraints.Topology {
-			if v, ok := ni.Node().Labels[t.Key]; ok {
-				out = append(out, t.Key+"="+v)
-			}
+		if ni, err := c.NodeInfo(name); err == nil {
+			values = append(values, ni.Node().Labels[key])
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	slices.Sort(values)
+	return strings.Join(slices.Compact(values), ",")
 }
