@@ -15,11 +15,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -102,7 +104,7 @@ type GroupResult struct {
 // to have tried every group: long enough for thousands of pods on
 // thousands of nodes on a small machine, short enough that a dry run that
 // cannot settle (a bug) fails rather than hangs.
-const GroupsSettleTimeout = 5 * time.Minute
+var GroupsSettleTimeout = 5 * time.Minute
 
 // PlaceGroups runs kube-scheduler, with the Evaluator's configuration,
 // policies and cluster, on the pending members of the groups, and returns
@@ -291,10 +293,30 @@ func (r *groupRun) settle(ctx context.Context, sched *scheduler.Scheduler, pendi
 		case <-ctx.Done():
 			return fmt.Errorf("placing the pod groups: %w", context.Cause(ctx))
 		case <-deadline.C:
-			return fmt.Errorf("placing the pod groups: the scheduler did not try every group within %s", GroupsSettleTimeout)
+			return fmt.Errorf("placing the pod groups: the scheduler did not try every group within %s (%s)", GroupsSettleTimeout, r.unsettled(sched, pending))
 		case <-tick.C:
 		}
 	}
+}
+
+// unsettled says which pods the scheduler has not settled, and where they
+// are, for an error.
+func (r *groupRun) unsettled(sched *scheduler.Scheduler, pending []*corev1.Pod) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, p := range pending {
+		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		if _, ok := r.bound[key]; ok || r.tried[key] {
+			continue
+		}
+		where := "not in the scheduling queue"
+		if qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok {
+			where = fmt.Sprintf("queued, %d attempts, unschedulable plugins %v", qp.Attempts, sets.List(qp.UnschedulablePlugins))
+		}
+		out = append(out, key.String()+": "+where)
+	}
+	return fmt.Sprintf("%d in flight; %s", len(sched.SchedulingQueue.InFlightPods()), strings.Join(out, "; "))
 }
 
 func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bool {
@@ -308,13 +330,28 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 		if _, ok := r.bound[key]; ok || r.tried[key] {
 			continue
 		}
-		qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup)
-		if !ok || !qp.Gated() {
+		plugin := gatingPlugin(sched, p)
+		if plugin == "" {
 			return false
 		}
-		r.gated[key] = qp.GatingPlugin
+		r.gated[key] = plugin
 	}
 	return true
+}
+
+// gatingPlugin names the PreEnqueue plugin that holds a pod in the
+// scheduler's queue: the pod's own, or its group's (a group is held
+// whole while a PreEnqueue plugin holds any member); "" when none does.
+func gatingPlugin(sched *scheduler.Scheduler, p *corev1.Pod) string {
+	if qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok && qp.Gated() {
+		return qp.GatingPlugin
+	}
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		if gi, ok := sched.SchedulingQueue.GetPodGroup(*g.PodGroupName, p.Namespace, fwk.PodGroupKeyType); ok && gi.Gated() {
+			return gi.GatingPlugin
+		}
+	}
+	return ""
 }
 
 // holds asks the PreEnqueue plugin that holds each held pod, in the

@@ -152,10 +152,24 @@ func failOn(r *impact.Report, changes []string) error {
 			total += n
 		}
 	}
-	if total == 0 {
-		return nil
+	groups, foundGroups := 0, []string(nil)
+	if r.Summary.Groups != nil {
+		for _, c := range changes {
+			if n := r.Summary.Groups.ByChange[impact.Change(c)]; n > 0 {
+				foundGroups = append(foundGroups, fmt.Sprintf("%s %d", c, n))
+				groups += n
+			}
+		}
 	}
-	return fmt.Errorf("%d pod(s) with changes of --fail-on: %s", total, strings.Join(found, ", "))
+	switch {
+	case total == 0 && groups == 0:
+		return nil
+	case groups == 0:
+		return fmt.Errorf("%d pod(s) with changes of --fail-on: %s", total, strings.Join(found, ", "))
+	case total == 0:
+		return fmt.Errorf("%d pod group(s) with changes of --fail-on: %s", groups, strings.Join(foundGroups, ", "))
+	}
+	return fmt.Errorf("%d pod(s) and %d pod group(s) with changes of --fail-on: pods %s; groups %s", total, groups, strings.Join(found, ", "), strings.Join(foundGroups, ", "))
 }
 
 func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) error {
@@ -171,6 +185,9 @@ func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) erro
 		fmt.Fprintln(w, "Params: "+line)
 	}
 	fmt.Fprintln(w, "Pods: "+podsLine(&r.Summary))
+	if line := r.Summary.GroupsLine(); line != "" {
+		fmt.Fprintln(w, "Pod groups: "+line)
+	}
 	printNotes(w, r.Notes)
 
 	sum := r.Summary
@@ -187,6 +204,9 @@ func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) erro
 	printCounts(w, "POLICY", sum.ByPolicy)
 	printCounts(w, "PARAMS", sum.ByParams)
 
+	if err := printGroups(w, r); err != nil {
+		return err
+	}
 	if len(r.Pods) == 0 {
 		fmt.Fprintln(w, "\nNo pod changes.")
 		return nil
@@ -204,6 +224,36 @@ func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) erro
 	printWhy(w, r)
 	printRemediation(w, r)
 	return nil
+}
+
+// printGroups prints the pod groups' changes, and the groups that change.
+func printGroups(w io.Writer, r *impact.Report) error {
+	if r.Summary.Groups == nil || len(r.Summary.Groups.ByChange) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nPod group changes:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  CHANGE\tGROUPS")
+	for _, c := range impact.Changes {
+		if n, ok := r.Summary.Groups.ByChange[c]; ok {
+			fmt.Fprintf(tw, "  %s\t%d\n", c, n)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Groups) == 0 {
+		fmt.Fprintln(w, "\nNo pod group changes.")
+		return nil
+	}
+	fmt.Fprintln(w, "\nPod groups that change:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  GROUP\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
+	for i := range r.Groups {
+		g := &r.Groups[i]
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Group, g.Change, impact.GroupOutcome(g.Now), impact.GroupOutcome(g.Draft), strings.Join(g.Policies, ", "))
+	}
+	return tw.Flush()
 }
 
 // draftLine says what the draft does to the policies.

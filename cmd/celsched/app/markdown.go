@@ -22,12 +22,19 @@ func printImpactMarkdown(w io.Writer, r *impact.Report, maxPods int) error {
 	if changed > 0 {
 		verdict = fmt.Sprintf("%d pod(s) change", changed)
 	}
+	if len(r.Groups) > 0 {
+		verdict += fmt.Sprintf(", %d pod group(s) change", len(r.Groups))
+	}
 	fmt.Fprintf(&b, "### celsched impact: %s\n\n", verdict)
 	fmt.Fprintf(&b, "**Draft:** %s  \n", mdText(draftLine(r)))
 	if line := paramsLine(r); line != "" {
 		fmt.Fprintf(&b, "**Params:** %s  \n", mdText(line))
 	}
-	fmt.Fprintf(&b, "**Pods:** %s\n", mdText(podsLine(&r.Summary)))
+	fmt.Fprintf(&b, "**Pods:** %s", mdText(podsLine(&r.Summary)))
+	if line := r.Summary.GroupsLine(); line != "" {
+		fmt.Fprintf(&b, "  \n**Pod groups:** %s", mdText(line))
+	}
+	b.WriteString("\n")
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n> **Note:** %s\n", mdText(n))
 	}
@@ -46,6 +53,14 @@ func printImpactMarkdown(w io.Writer, r *impact.Report, maxPods int) error {
 		b.WriteString("\n</details>\n")
 	}
 
+	if len(r.Groups) > 0 {
+		b.WriteString("\n#### Pod groups that change\n\n| group | change | now | with the draft | policies |\n|---|---|---|---|---|\n")
+		for i := range r.Groups {
+			g := &r.Groups[i]
+			fmt.Fprintf(&b, "| %s | **%s** | %s | %s | %s |\n", mdCode(g.Group), g.Change,
+				mdText(impact.GroupOutcome(g.Now)), mdText(impact.GroupOutcome(g.Draft)), mdText(strings.Join(g.Policies, ", ")))
+		}
+	}
 	if changed > 0 {
 		b.WriteString("\n#### Pods that change\n\n| pod | node | change | now | with the draft | policies |\n|---|---|---|---|---|---|\n")
 		for i := range r.Pods {

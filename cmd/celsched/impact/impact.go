@@ -106,6 +106,9 @@ type Report struct {
 	Summary Summary               `json:"summary"`
 	// Pods are the pods whose outcome changes, by change and then by name.
 	Pods []PodImpact `json:"pods"`
+	// Groups are the pod groups whose outcome changes, by change and then
+	// by name.
+	Groups []GroupImpact `json:"groups,omitempty"`
 }
 
 // Summary counts pods.
@@ -129,6 +132,9 @@ type Summary struct {
 	// ByParams counts the changed pods per changed params object that a
 	// policy applying to them reads (Report.Params' Object).
 	ByParams map[string]map[Change]int `json:"byParams,omitempty"`
+	// Groups counts the pod groups with pending members; nil when there
+	// are none.
+	Groups *GroupSummary `json:"groups,omitempty"`
 }
 
 // PodImpact is what the draft does to one pod.
@@ -277,6 +283,10 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	r.add(results)
+	pending := slices.DeleteFunc(slices.Clone(evaluate), func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
+	if err := r.groups(ctx, &c, in.PodGroups, pending); err != nil {
+		return nil, err
+	}
 	return r, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	storagev1 "k8s.io/api/storage/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -135,6 +136,8 @@ func (s *Source) readDump(in *Input) ([]*unstructured.Unstructured, error) {
 			in.Pods = append(in.Pods, obj)
 		case *corev1.Namespace:
 			in.Namespaces = append(in.Namespaces, obj)
+		case *schedulingv1beta1.PodGroup:
+			in.PodGroups = append(in.PodGroups, obj)
 		case *schedv1alpha1.SchedulingPolicy:
 			if len(s.Files.Policies) == 0 { // --policies takes precedence
 				in.Policies = append(in.Policies, obj)
@@ -150,7 +153,7 @@ func (s *Source) readDump(in *Input) ([]*unstructured.Unstructured, error) {
 			}
 			candidates = append(candidates, u)
 		default:
-			return nil, inputError(fmt.Errorf("--dump: a %s is not one of the kinds read (Node, Pod, Namespace, SchedulingPolicy, PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, and params objects)",
+			return nil, inputError(fmt.Errorf("--dump: a %s is not one of the kinds read (Node, Pod, Namespace, PodGroup, SchedulingPolicy, PersistentVolumeClaim, PersistentVolume, StorageClass, CSINode, and params objects)",
 				obj.GetObjectKind().GroupVersionKind().Kind))
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -56,6 +57,9 @@ func (s *Source) readLive(ctx context.Context, in *Input, drafts []*unstructured
 		return fmt.Errorf("listing pods: %w", err)
 	}
 	in.Pods = slices.DeleteFunc(pods, func(p *corev1.Pod) bool { return in.Pod != nil && p.UID == in.Pod.UID })
+	if in.PodGroups, err = listPodGroups(ctx, c); err != nil {
+		return err
+	}
 	if in.Policies, err = listAll[*schedv1alpha1.SchedulingPolicy](ctx, c, &schedv1alpha1.SchedulingPolicyList{}); err != nil {
 		return fmt.Errorf("listing SchedulingPolicies: %w", err)
 	}
@@ -72,6 +76,20 @@ func (s *Source) readLive(ctx context.Context, in *Input, drafts []*unstructured
 		in.Objects, err = volumeLists(ctx, c, &corev1.PersistentVolumeClaimList{})
 	}
 	return err
+}
+
+// listPodGroups lists the cluster's PodGroups; none when the API server
+// does not serve scheduling.k8s.io/v1beta1 (its GenericWorkload feature
+// off).
+func listPodGroups(ctx context.Context, c client.Client) ([]*schedulingv1beta1.PodGroup, error) {
+	groups, err := listAll[*schedulingv1beta1.PodGroup](ctx, c, &schedulingv1beta1.PodGroupList{})
+	if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing PodGroups: %w", err)
+	}
+	return groups, nil
 }
 
 // getPod reads the Source.Pod, in the kubeconfig's namespace.

@@ -14,6 +14,7 @@ import (
 	"io"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -38,6 +39,10 @@ type Input struct {
 	// Pod is the pod the report is about (Source.Pod); it is not among
 	// Pods.
 	Pod *corev1.Pod
+	// PodGroups are the cluster's PodGroups (scheduling.k8s.io/v1beta1):
+	// the groups whose pending members kube-scheduler places all or
+	// nothing. Read live only where the API server serves them.
+	PodGroups []*schedulingv1beta1.PodGroup
 	// Policies are the SchedulingPolicies in force.
 	Policies []*schedv1alpha1.SchedulingPolicy
 	// Params are the params objects in force of parameterized policies

@@ -1,0 +1,174 @@
+package impact
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/kubernetes/pkg/features"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/verdict"
+)
+
+// GroupImpact is what the draft does to a pod group: where kube-scheduler
+// places its pending members, all or nothing, with the live policies and
+// with the drafted ones (verdict.Evaluator.PlaceGroups).
+type GroupImpact struct {
+	// Group is namespace/name.
+	Group  string               `json:"group"`
+	Change Change               `json:"change"`
+	Now    *verdict.GroupResult `json:"now"`
+	Draft  *verdict.GroupResult `json:"draft"`
+	// Policies are the added, changed or deleted policies that apply to a
+	// pending member, now or with the draft.
+	Policies []string `json:"policies"`
+}
+
+// GroupSummary counts the pod groups.
+type GroupSummary struct {
+	// Pending counts the PodGroups of the input with pending members of
+	// the profiles evaluated.
+	Pending int `json:"pending"`
+	// NotAffected counts those that no added, changed or deleted policy
+	// applies to (through any pending member), now or with the draft: not
+	// evaluated.
+	NotAffected int `json:"notAffected"`
+	// ByChange counts every evaluated group by change, unchanged included.
+	ByChange map[Change]int `json:"byChange"`
+}
+
+// groups evaluates the pod groups with pending members among the pods:
+// those a changed policy applies to are placed by kube-scheduler with
+// each policy set, all in one run per set (groups compete for nodes as
+// in the scheduler's queue), and those whose outcome changes are listed.
+// Without GenericWorkload on (--feature-gates) nothing is placed as a
+// group, and a note says so.
+func (r *Report) groups(ctx context.Context, c *change, podGroups []*schedulingv1beta1.PodGroup, pending []*corev1.Pod) error {
+	members := map[string][]*corev1.Pod{}
+	var orphans int
+	for _, p := range pending {
+		if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+			continue
+		}
+		key := p.Namespace + "/" + *p.Spec.SchedulingGroup.PodGroupName
+		if !slices.ContainsFunc(podGroups, func(pg *schedulingv1beta1.PodGroup) bool { return pg.Namespace+"/"+pg.Name == key }) {
+			orphans++
+			continue
+		}
+		members[key] = append(members[key], p)
+	}
+	if orphans > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d pending pod(s) name a PodGroup that is not in the input: kube-scheduler holds them; evaluated as single pods only", orphans))
+	}
+	if len(members) == 0 {
+		return nil
+	}
+	r.Summary.Groups = &GroupSummary{Pending: len(members), ByChange: map[Change]int{}}
+	if !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d pod group(s) with pending members are not evaluated as groups: the feature gate GenericWorkload is off (give the manager's --feature-gates)", len(members)))
+		r.Summary.Groups.NotAffected = len(members)
+		return nil
+	}
+	var groups []verdict.Group
+	var relevant []sets.Set[string]
+	for _, pg := range podGroups {
+		pods := members[pg.Namespace+"/"+pg.Name]
+		if len(pods) == 0 {
+			continue
+		}
+		policies := sets.New[string]()
+		for _, p := range pods {
+			rel, _, err := c.relevant(ctx, p)
+			if err != nil {
+				return err
+			}
+			policies = policies.Union(rel)
+		}
+		if policies.Len() == 0 {
+			r.Summary.Groups.NotAffected++
+			continue
+		}
+		groups = append(groups, verdict.Group{PodGroup: pg, Pods: pods})
+		relevant = append(relevant, policies)
+	}
+	if len(groups) == 0 {
+		return nil
+	}
+	now, err := c.now.PlaceGroups(ctx, groups)
+	if err != nil {
+		return fmt.Errorf("placing the pod groups with the live policies: %w", err)
+	}
+	next, err := c.next.PlaceGroups(ctx, groups)
+	if err != nil {
+		return fmt.Errorf("placing the pod groups with the draft: %w", err)
+	}
+	for i := range groups {
+		gi := GroupImpact{Group: now[i].Group, Change: classifyGroup(now[i], next[i]), Now: now[i], Draft: next[i], Policies: sets.List(relevant[i])}
+		r.Summary.Groups.ByChange[gi.Change]++
+		if gi.Change != Unchanged {
+			r.Groups = append(r.Groups, gi)
+		}
+	}
+	sort.SliceStable(r.Groups, func(i, j int) bool {
+		a, b := slices.Index(Changes, r.Groups[i].Change), slices.Index(Changes, r.Groups[j].Change)
+		if a != b {
+			return a < b
+		}
+		return r.Groups[i].Group < r.Groups[j].Group
+	})
+	return nil
+}
+
+// classifyGroup names the change from one group outcome to the other, as
+// classify does for a pod: placed, stranded (placed now, unschedulable
+// with the draft), held, released (held now, tried and unschedulable with
+// the draft), and moved: placed both ways, but in another topology domain
+// because the draft's placement filters refuse the one it gets now (a
+// domain picked among equals differs from run to run, and is not a
+// change).
+func classifyGroup(now, draft *verdict.GroupResult) Change {
+	switch {
+	case now.State == draft.State:
+		if now.State == verdict.GroupPlaced && now.Placement != draft.Placement &&
+			slices.ContainsFunc(draft.Refused, func(p celplugins.RefusedPlacement) bool { return p.Placement == now.Placement }) {
+			return Moved
+		}
+		return Unchanged
+	case draft.State == verdict.GroupHeld:
+		return Held
+	case draft.State == verdict.GroupPlaced:
+		return Placed
+	case now.State == verdict.GroupPlaced:
+		return Stranded
+	default: // held now, unschedulable with the draft
+		return Released
+	}
+}
+
+// GroupOutcome says a group's outcome in a few words: "placed in b2",
+// "placed", or the state and the reason.
+func GroupOutcome(r *verdict.GroupResult) string {
+	switch {
+	case r.State == verdict.GroupPlaced && r.Placement != "":
+		return "placed in " + r.Placement
+	case r.State == verdict.GroupPlaced:
+		return "placed"
+	default:
+		return fmt.Sprintf("%s: %s", r.State, r.Reason)
+	}
+}
+
+// GroupsLine counts the pod groups evaluated and left out; empty when
+// there are none.
+func (s *Summary) GroupsLine() string {
+	if s.Groups == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d with pending members; %d not affected (no changed policy applies to a pending member)", s.Groups.Pending, s.Groups.NotAffected)
+}
