@@ -1,14 +1,18 @@
 package app
 
 import (
+	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
+
+	"github.com/celsched/celsched/test/golden"
 )
 
 // TestEvalFeatureGates: --feature-gates reaches the dry run's built-in
@@ -86,5 +90,39 @@ func TestEvalFeatureGates(t *testing.T) {
 	}
 	if utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators) {
 		t.Error("a rejected --feature-gates changed the gate")
+	}
+}
+
+// TestImpactGroups: with the workload gates on (--feature-gates), impact
+// on a dump with PodGroups lists the pod groups whose outcome changes
+// (kube-scheduler places them with the live policies and with the draft),
+// in the table and the pull-request comment; --fail-on counts groups.
+// The gates off, a note says the groups are not evaluated as groups.
+func TestImpactGroups(t *testing.T) {
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload: false, features.TopologyAwareWorkloadScheduling: false,
+	})
+	dir := filepath.Join("testdata", "impact", "groups")
+	base := []string{"impact", "--dump", filepath.Join("..", "impact", "testdata", "groups-cluster.yaml"),
+		"--policies", filepath.Join(dir, "live.yaml"), "-f", filepath.Join(dir, "draft.yaml"), "--delete", "freeze"}
+	gates := "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+	}{
+		{name: "table", args: []string{gates}},
+		{name: "markdown", args: []string{gates, "-o", "markdown"}},
+		{name: "fail-on", args: []string{gates, "--fail-on", "held,stranded"}, wantCode: 1},
+		{name: "gates-off", args: []string{"--feature-gates=GenericWorkload=false,TopologyAwareWorkloadScheduling=false"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code := Run(append(slices.Clone(base), tc.args...), strings.NewReader(""), &out, &errOut)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s%s", code, tc.wantCode, out.String(), errOut.String())
+			}
+			golden.Compare(t, filepath.Join(dir, tc.name+".golden"), out.String()+errOut.String())
+		})
 	}
 }

@@ -296,8 +296,12 @@ func paramsLine(r *impact.Report) string {
 
 // podsLine counts the pods evaluated and left out.
 func podsLine(sum *impact.Summary) string {
-	return fmt.Sprintf("%d pending and %d bound of the scheduler's profiles; %d not affected (no changed policy or params object applies to them); %d of other schedulers, not evaluated",
-		sum.Pending, sum.Bound, sum.NotAffected, sum.OtherSchedulers)
+	groups := ""
+	if sum.GroupMembers > 0 {
+		groups = fmt.Sprintf("; %d pending in pod groups, evaluated with their group", sum.GroupMembers)
+	}
+	return fmt.Sprintf("%d pending and %d bound of the scheduler's profiles%s; %d not affected (no changed policy or params object applies to them); %d of other schedulers, not evaluated",
+		sum.Pending, sum.Bound, groups, sum.NotAffected, sum.OtherSchedulers)
 }
 
 // podPolicies are the policies behind a pod's change, and the params

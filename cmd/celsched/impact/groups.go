@@ -43,36 +43,61 @@ type GroupSummary struct {
 	ByChange map[Change]int `json:"byChange"`
 }
 
-// groups evaluates the pod groups with pending members among the pods:
-// those a changed policy applies to are placed by kube-scheduler with
-// each policy set, all in one run per set (groups compete for nodes as
-// in the scheduler's queue), and those whose outcome changes are listed.
-// Without GenericWorkload on (--feature-gates) nothing is placed as a
-// group, and a note says so.
-func (r *Report) groups(ctx context.Context, c *change, podGroups []*schedulingv1beta1.PodGroup, pending []*corev1.Pod) error {
-	members := map[string][]*corev1.Pod{}
-	var orphans int
-	for _, p := range pending {
-		if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+// groupMembers takes out of pods the pending members of the PodGroups of
+// the input, by group (namespace/name), when kube-scheduler places pod
+// groups (GenericWorkload on): they are evaluated with their group, not
+// one by one. Pods naming a PodGroup that is not in the input stay, and a
+// note counts them.
+func (r *Report) groupMembers(podGroups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod) (rest []*corev1.Pod, members map[string][]*corev1.Pod) {
+	members = map[string][]*corev1.Pod{}
+	known := sets.New[string]()
+	for _, pg := range podGroups {
+		known.Insert(pg.Namespace + "/" + pg.Name)
+	}
+	on := utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
+	orphans := 0
+	for _, p := range pods {
+		g := p.Spec.SchedulingGroup
+		if p.Spec.NodeName != "" || g == nil || g.PodGroupName == nil {
+			rest = append(rest, p)
 			continue
 		}
-		key := p.Namespace + "/" + *p.Spec.SchedulingGroup.PodGroupName
-		if !slices.ContainsFunc(podGroups, func(pg *schedulingv1beta1.PodGroup) bool { return pg.Namespace+"/"+pg.Name == key }) {
+		key := p.Namespace + "/" + *g.PodGroupName
+		switch {
+		case !known.Has(key):
 			orphans++
-			continue
+			rest = append(rest, p)
+		case on:
+			members[key] = append(members[key], p)
+		default:
+			rest = append(rest, p)
+			members[key] = nil
 		}
-		members[key] = append(members[key], p)
 	}
 	if orphans > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d pending pod(s) name a PodGroup that is not in the input: kube-scheduler holds them; evaluated as single pods only", orphans))
+		r.Notes = append(r.Notes, fmt.Sprintf("%d pending pod(s) name a PodGroup that is not in the input: kube-scheduler holds them", orphans))
 	}
 	if len(members) == 0 {
-		return nil
+		return rest, nil
+	}
+	if !on {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d pod group(s) with pending members are not evaluated as groups, their pods one by one: the feature gate GenericWorkload is off (give the manager's --feature-gates)", len(members)))
+		return rest, nil
 	}
 	r.Summary.Groups = &GroupSummary{Pending: len(members), ByChange: map[Change]int{}}
-	if !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d pod group(s) with pending members are not evaluated as groups: the feature gate GenericWorkload is off (give the manager's --feature-gates)", len(members)))
-		r.Summary.Groups.NotAffected = len(members)
+	for _, pods := range members {
+		r.Summary.GroupMembers += len(pods)
+	}
+	return rest, members
+}
+
+// groups evaluates the pod groups with their pending members (by
+// namespace/name): those a changed policy applies to are placed by
+// kube-scheduler with each policy set, all in one run per set (groups
+// compete for nodes as in the scheduler's queue), and those whose outcome
+// changes are listed.
+func (r *Report) groups(ctx context.Context, c *change, podGroups []*schedulingv1beta1.PodGroup, members map[string][]*corev1.Pod) error {
+	if len(members) == 0 {
 		return nil
 	}
 	var groups []verdict.Group

@@ -100,10 +100,13 @@ func TestRunGroupsGateOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Groups) != 0 || r.Summary.Groups == nil || r.Summary.Groups.NotAffected != 6 {
-		t.Errorf("groups %v, summary %+v: want none evaluated, 6 counted", r.Groups, r.Summary.Groups)
+	if len(r.Groups) != 0 || r.Summary.Groups != nil {
+		t.Errorf("groups %v, summary %+v: want none evaluated", r.Groups, r.Summary.Groups)
 	}
-	wantNote := "6 pod group(s) with pending members are not evaluated as groups: the feature gate GenericWorkload is off (give the manager's --feature-gates)"
+	if r.Summary.Pending != 14 || r.Summary.ByChange[Held] != 14 {
+		t.Errorf("summary %+v: want the 14 pods evaluated one by one, all held by the draft", r.Summary)
+	}
+	wantNote := "6 pod group(s) with pending members are not evaluated as groups, their pods one by one: the feature gate GenericWorkload is off (give the manager's --feature-gates)"
 	if !contains(r.Notes, wantNote) {
 		t.Errorf("notes %q, want %q", r.Notes, wantNote)
 	}

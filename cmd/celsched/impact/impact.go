@@ -120,6 +120,9 @@ type Summary struct {
 	// changed or deleted policy applies to, now or with the draft: their
 	// outcome cannot change, and they are not evaluated.
 	NotAffected int `json:"notAffected"`
+	// GroupMembers counts the pending pods (of Pending) evaluated with
+	// their pod group (Groups), not one by one.
+	GroupMembers int `json:"groupMembers,omitempty"`
 	// OtherSchedulers counts the pods of schedulers that are not profiles
 	// of the configuration: not evaluated.
 	OtherSchedulers int `json:"otherSchedulers"`
@@ -217,6 +220,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 
 	evaluate, bound := r.podsToEvaluate(in)
+	evaluate, members := r.groupMembers(in.PodGroups, evaluate)
 	// The pods of a namespace one after the other: a rule's remembered
 	// results on a node are kept per namespace (and the pod fields it
 	// reads), a few at a time, so that pods taken in turn from many
@@ -283,8 +287,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	r.add(results)
-	pending := slices.DeleteFunc(slices.Clone(evaluate), func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
-	if err := r.groups(ctx, &c, in.PodGroups, pending); err != nil {
+	if err := r.groups(ctx, &c, in.PodGroups, members); err != nil {
 		return nil, err
 	}
 	return r, nil
