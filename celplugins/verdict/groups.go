@@ -152,8 +152,13 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 		for _, p := range g.Pods {
 			p = Default(p)
 			p.Spec.NodeName = ""
+			// What a scheduler said before is not this run's: the
+			// condition is written afresh when the run fails the pod (a
+			// write that would change nothing is not made, and would
+			// not be seen).
+			p.Status.Conditions = slices.DeleteFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodScheduled })
+			p.Status.NominatedNodeName = ""
 			pending = append(pending, p)
-			objects = append(objects, p)
 		}
 	}
 	client := fake.NewSimpleClientset(objects...) //nolint:staticcheck // NewClientset builds a type converter per call (about a second); nothing here applies
@@ -195,6 +200,14 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	}
 	if err := sched.WaitForHandlersSync(ctx); err != nil {
 		return nil, fmt.Errorf("waiting for the scheduler's event handlers: %w", err)
+	}
+	// The pending pods come last, once the informers have synced: the
+	// queue runs the PreEnqueue plugins as a pod arrives, and a policy
+	// that selects by namespace needs the namespace there by then.
+	for _, p := range pending {
+		if _, err := client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("adding the pod group member %s/%s: %w", p.Namespace, p.Name, err)
+		}
 	}
 	go sched.Run(ctx)
 	if err := run.settle(ctx, sched, pending); err != nil {

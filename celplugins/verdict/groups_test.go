@@ -88,14 +88,21 @@ func TestPlaceGroups(t *testing.T) {
 		builder.MakePolicy("one-rack").PodLabels(map[string]string{"app": "trainer"}).
 			PlacementFilter("one-rack", oneRack, "a gang stays in one rack").Obj(),
 		builder.MakePolicy("no-ps").Filter("ps", "pod.metadata.labels[?'role'].orValue('') != 'ps'").Obj(),
-		builder.MakePolicy("queue").PreEnqueue("open", "pod.metadata.labels[?'queue'].orValue('') != 'closed'", "the queue is closed").Obj(),
+		builder.MakePolicy("queue").NamespaceLabels(map[string]string{"team": "ml"}).PreEnqueue("open", "pod.metadata.labels[?'queue'].orValue('') != 'closed'", "the queue is closed").Obj(),
 	}
 	trainer := map[string]string{"app": "trainer"}
+	// spill's members carry what the live scheduler wrote before: the run
+	// writes its own (and a run that waited for a change would hang).
+	spill := gang(podGroup("ml", "spill", 4, ""), 4, "1", trainer)
+	for _, p := range spill.Pods {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "pod group ml/spill: no placement passes the SchedulingPolicies: placement (all nodes) rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"}}
+	}
 	ps := gang(podGroup("ml", "ps", 2, ""), 2, "100m", map[string]string{"app": "other"})
 	ps.Pods[1].Labels = map[string]string{"app": "other", "role": "ps"}
 	groups := []Group{
 		gang(podGroup("ml", "train", 4, blockLabel), 4, "1", trainer),
-		gang(podGroup("ml", "spill", 4, ""), 4, "1", trainer),
+		spill,
 		ps,
 		gang(podGroup("ml", "short", 3, ""), 2, "100m", trainer),
 		gang(podGroup("ml", "free", 2, blockLabel), 2, "100m", map[string]string{"app": "other"}),
@@ -104,7 +111,7 @@ func TestPlaceGroups(t *testing.T) {
 	// The profile renamed: PlaceGroups records kube-scheduler's metrics
 	// under its profiles' names, which TestDryRunRecordsNoMetrics checks
 	// the Evaluator's frameworks never do with the scheduler's.
-	e := newEvaluatorWith(t, namespace("ml", nil), nodes, nil, policies, func(cfg *schedulerconfig.KubeSchedulerConfiguration) {
+	e := newEvaluatorWith(t, namespace("ml", map[string]string{"team": "ml"}), nodes, nil, policies, func(cfg *schedulerconfig.KubeSchedulerConfiguration) {
 		cfg.Profiles[0].SchedulerName = groupsProfile
 	})
 	got, err := e.PlaceGroups(context.Background(), groups)
@@ -135,12 +142,12 @@ func TestPlaceGroups(t *testing.T) {
 		t.Errorf("ml/train refused placements (-want +got):\n%s", diff)
 	}
 
-	spill := byName["ml/spill"]
+	spilled := byName["ml/spill"]
 	refusal := "rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"
-	if spill.State != GroupUnschedulable || !strings.Contains(spill.Reason, refusal) {
-		t.Errorf("ml/spill %s (%q), want unschedulable naming %q", spill.State, spill.Reason, refusal)
+	if spilled.State != GroupUnschedulable || !strings.Contains(spilled.Reason, refusal) {
+		t.Errorf("ml/spill %s (%q), want unschedulable naming %q", spilled.State, spilled.Reason, refusal)
 	}
-	for _, m := range spill.Members {
+	for _, m := range spilled.Members {
 		if m.Node != "" || !strings.Contains(m.Reason, refusal) {
 			t.Errorf("ml/spill member %+v, want pending naming the rule", m)
 		}

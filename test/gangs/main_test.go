@@ -43,6 +43,10 @@ var gates = map[string]bool{"GenericWorkload": true, "TopologyAwareWorkloadSched
 // k8sClient talks to the envtest kube-apiserver as its admin.
 var k8sClient client.Client
 
+// kubeconfig is a kubeconfig file of the envtest kube-apiserver's admin,
+// for the CLI.
+var kubeconfig string
+
 func TestMain(m *testing.M) {
 	// -v and the other klog flags, for the manager's logs.
 	klog.InitFlags(nil)
@@ -62,6 +66,17 @@ func run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "stopping the envtest control plane: %v\n", err)
 		}
 	}()
+	dir, err := os.MkdirTemp("", "celsched-gangs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	if k8sClient, err = testenv.Client(cfg); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

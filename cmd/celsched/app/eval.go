@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/cmd/celsched/impact"
 	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
@@ -72,7 +74,7 @@ func runEval(ctx context.Context, o *evalOptions) (*dryrun.Report, error) {
 		return nil, err
 	}
 	report, err := dryrun.Run(ctx, dryrun.Input{Policies: in.Policies, Pod: in.Pod, Namespaces: in.Namespaces, Nodes: in.Nodes, Pods: in.Pods,
-		Config: in.Config, Params: in.Params, Why: o.why})
+		PodGroups: in.PodGroups, Config: in.Config, Params: in.Params, Why: o.why})
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +170,7 @@ func printTable(out io.Writer, r *dryrun.Report) {
 	if r.PreEnqueue != nil {
 		fmt.Fprintln(out, "\nNodes: not evaluated by the scheduler while the pod is held (the CEL rules below show what the policies would say)")
 		printRules(out, r)
+		printGroup(out, r.Group)
 		return
 	}
 	fmt.Fprintln(out, "\nNodes:")
@@ -193,6 +196,24 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		ranking[i] = fmt.Sprintf("%s (%d)", n.Node, n.Score)
 	}
 	fmt.Fprintf(out, "Ranking:  %s\n", orNone(strings.Join(ranking, ", ")))
+	printGroup(out, r.Group)
+}
+
+// printGroup says what kube-scheduler does with the pod's group.
+func printGroup(out io.Writer, g *dryrun.GroupResult) {
+	if g == nil {
+		return
+	}
+	fmt.Fprintf(out, "\nPod group %s (minCount %d, %d pending): %s\n", g.Group, g.MinCount, len(g.Members), impact.GroupOutcome(g))
+	for _, m := range g.Members {
+		fmt.Fprintf(out, "  %s: %s\n", m.Pod, cmp.Or(m.Node, m.Reason))
+	}
+	if len(g.Refused) > 0 {
+		fmt.Fprintln(out, "Placements refused by the policies:")
+		for _, p := range g.Refused {
+			fmt.Fprintf(out, "  %s\n", p.Refusal)
+		}
+	}
 }
 
 func printNotes(w io.Writer, notes []string) {

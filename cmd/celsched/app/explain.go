@@ -96,8 +96,8 @@ func runExplain(ctx context.Context, o *explainOptions, arg string) (*dryrun.Rep
 	for _, c := range paramsChanges {
 		notes = append(notes, draftNote("params object "+c.Object, c.Change))
 	}
-	report, err := dryrun.Run(ctx, dryrun.Input{Pod: pod, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods, Policies: policies,
-		Params: params, Objects: in.Objects, Config: in.Config, Why: o.why})
+	report, err := dryrun.Run(ctx, dryrun.Input{Pod: pod, Nodes: in.Nodes, Namespaces: in.Namespaces, Pods: in.Pods, PodGroups: in.PodGroups,
+		Policies: policies, Params: params, Objects: in.Objects, Config: in.Config, Why: o.why})
 	if err != nil {
 		return nil, err
 	}

@@ -14,11 +14,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -38,8 +41,13 @@ type Input struct {
 	Namespaces []*corev1.Namespace
 	Nodes      []*corev1.Node
 	// Pods are the pods already on the nodes (spec.nodeName set). Pods
-	// on no node of Nodes are ignored, as in the scheduler's cache.
+	// on no node of Nodes are ignored, as in the scheduler's cache, except
+	// the pending members of Pod's pod group.
 	Pods []*corev1.Pod
+	// PodGroups are the PodGroups of the cluster: when Pod belongs to one
+	// (spec.schedulingGroup) and GenericWorkload is on, kube-scheduler
+	// places the group, all or nothing, and Report.Group says where.
+	PodGroups []*schedulingv1beta1.PodGroup
 	// Objects are other objects built-in plugins read: the pod's
 	// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
 	Objects []runtime.Object
@@ -71,6 +79,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if r.Group, err = placeGroup(ctx, s, pod, in.PodGroups, in.Pods); err != nil {
+		return nil, err
+	}
 	var why *engine.Why
 	if in.Why {
 		why = s.why
@@ -79,6 +90,34 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// placeGroup places the pod's group, with its pending members among pods,
+// with kube-scheduler (verdict.Evaluator.PlaceGroups); nil when the pod
+// is in no group of podGroups, or GenericWorkload is off.
+func placeGroup(ctx context.Context, s *Scheduler, pod *corev1.Pod, podGroups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod) (*verdict.GroupResult, error) {
+	g := pod.Spec.SchedulingGroup
+	if g == nil || g.PodGroupName == nil || !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		return nil, nil
+	}
+	i := slices.IndexFunc(podGroups, func(pg *schedulingv1beta1.PodGroup) bool {
+		return pg.Namespace == pod.Namespace && pg.Name == *g.PodGroupName
+	})
+	if i < 0 {
+		return nil, nil
+	}
+	members := []*corev1.Pod{pod}
+	for _, p := range pods {
+		if p.Spec.NodeName == "" && p.Namespace == pod.Namespace && p.Name != pod.Name && p.Spec.SchedulingGroup != nil &&
+			p.Spec.SchedulingGroup.PodGroupName != nil && *p.Spec.SchedulingGroup.PodGroupName == *g.PodGroupName {
+			members = append(members, p)
+		}
+	}
+	results, err := s.PlaceGroups(ctx, []verdict.Group{{PodGroup: podGroups[i], Pods: members}})
+	if err != nil {
+		return nil, err
+	}
+	return results[0], nil
 }
 
 // Cluster is the cluster a dry run evaluates (verdict.Cluster), shared by

@@ -24,7 +24,11 @@ type Report struct {
 	// bound pod re-evaluated, draft policies).
 	Notes []string `json:"notes,omitempty"`
 	verdict.Result
-	Policies []*PolicyResult `json:"policies"`
+	// Group is, for a member of a pod group, what kube-scheduler does
+	// with the whole group (its pending members, all or nothing): placed
+	// where, or why not, and the placements the policies refused.
+	Group    *verdict.GroupResult `json:"group,omitempty"`
+	Policies []*PolicyResult      `json:"policies"`
 }
 
 // The evaluator's types, as reports show them.
@@ -33,6 +37,8 @@ type (
 	Rejection  = verdict.Rejection
 	NodeResult = verdict.NodeResult
 	RankedNode = verdict.RankedNode
+	// GroupResult is what kube-scheduler does with a pod group.
+	GroupResult = verdict.GroupResult
 )
 
 // PolicyResult is one policy's evaluation for the pod.

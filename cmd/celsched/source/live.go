@@ -60,6 +60,13 @@ func (s *Source) readLive(ctx context.Context, in *Input, drafts []*unstructured
 	if in.PodGroups, err = listPodGroups(ctx, c); err != nil {
 		return err
 	}
+	if in.Pod != nil && in.Pod.Spec.SchedulingGroup != nil {
+		members, err := pendingMembers(ctx, c, in.Pod)
+		if err != nil {
+			return err
+		}
+		in.Pods = append(in.Pods, members...)
+	}
 	if in.Policies, err = listAll[*schedv1alpha1.SchedulingPolicy](ctx, c, &schedv1alpha1.SchedulingPolicyList{}); err != nil {
 		return fmt.Errorf("listing SchedulingPolicies: %w", err)
 	}
@@ -76,6 +83,21 @@ func (s *Source) readLive(ctx context.Context, in *Input, drafts []*unstructured
 		in.Objects, err = volumeLists(ctx, c, &corev1.PersistentVolumeClaimList{})
 	}
 	return err
+}
+
+// pendingMembers lists the other pending members of the pod's group: the
+// scheduler places them with it, all or nothing.
+func pendingMembers(ctx context.Context, c client.Client, pod *corev1.Pod) ([]*corev1.Pod, error) {
+	pending, err := listAll[*corev1.Pod](ctx, c, &corev1.PodList{}, client.InNamespace(pod.Namespace),
+		client.MatchingFieldsSelector{Selector: fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", ""), notTerminated())})
+	if err != nil {
+		return nil, fmt.Errorf("listing the pending pods of namespace %s: %w", pod.Namespace, err)
+	}
+	group := pod.Spec.SchedulingGroup.PodGroupName
+	return slices.DeleteFunc(pending, func(p *corev1.Pod) bool {
+		g := p.Spec.SchedulingGroup
+		return p.UID == pod.UID || g == nil || g.PodGroupName == nil || group == nil || *g.PodGroupName != *group
+	}), nil
 }
 
 // listPodGroups lists the cluster's PodGroups; none when the API server
