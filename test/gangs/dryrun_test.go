@@ -39,7 +39,7 @@ func TestDryRunGroupsLive(t *testing.T) {
 	)
 	ns := createNamespace(t, "dryrun", nil)
 	inNamespace := map[string]string{corev1.LabelMetadataName: ns}
-	freeze := builder.MakePolicy("freeze-" + ns).NamespaceLabels(inNamespace).PreEnqueue("thawed", "false", "frozen for the test").Obj()
+	freeze := builder.MakePolicy("freeze-"+ns).NamespaceLabels(inNamespace).PreEnqueue("thawed", "false", "frozen for the test").Obj()
 	applyPolicy(t, freeze)
 	waitReady(t, freeze.Name)
 	trainer := withLabels(map[string]string{"app": "trainer"})
