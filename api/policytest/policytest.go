@@ -14,6 +14,7 @@ import (
 
 	yamlv3 "go.yaml.in/yaml/v3"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -42,7 +43,11 @@ type PolicyTest struct {
 	// Params are the params objects of parameterized policies, inline or
 	// {file: path}.
 	Params []json.RawMessage `json:"params,omitempty"`
-	Cases  []TestCase        `json:"cases"`
+	// FeatureGates are kube-scheduler's feature gates the suite's cases
+	// are evaluated with (as the manager's --feature-gates), for example
+	// GenericWorkload for pod groups; the others keep the run's.
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	Cases        []TestCase      `json:"cases"`
 }
 
 // TestCase is one pod and what the scheduler should do with it.
@@ -53,7 +58,13 @@ type TestCase struct {
 	Nodes     []json.RawMessage `json:"nodes,omitempty"`
 	// Params, when given, replace the suite's params objects.
 	Params []json.RawMessage `json:"params,omitempty"`
-	Expect Expectation       `json:"expect"`
+	// PodGroup is the pod's PodGroup (scheduling.k8s.io/v1beta1), inline or
+	// {file: path}, when the pod is a member (spec.schedulingGroup), and
+	// GroupPods its other pending members: kube-scheduler places them
+	// together, all or nothing (expect.group).
+	PodGroup  json.RawMessage   `json:"podGroup,omitempty"`
+	GroupPods []json.RawMessage `json:"groupPods,omitempty"`
+	Expect    Expectation       `json:"expect"`
 }
 
 // Expectation is what a case checks; unset fields are not checked.
@@ -83,6 +94,24 @@ type Expectation struct {
 	// enforcementOverrides, by the field it comes from in parentheses:
 	// "Audit (spec.enforcementOverrides[0])".
 	Enforcement map[string]string `json:"enforcement,omitempty"`
+	// Group is what kube-scheduler does with the pod's group (the case's
+	// podGroup; the workload feature gates on).
+	Group *GroupExpectation `json:"group,omitempty"`
+}
+
+// GroupExpectation is what a case checks of the pod's group; unset
+// fields are not checked.
+type GroupExpectation struct {
+	// State is placed, unschedulable or held.
+	State string `json:"state,omitempty"`
+	// Placement is the topology domain a placed group is given.
+	Placement string `json:"placement,omitempty"`
+	// Reason is a regular expression the reason a group is not placed
+	// must match.
+	Reason string `json:"reason,omitempty"`
+	// Refused are the placements the policies' placement filters refuse,
+	// in name order.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // Suite is a PolicyTest suite with its files read and its objects decoded.
@@ -95,7 +124,9 @@ type Suite struct {
 	Namespaces  []*corev1.Namespace
 	PodsOnNodes []*corev1.Pod
 	Params      []*unstructured.Unstructured
-	Cases       []*Case
+	// FeatureGates are the suite's feature gates (PolicyTest.FeatureGates).
+	FeatureGates map[string]bool
+	Cases        []*Case
 }
 
 // Case is a test case with its objects decoded: Namespaces and Nodes are
@@ -106,7 +137,11 @@ type Case struct {
 	Namespaces []*corev1.Namespace
 	Nodes      []*corev1.Node
 	Params     []*unstructured.Unstructured
-	Expect     Expectation
+	// PodGroup and GroupPods are the pod's group and its other pending
+	// members; nil when the case has none.
+	PodGroup  *schedulingv1beta1.PodGroup
+	GroupPods []*corev1.Pod
+	Expect    Expectation
 }
 
 // Load reads the PolicyTest suites of files and directories ("-" reads
@@ -137,7 +172,7 @@ func Load(stdin io.Reader, paths []string) ([]*Suite, error) {
 
 func loadSuite(stdin io.Reader, file string, spec *PolicyTest) (*Suite, error) {
 	dir := filepath.Dir(file)
-	suite := &Suite{Name: spec.Metadata.Name, File: file}
+	suite := &Suite{Name: spec.Metadata.Name, File: file, FeatureGates: spec.FeatureGates}
 	if suite.Name == "" {
 		suite.Name = file
 	}
@@ -195,6 +230,27 @@ func loadCase(stdin io.Reader, dir string, spec *TestCase, suite *Suite) (*Case,
 		if tc.Nodes, err = inlineObjects[*corev1.Node](stdin, dir, spec.Nodes, "Node"); err != nil {
 			return nil, fmt.Errorf("nodes: %w", err)
 		}
+	}
+	if len(spec.PodGroup) > 0 {
+		groups, err := inlineObjects[*schedulingv1beta1.PodGroup](stdin, dir, []json.RawMessage{spec.PodGroup}, "PodGroup")
+		if err != nil {
+			return nil, fmt.Errorf("podGroup: %w", err)
+		}
+		tc.PodGroup = groups[0]
+		if tc.PodGroup.Namespace == "" {
+			tc.PodGroup.Namespace = tc.Pod.Namespace
+		}
+	}
+	if tc.GroupPods, err = inlineObjects[*corev1.Pod](stdin, dir, spec.GroupPods, "Pod"); err != nil {
+		return nil, fmt.Errorf("groupPods: %w", err)
+	}
+	for _, p := range tc.GroupPods {
+		if p.Namespace == "" {
+			p.Namespace = tc.Pod.Namespace
+		}
+	}
+	if (tc.PodGroup == nil) != (spec.Expect.Group == nil) && spec.Expect.Group != nil {
+		return nil, fmt.Errorf("expect.group: the case has no podGroup")
 	}
 	return tc, nil
 }

@@ -158,6 +158,9 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 			// not be seen).
 			p.Status.Conditions = slices.DeleteFunc(p.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == corev1.PodScheduled })
 			p.Status.NominatedNodeName = ""
+			if p.UID == "" { // the scheduling queue knows pods by UID
+				p.UID = ktypes.UID("dry-run-" + p.Namespace + "-" + p.Name)
+			}
 			pending = append(pending, p)
 		}
 	}
@@ -209,11 +212,15 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 			return nil, fmt.Errorf("adding the pod group member %s/%s: %w", p.Namespace, p.Name, err)
 		}
 	}
+	// And the cycles start once the queue holds every one: a member that
+	// the queue took before the others arrived would be tried alone.
+	if err := waitQueued(ctx, sched, pending); err != nil {
+		return nil, err
+	}
 	go sched.Run(ctx)
 	if err := run.settle(ctx, sched, pending); err != nil {
 		return nil, err
 	}
-	run.holds(ctx, sched, pending)
 	cancel()
 	return run.results(ctx, client, groups, e.cluster)
 }
@@ -228,8 +235,8 @@ type groupRun struct {
 	// tried are the pods whose PodScheduled condition the scheduler wrote
 	// (it tried them and bound none).
 	tried map[ktypes.NamespacedName]bool
-	// gated are the pods a PreEnqueue plugin holds, to its name and then
-	// to its message (holds).
+	// gated are the pods a PreEnqueue plugin holds, to its name and its
+	// message.
 	gated map[ktypes.NamespacedName]string
 	// refusals are the CEL placement filters' refusals by pod group.
 	refusals map[ktypes.NamespacedName][]celplugins.RefusedPlacement
@@ -347,9 +354,37 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 		if plugin == "" {
 			return false
 		}
-		r.gated[key] = plugin
+		// A hold may be passing: a gang's first members wait for the
+		// rest, which the queue has by now. Held is settled only when the
+		// plugin still holds the pod.
+		msg, holds := preEnqueue(sched, p, plugin)
+		if !holds {
+			return false
+		}
+		r.gated[key] = plugin + msg
 	}
 	return true
+}
+
+// waitQueued waits until the scheduler's queue holds every pod.
+func waitQueued(ctx context.Context, sched *scheduler.Scheduler, pods []*corev1.Pod) error {
+	deadline := time.Now().Add(GroupsSettleTimeout)
+	for _, p := range pods {
+		for {
+			if _, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", p.Namespace, p.Name, GroupsSettleTimeout)
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("placing the pod groups: %w", context.Cause(ctx))
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // gatingPlugin names the PreEnqueue plugin that holds a pod in the
@@ -367,31 +402,27 @@ func gatingPlugin(sched *scheduler.Scheduler, p *corev1.Pod) string {
 	return ""
 }
 
-// holds asks the PreEnqueue plugin that holds each held pod, in the
-// scheduler's framework for the pod, why: the queue keeps the plugin's
-// name, not its message.
-func (r *groupRun) holds(ctx context.Context, sched *scheduler.Scheduler, pending []*corev1.Pod) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range pending {
-		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		name, ok := r.gated[key]
-		if !ok {
+// preEnqueue runs a PreEnqueue plugin of the pod's profile on the pod,
+// as the queue would: whether it holds the pod, and ": " and its message
+// when it has one (the queue keeps the plugin's name, not its message).
+func preEnqueue(sched *scheduler.Scheduler, p *corev1.Pod, plugin string) (string, bool) {
+	fw := sched.Profiles[p.Spec.SchedulerName]
+	if fw == nil {
+		return "", true
+	}
+	for _, pl := range fw.PreEnqueuePlugins() {
+		if pl.Name() != plugin {
 			continue
 		}
-		fw := sched.Profiles[p.Spec.SchedulerName]
-		if fw == nil {
-			continue
+		st := pl.PreEnqueue(context.Background(), p)
+		if st.IsSuccess() {
+			return "", false
 		}
-		for _, pl := range fw.PreEnqueuePlugins() {
-			if pl.Name() != name {
-				continue
-			}
-			if st := pl.PreEnqueue(ctx, p); !st.IsSuccess() && st.Message() != "" {
-				r.gated[key] = name + ": " + st.Message()
-			}
+		if st.Message() != "" {
+			return ": " + st.Message(), true
 		}
 	}
+	return "", true
 }
 
 // results reads what the scheduler did with each group: the members'

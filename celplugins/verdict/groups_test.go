@@ -98,6 +98,11 @@ func TestPlaceGroups(t *testing.T) {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "pod group ml/spill: no placement passes the SchedulingPolicies: placement (all nodes) rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"}}
 	}
+	// free's members have no UID (as in a file): the run gives them one.
+	free := gang(podGroup("ml", "free", 2, blockLabel), 2, "100m", map[string]string{"app": "other"})
+	for _, p := range free.Pods {
+		p.UID = ""
+	}
 	ps := gang(podGroup("ml", "ps", 2, ""), 2, "100m", map[string]string{"app": "other"})
 	ps.Pods[1].Labels = map[string]string{"app": "other", "role": "ps"}
 	groups := []Group{
@@ -105,7 +110,7 @@ func TestPlaceGroups(t *testing.T) {
 		spill,
 		ps,
 		gang(podGroup("ml", "short", 3, ""), 2, "100m", trainer),
-		gang(podGroup("ml", "free", 2, blockLabel), 2, "100m", map[string]string{"app": "other"}),
+		free,
 		gang(podGroup("ml", "queued", 2, ""), 2, "100m", map[string]string{"queue": "closed"}),
 	}
 	// The profile renamed: PlaceGroups records kube-scheduler's metrics
@@ -175,8 +180,8 @@ func TestPlaceGroups(t *testing.T) {
 		t.Errorf("ml/queued %s (%q), want held by CELPreEnqueue with the rule's message", queued.State, queued.Reason)
 	}
 
-	free := byName["ml/free"]
-	if free.State != GroupPlaced || (free.Placement != "b1" && free.Placement != "b2") {
-		t.Errorf("ml/free %s in %q, want placed in one block", free.State, free.Placement)
+	placedFree := byName["ml/free"]
+	if placedFree.State != GroupPlaced || (placedFree.Placement != "b1" && placedFree.Placement != "b2") {
+		t.Errorf("ml/free %s in %q, want placed in one block", placedFree.State, placedFree.Placement)
 	}
 }

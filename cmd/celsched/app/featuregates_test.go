@@ -12,6 +12,10 @@ import (
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
 
+	"github.com/celsched/celsched/api/policytest"
+	"github.com/celsched/celsched/celplugins"
+	celverdict "github.com/celsched/celsched/celplugins/verdict"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/test/golden"
 )
 
@@ -123,6 +127,39 @@ func TestImpactGroups(t *testing.T) {
 				t.Errorf("exit code %d, want %d; output:\n%s%s", code, tc.wantCode, out.String(), errOut.String())
 			}
 			golden.Compare(t, filepath.Join(dir, tc.name+".golden"), out.String()+errOut.String())
+		})
+	}
+}
+
+// TestCheckGroup: a case's group expectations fail with the field and
+// the difference: another domain, another state, a reason that does not
+// match, other refused placements, and no group at all.
+func TestCheckGroup(t *testing.T) {
+	placed := &dryrun.GroupResult{Group: "ml/g", State: "placed", Placement: "y",
+		Members: []celverdict.GroupMember{{Pod: "g-0", Node: "y1"}}}
+	held := &dryrun.GroupResult{Group: "ml/g", State: "unschedulable", Reason: "rule one-block refused z1",
+		Refused: []celplugins.RefusedPlacement{{Placement: "z1", Refusal: "refused"}}}
+	for name, tc := range map[string]struct {
+		want *policytest.GroupExpectation
+		got  *dryrun.GroupResult
+		fail string // "" passes
+	}{
+		"placed as expected":   {want: &policytest.GroupExpectation{State: "placed", Placement: "y"}, got: placed},
+		"another domain":       {want: &policytest.GroupExpectation{Placement: "x"}, got: placed, fail: "group.placement (members: g-0 on y1 )"},
+		"another state":        {want: &policytest.GroupExpectation{State: "placed"}, got: held, fail: "group.state"},
+		"reason matches":       {want: &policytest.GroupExpectation{Reason: "one-block", Refused: []string{"z1"}}, got: held},
+		"reason does not":      {want: &policytest.GroupExpectation{Reason: "one-rack"}, got: held, fail: `group.reason: "rule one-block refused z1" does not match "one-rack"`},
+		"other refused":        {want: &policytest.GroupExpectation{Refused: []string{}}, got: held, fail: "group.refused"},
+		"no group in the case": {want: &policytest.GroupExpectation{State: "placed"}, fail: "group (the case needs podGroup, and the suite featureGates GenericWorkload: true)"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := check(policytest.Expectation{Group: tc.want}, &dryrun.Report{Group: tc.got})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (got == "") != (tc.fail == "") || !strings.Contains(got, tc.fail) {
+				t.Errorf("check: %q, want a failure containing %q (none when empty)", got, tc.fail)
+			}
 		})
 	}
 }

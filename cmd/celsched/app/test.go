@@ -8,13 +8,18 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/component-base/featuregate"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/celsched/celsched/api/policytest"
+	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 )
@@ -54,6 +59,11 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 	}
 	var results []caseResult
 	for _, suite := range suites {
+		restore, err := suiteGates(suite)
+		if err != nil {
+			return inputError(fmt.Errorf("%s: featureGates: %w", suite.File, err))
+		}
+		defer restore()
 		for i, tc := range suite.Cases {
 			start := time.Now()
 			r, err := dryrun.Run(ctx, caseInput(suite, tc, cfg))
@@ -66,6 +76,7 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 			}
 			results = append(results, caseResult{suite: suite.Name, name: tc.Name, failure: failure, duration: time.Since(start)})
 		}
+		restore()
 	}
 	failed := 0
 	for _, r := range results {
@@ -93,7 +104,65 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 
 // caseInput is the dry-run input of a suite's case.
 func caseInput(s *policytest.Suite, c *policytest.Case, cfg *schedulerconfig.KubeSchedulerConfiguration) dryrun.Input {
-	return dryrun.Input{Policies: s.Policies, Pod: c.Pod, Namespaces: c.Namespaces, Nodes: c.Nodes, Pods: s.PodsOnNodes, Config: cfg, Params: c.Params}
+	in := dryrun.Input{Policies: s.Policies, Pod: c.Pod, Namespaces: c.Namespaces, Nodes: c.Nodes, Pods: s.PodsOnNodes, Config: cfg, Params: c.Params}
+	if c.PodGroup != nil {
+		in.PodGroups = []*schedulingv1beta1.PodGroup{c.PodGroup}
+		in.Pods = append(slices.Clone(in.Pods), c.GroupPods...)
+	}
+	return in
+}
+
+// suiteGates sets the suite's feature gates in the process (the dry run's
+// frameworks read the process's gates, celplugins/featuregates), and
+// returns what sets them back as they were; it may be called more than
+// once.
+func suiteGates(s *policytest.Suite) (restore func(), err error) {
+	if len(s.FeatureGates) == 0 {
+		return func() {}, nil
+	}
+	before := make(map[string]bool, len(s.FeatureGates))
+	for name := range s.FeatureGates {
+		before[name] = utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(name))
+	}
+	if err := featuregates.Set(s.FeatureGates); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { _ = featuregates.Set(before) }) }, nil
+}
+
+// checkGroup compares what kube-scheduler does with the pod's group with
+// the expectations.
+func checkGroup(e *policytest.GroupExpectation, g *dryrun.GroupResult, mismatch func(string, any, any), match func(string, string, string) error) error {
+	if g == nil {
+		mismatch("group (the case needs podGroup, and the suite featureGates GenericWorkload: true)", "a group", "none")
+		return nil
+	}
+	if e.State != "" && e.State != string(g.State) {
+		mismatch("group.state", e.State, string(g.State))
+	}
+	if e.Placement != "" && e.Placement != g.Placement {
+		nodes := make([]string, len(g.Members))
+		for i, m := range g.Members {
+			nodes[i] = m.Pod + " on " + orNone(m.Node) + " " + m.Reason
+		}
+		mismatch("group.placement (members: "+strings.Join(nodes, ", ")+")", e.Placement, g.Placement)
+	}
+	if e.Reason != "" {
+		if err := match("group.reason", e.Reason, g.Reason); err != nil {
+			return err
+		}
+	}
+	if e.Refused != nil {
+		got := []string{}
+		for _, p := range g.Refused {
+			got = append(got, p.Placement)
+		}
+		if !slices.Equal(e.Refused, got) {
+			mismatch("group.refused", e.Refused, got)
+		}
+	}
+	return nil
 }
 
 // check compares a report with the expectations and describes every
@@ -112,6 +181,11 @@ func check(e policytest.Expectation, r *dryrun.Report) (string, error) {
 			problems = append(problems, fmt.Sprintf("%s: %q does not match %q", what, got, pattern))
 		}
 		return nil
+	}
+	if g := e.Group; g != nil {
+		if err := checkGroup(g, r.Group, mismatch, match); err != nil {
+			return "", err
+		}
 	}
 	held := "Queued"
 	if r.PreEnqueue != nil {
