@@ -166,7 +166,11 @@ func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
 	if !ok {
 		return nil
 	}
-	if r := loadFrom(&node.memo.lists[l.memo.slot%listWays], l.memo, memoID{key: key, gen: gen}); r != nil {
+	s := node.memo.lists[l.memo.slot%listWays].Load()
+	if s == nil {
+		return nil
+	}
+	if r := s.load(l.memo, memoID{key: key, gen: gen}); r != nil {
 		return &r.list
 	}
 	return nil
@@ -191,5 +195,5 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		node.memo.passes[l.memo.slot%listWays].Store(l.id)
 		return
 	}
-	storeIn(&node.memo.lists[l.memo.slot%listWays], &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
+	setOf(&node.memo.lists[l.memo.slot%listWays]).store(&memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
 }

@@ -32,8 +32,11 @@ import (
 // version starts empty. Each memoized expression has a slot, an index into
 // the node's table; a slot is reused when its Program is garbage
 // collected, and every entry records its expression, so an entry of a
-// slot's previous owner is never returned. Reads take no lock and allocate
-// nothing.
+// slot's previous owner is never returned. A result is found in one step:
+// an expression with one result per node version has it in its slot; one
+// with a result per pod key (or params object) has a fixed array of
+// memoWays entries, where the id's entry is at a place computed from the
+// id (memoID.index). Reads take no lock and allocate nothing.
 
 // memoKind says how an expression's results are memoized.
 type memoKind uint8
@@ -55,10 +58,15 @@ const (
 	memoPodAndNodeInfo
 )
 
-// maxPodKeys bounds the results kept per node and expression of kind
-// memoPodAndNode: the distinct workloads whose results a node keeps. The
-// oldest goes first.
-const maxPodKeys = 16
+// memoWays bounds the results kept per node and expression that has
+// several ids on a node version (one per pod key, or params object): the
+// distinct workloads whose results a node keeps. Pod keys are handed out
+// in sequence (podKeys), and consecutive keys have consecutive places
+// (memoID.index): the results of the memoWays newest keys, for one
+// expression, params object and NodeInfo generation, never displace each
+// other; an older key's result is displaced by the newer key that has its
+// place. A power of two.
+const memoWays = 32
 
 // memoID is what a memoized result depends on besides the node version
 // and the expression: the pod's memo key (0 for expressions that do not
@@ -70,9 +78,17 @@ type memoID struct {
 	gen         int64
 }
 
-// memoResult is an expression's result on a node version for an id: a
-// list, newest first, of the results of one slot. Immutable: a store
-// replaces the list.
+// index is the place of e's result for id in a memoSet: the pod key plus
+// a hash of what else the result depends on, so that consecutive keys
+// take consecutive places, and the results of another generation, params
+// object or expression (a PolicyList sharing the set) take others.
+func (id memoID) index(e *expr) int {
+	h := id.key + uint64(id.gen)*0x9e3779b97f4a7c15 + id.params*0xc2b2ae3d27d4eb4f + uint64(e.slot)*0x165667b19e3779f9
+	return int(h % memoWays)
+}
+
+// memoResult is an expression's result on a node version for an id.
+// Immutable: a store replaces it.
 type memoResult struct {
 	e   *expr
 	id  memoID
@@ -84,27 +100,70 @@ type memoResult struct {
 	// list is the outcome when e is a PolicyList's (in the result, so that
 	// reading it costs no other cache line).
 	list ListOutcome
-	next *memoResult
-	// depth is the length of the list from this result on.
-	depth int
+}
+
+// memoSet is the results of one slot (or list way) that has several ids,
+// each at its id's place (memoID.index): a new result replaces the one
+// at its place, whatever its id or expression.
+type memoSet [memoWays]atomic.Pointer[memoResult]
+
+// load returns the result of e for id, or nil.
+func (s *memoSet) load(e *expr, id memoID) *memoResult {
+	if r := s[id.index(e)].Load(); r != nil && r.e == e && r.id == id {
+		return r
+	}
+	return nil
+}
+
+// store records r at its place. A store that races with another of the
+// same place may be lost; the result is then computed again.
+func (s *memoSet) store(r *memoResult) { s[r.id.index(r.e)].Store(r) }
+
+// setOf returns the set a pointer holds, making it on first use (of
+// concurrent makers, one wins and the others use its set).
+func setOf(p *atomic.Pointer[memoSet]) *memoSet {
+	if s := p.Load(); s != nil {
+		return s
+	}
+	p.CompareAndSwap(nil, new(memoSet))
+	return p.Load()
+}
+
+// memoSlot is one slot of a node's table: the result of an expression
+// with one id per node version (one), or the set of the results of one
+// with several (set, made on first store): manyIDs says which.
+type memoSlot struct {
+	one atomic.Pointer[memoResult]
+	set atomic.Pointer[memoSet]
+}
+
+// manyIDs says whether e's results on a node version have several ids:
+// when it reads the pod (an id per pod key) or params (per params object).
+// Otherwise its id is the same for every pod (or changes with the
+// NodeInfo generation, when the older generation's result is not read
+// again): its slot keeps one result, the newest.
+func (e *expr) manyIDs() bool {
+	return e.readsParams || e.memo == memoPodAndNode || e.memo == memoPodAndNodeInfo
 }
 
 // memoTable is the memo of one node version. Key: the expression (its
 // slot, checked by pointer) and a memoID: the pod key (the pod's namespace,
 // what its policy reads of the pod, the namespace object's version when
-// read), the params object, the NodeInfo generation. Bound: 2*maxPodKeys
-// results per slot, compacted to the newest maxPodKeys of the generation.
-// Invalidated by a new node version (a new table) or policy version (new
-// expressions). Written by the evaluations that miss (compare-and-swap);
-// every entry carries the cost of computing it (account.go), so a result
-// read costs what it cost.
+// read), the params object, the NodeInfo generation. Bound: per slot, one
+// result, or memoWays for an expression with several ids (manyIDs), each
+// id at its place, where a newer result replaces it. Invalidated by a new
+// node version (a new table) or policy version (new expressions; a reused
+// slot's entries name their old expression). Written by the evaluations
+// that miss (atomic stores; a racing store may be lost); every entry
+// carries the cost of computing it (account.go), so a result read costs
+// what it cost.
 type memoTable struct {
-	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
+	slots atomic.Pointer[[]memoSlot]
 	// lists hold the outcomes of PolicyLists (list.go), each in the way
 	// its slot names: in the node's cache entry itself, so that a pod
 	// that reads a list's outcome loads no slot table. Lists of one way
-	// share it, newest first, as a slot's results do.
-	lists [listWays]atomic.Pointer[memoResult]
+	// share its set, as the ids of a slot do.
+	lists [listWays]atomic.Pointer[memoSet]
 	// passes hold, per way, the id of a node-only filter list whose every
 	// policy passes plainly on this node version (PolicyList.Remember):
 	// the common outcome, read without following a pointer.
@@ -120,62 +179,34 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	if slots == nil || e.slot >= len(*slots) {
 		return nil
 	}
-	return loadFrom(&(*slots)[e.slot], e, id)
-}
-
-// loadFrom returns the result of e for id kept in a slot, or nil.
-func loadFrom(slot *atomic.Pointer[memoResult], e *expr, id memoID) *memoResult {
-	for r := slot.Load(); r != nil; r = r.next {
-		if r.e == e && r.id == id {
+	slot := &(*slots)[e.slot]
+	if !e.manyIDs() {
+		if r := slot.one.Load(); r != nil && r.e == e && r.id == id {
 			return r
 		}
+		return nil
+	}
+	if s := slot.set.Load(); s != nil {
+		return s.load(e, id)
 	}
 	return nil
 }
 
-// storeResult records a result of head.e on the node for head.id, before
-// the others kept in the slot: at most 2*maxPodKeys in all, and after a
-// compaction the newest maxPodKeys of e for the same generation (the
-// results of other generations and of the slot's previous owner go). A
-// store that races with another may be lost; the result is then computed
-// again.
-func (t *memoTable) storeResult(head *memoResult) {
-	storeIn(t.slot(head.e.slot), head)
-}
-
-// storeIn records a result in a slot (see storeResult).
-func storeIn(slot *atomic.Pointer[memoResult], head *memoResult) {
-	e, id := head.e, head.id
-	for {
-		old := slot.Load()
-		// The new result goes before the list, which is shared as it is:
-		// one allocation per store. Once the list is twice as long as
-		// what is kept, it is compacted to the newest maxPodKeys results
-		// of e for this generation.
-		head.next, head.depth = old, 1
-		if old != nil {
-			head.depth = old.depth + 1
-		}
-		if head.depth > 2*maxPodKeys {
-			last := head
-			head.depth = 1
-			for r := old; r != nil && head.depth < maxPodKeys; r = r.next {
-				if r.e == e && r.id.gen == id.gen && r.id != id {
-					c := *r
-					last.next, last = &c, &c
-					head.depth++
-				}
-			}
-			last.next = nil
-		}
-		if slot.CompareAndSwap(old, head) {
-			return
-		}
+// storeResult records a result of r.e on the node for r.id: in its slot,
+// replacing the one there (see memoTable for which). A store that races
+// with another may be lost; the result is then computed again.
+func (t *memoTable) storeResult(r *memoResult) {
+	slot := t.slot(r.e.slot)
+	if !r.e.manyIDs() {
+		slot.one.Store(r)
+		return
 	}
+	setOf(&slot.set).store(r)
 }
 
-// slot returns the table's slot i, growing the table when needed.
-func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
+// slot returns the table's slot i, growing the table when needed. A store
+// into the table being replaced by a racing growth may be lost.
+func (t *memoTable) slot(i int) *memoSlot {
 	for {
 		old := t.slots.Load()
 		if old != nil && i < len(*old) {
@@ -185,10 +216,11 @@ func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
 		if old != nil {
 			n = max(n, 2*len(*old))
 		}
-		grown := make([]atomic.Pointer[memoResult], n)
+		grown := make([]memoSlot, n)
 		if old != nil {
 			for j := range *old {
-				grown[j].Store((*old)[j].Load())
+				grown[j].one.Store((*old)[j].one.Load())
+				grown[j].set.Store((*old)[j].set.Load())
 			}
 		}
 		if t.slots.CompareAndSwap(old, &grown) {

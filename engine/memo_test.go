@@ -11,72 +11,85 @@ import (
 	"github.com/celsched/celsched/test/builder"
 )
 
-// TestMemoTable: a slot keeps at most 2*maxPodKeys results, and after a
-// compaction the newest maxPodKeys of its expression and generation; it
-// never returns another expression's result (a slot reused after its
-// policy went) nor one of another key or NodeInfo generation; and
-// concurrent stores and loads are safe (run under -race by make test).
+// TestMemoTable: a slot of an expression with several ids keeps the
+// results of the memoWays newest pod keys (of one generation and params
+// object), none older, whose places the newer took; one with a single id
+// keeps its newest result; a slot never returns another expression's result
+// (a slot reused after its policy went) nor one of another key, params
+// object or NodeInfo generation; and concurrent stores and loads are safe
+// (run under -race by make test).
 func TestMemoTable(t *testing.T) {
 	t.Parallel()
 	var table memoTable
-	a, b := &expr{slot: 3}, &expr{slot: 3}
-	length := func(e *expr) int {
-		n := 0
-		for r := (*table.slots.Load())[e.slot].Load(); r != nil; r = r.next {
-			n++
-		}
-		return n
-	}
-	const stores = 2*maxPodKeys + 1 // one compaction
+	a, b := &expr{slot: 3, memo: memoPodAndNode}, &expr{slot: 3, memo: memoPodAndNode}
+	const stores = 3 * memoWays
 	for key := range uint64(stores) {
 		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
-		if n := length(a); n > 2*maxPodKeys {
-			t.Fatalf("after %d stores, %d results in the slot", key+1, n)
-		}
 	}
 	for key := range uint64(stores) {
 		r := table.load(a, memoID{key: key})
-		if evicted := key < stores-maxPodKeys; (r == nil) != evicted {
+		if evicted := key < stores-memoWays; (r == nil) != evicted {
 			t.Errorf("key %d: result %v, want evicted=%v", key, r, evicted)
 		}
 		if r != nil && r.val != types.Int(key) {
 			t.Errorf("key %d: %v", key, r.val)
 		}
 	}
+	if r := table.load(a, memoID{key: stores - 1, params: 1}); r != nil {
+		t.Errorf("a result for another params object: %v", r.val)
+	}
 	if r := table.load(b, memoID{key: stores - 1}); r != nil {
 		t.Errorf("another expression in the same slot read %v", r.val)
 	}
-	for key := range uint64(2 * maxPodKeys) {
+	for key := range uint64(memoWays) {
 		table.storeResult(&memoResult{e: b, id: memoID{key: key}, val: types.String("b")})
 	}
-	if r := table.load(a, memoID{key: stores - 1}); r != nil {
-		t.Errorf("the previous owner's result survived the new one's compaction: %v", r.val)
+	for key := range uint64(stores) {
+		if r := table.load(a, memoID{key: key}); r != nil {
+			t.Errorf("the previous owner's result for key %d survived the new owner's stores: %v", key, r.val)
+		}
 	}
-	if r := table.load(b, memoID{key: 2*maxPodKeys - 1}); r == nil || r.val != types.String("b") {
+	if r := table.load(b, memoID{key: memoWays - 1}); r == nil || r.val != types.String("b") {
 		t.Errorf("b: %v", r)
 	}
 
-	// Results are per generation; a compaction drops the older ones.
-	c := &expr{slot: 5}
+	// Results are per generation: both are kept until a newer one takes
+	// the older's place.
+	c := &expr{slot: 5, memo: memoPodAndNodeInfo}
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 10}, val: types.Int(1)})
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 11}, val: types.Int(3)})
 	if r := table.load(c, memoID{key: 1, gen: 11}); r == nil || r.val != types.Int(3) {
 		t.Errorf("generation 11: %v", r)
 	}
 	if r := table.load(c, memoID{key: 1, gen: 10}); r == nil || r.val != types.Int(1) {
-		t.Errorf("generation 10 before a compaction: %v", r)
+		t.Errorf("generation 10: %v", r)
 	}
-	for key := range uint64(2 * maxPodKeys) {
-		table.storeResult(&memoResult{e: c, id: memoID{key: key + 2, gen: 11}, val: types.Int(0)})
+	if r := table.load(c, memoID{key: 2, gen: 10}); r != nil {
+		t.Errorf("a result of another key: %v", r.val)
 	}
-	if table.load(c, memoID{key: 1, gen: 10}) != nil {
-		t.Error("a result of an older generation survived a compaction")
+
+	// An expression with one id per node version keeps its newest result;
+	// a new generation replaces the older.
+	d := &expr{slot: 6, memo: memoNodeInfo}
+	table.storeResult(&memoResult{e: d, id: memoID{gen: 10}, val: types.Int(10)})
+	if r := table.load(d, memoID{gen: 10}); r == nil || r.val != types.Int(10) {
+		t.Errorf("generation 10: %v", r)
+	}
+	table.storeResult(&memoResult{e: d, id: memoID{gen: 11}, val: types.Int(11)})
+	if r := table.load(d, memoID{gen: 10}); r != nil {
+		t.Errorf("an older generation's result: %v", r.val)
+	}
+	if r := table.load(d, memoID{gen: 11}); r == nil || r.val != types.Int(11) {
+		t.Errorf("generation 11: %v", r)
+	}
+	if r := table.load(&expr{slot: 6, memo: memoNodeInfo}, memoID{gen: 11}); r != nil {
+		t.Errorf("another expression in the same slot read %v", r.val)
 	}
 
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
-			e := &expr{slot: g * 7}
+			e := &expr{slot: g * 7, memo: memoPodAndNodeInfo}
 			for key := range uint64(200) {
 				table.storeResult(&memoResult{e: e, id: memoID{key: key % 20, gen: int64(key % 2)}, val: types.Int(key % 20)})
 				if r := table.load(e, memoID{key: key % 20, gen: int64(key % 2)}); r != nil && r.val != types.Int(key%20) {
