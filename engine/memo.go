@@ -34,9 +34,9 @@ import (
 // collected, and every entry records its expression, so an entry of a
 // slot's previous owner is never returned. A result is found in one step:
 // an expression with one result per node version has it in its slot; one
-// with a result per pod key (or params object) has a fixed array of
-// memoWays entries, where the id's entry is at a place computed from the
-// id (memoID.index). Reads take no lock and allocate nothing.
+// with a result per pod key (or params object) looks in one bucket of its
+// slot's places (memoPlaces), a cache line that holds four results with
+// their tags. Reads take no lock and allocate nothing.
 
 // memoKind says how an expression's results are memoized.
 type memoKind uint8
@@ -58,16 +58,6 @@ const (
 	memoPodAndNodeInfo
 )
 
-// memoWays bounds the results kept per node and expression that has
-// several ids on a node version (one per pod key, or params object): the
-// distinct workloads whose results a node keeps. Pod keys are handed out
-// in sequence (podKeys), and consecutive keys have consecutive places
-// (memoID.index): the results of the memoWays newest keys, for one
-// expression, params object and NodeInfo generation, never displace each
-// other; an older key's result is displaced by the newer key that has its
-// place. A power of two.
-const memoWays = 32
-
 // memoID is what a memoized result depends on besides the node version
 // and the expression: the pod's memo key (0 for expressions that do not
 // read the pod), the params object's (0 for those that do not read
@@ -78,13 +68,16 @@ type memoID struct {
 	gen         int64
 }
 
-// index is the place of e's result for id in a memoSet: the pod key plus
-// a hash of what else the result depends on, so that consecutive keys
-// take consecutive places, and the results of another generation, params
-// object or expression (a PolicyList sharing the set) take others.
-func (id memoID) index(e *expr) int {
-	h := id.key + uint64(id.gen)*0x9e3779b97f4a7c15 + id.params*0xc2b2ae3d27d4eb4f + uint64(e.slot)*0x165667b19e3779f9
-	return int(h % memoWays)
+// place returns where e's result for id goes among memoPlaces: the bucket
+// of a grown set (from the pod key plus a hash of the rest, so that
+// memoWays consecutive keys share a bucket, one cache line that the pods
+// of workloads created together read, and the next keys go to the next
+// buckets) and the tag that names it there (a hash of all of it, never
+// 0).
+func (id memoID) place(e *expr) (bucket int, tag uint64) {
+	rest := uint64(id.gen)*0x9e3779b97f4a7c15 + id.params*0xc2b2ae3d27d4eb4f + uint64(e.slot)*0x165667b19e3779f9
+	tag = (id.key*0xd6e8feb86659fd93 ^ rest) * 0xff51afd7ed558ccd
+	return int((id.key + rest>>32) / memoWays % memoBuckets), tag | 1
 }
 
 // memoResult is an expression's result on a node version for an id.
@@ -100,41 +93,131 @@ type memoResult struct {
 	// list is the outcome when e is a PolicyList's (in the result, so that
 	// reading it costs no other cache line).
 	list ListOutcome
+	// stored orders the results of a node version by their store
+	// (memoTable.stores): the oldest of a bucket is replaced first.
+	stored uint64
 }
 
-// memoSet is the results of one slot (or list way) that has several ids,
-// each at its id's place (memoID.index): a new result replaces the one
-// at its place, whatever its id or expression.
-type memoSet [memoWays]atomic.Pointer[memoResult]
+const (
+	// memoWays is how many results a bucket holds: with their tags, one
+	// cache line.
+	memoWays = 4
+	// memoBuckets is how many buckets a grown set has: the results of
+	// any memoBuckets*memoWays consecutive pod keys of an expression (for
+	// one params object and NodeInfo generation) fit in it, since pod keys are handed out in sequence (podKeys)
+	// and go to the buckets in turn (memoID.place); of the results that
+	// share a bucket, the oldest goes first. Pods of workloads created
+	// together have near keys.
+	memoBuckets = 16
+)
 
-// load returns the result of e for id, or nil.
-func (s *memoSet) load(e *expr, id memoID) *memoResult {
-	if r := s[id.index(e)].Load(); r != nil && r.e == e && r.id == id {
-		return r
+// memoBucket holds up to memoWays results, each named by its tag
+// (memoID.place). A store writes the result, then its tag; a reader that
+// finds the tag checks the result's expression and id, so a tag and a
+// result of two racing stores never give a wrong answer.
+type memoBucket struct {
+	tags    [memoWays]atomic.Uint64
+	results [memoWays]atomic.Pointer[memoResult]
+}
+
+// load returns the result of e for id with this tag, or nil.
+func (b *memoBucket) load(e *expr, id memoID, tag uint64) *memoResult {
+	for w := range memoWays {
+		if b.tags[w].Load() == tag {
+			if r := b.results[w].Load(); r != nil && r.e == e && r.id == id {
+				return r
+			}
+		}
 	}
 	return nil
 }
 
-// store records r at its place. A store that races with another of the
-// same place may be lost; the result is then computed again.
-func (s *memoSet) store(r *memoResult) { s[r.id.index(r.e)].Store(r) }
-
-// setOf returns the set a pointer holds, making it on first use (of
-// concurrent makers, one wins and the others use its set).
-func setOf(p *atomic.Pointer[memoSet]) *memoSet {
-	if s := p.Load(); s != nil {
-		return s
+// store puts r in the bucket: in the place of a result of the same
+// expression and id, or an empty place, or that of the oldest result. It
+// returns the result it replaced, if another.
+func (b *memoBucket) store(r *memoResult, tag uint64) (replaced *memoResult) {
+	way := -1
+	for w := range memoWays {
+		old := b.results[w].Load()
+		if old == nil || (old.e == r.e && old.id == r.id) {
+			way, replaced = w, nil
+			break
+		}
+		if way < 0 || old.stored < replaced.stored {
+			way, replaced = w, old
+		}
 	}
-	p.CompareAndSwap(nil, new(memoSet))
-	return p.Load()
+	b.results[way].Store(r)
+	b.tags[way].Store(tag)
+	return replaced
+}
+
+// memoPlaces holds the results of a slot (or a list way) whose
+// expressions have several ids: one bucket at first (small), and once a
+// result is replaced by another of the same NodeInfo generation (more ids
+// in use than a bucket holds, where a result of an older generation is
+// not read again), a set of memoBuckets (big), where each id has its
+// bucket (memoID.place).
+type memoPlaces struct {
+	small atomic.Pointer[memoBucket]
+	big   atomic.Pointer[[memoBuckets]memoBucket]
+}
+
+// load returns the result of e for id, or nil.
+func (p *memoPlaces) load(e *expr, id memoID) *memoResult {
+	bucket, tag := id.place(e)
+	if big := p.big.Load(); big != nil {
+		return big[bucket].load(e, id, tag)
+	}
+	if small := p.small.Load(); small != nil {
+		return small.load(e, id, tag)
+	}
+	return nil
+}
+
+// store records r, numbered by the table's stores (see memoPlaces). A
+// store that races with another may be lost, as may one into the small
+// bucket while the set grows; the result is then computed again.
+func (p *memoPlaces) store(t *memoTable, r *memoResult) {
+	r.stored = t.stores.Add(1)
+	bucket, tag := r.id.place(r.e)
+	if big := p.big.Load(); big != nil {
+		big[bucket].store(r, tag)
+		return
+	}
+	small := p.small.Load()
+	if small == nil {
+		p.small.CompareAndSwap(nil, new(memoBucket))
+		small = p.small.Load()
+	}
+	old := small.store(r, tag)
+	if old == nil || old.id.gen != r.id.gen {
+		return
+	}
+	// The bucket held more results of this generation than it has places
+	// (of this expression, or of another list of the way): every result
+	// it held, and the one it dropped, goes to its own bucket of a set
+	// (where, should more than memoWays share one, the oldest go).
+	big := new([memoBuckets]memoBucket)
+	move := func(res *memoResult) {
+		b, tag := res.id.place(res.e)
+		big[b].store(res, tag)
+	}
+	move(old)
+	for w := range memoWays {
+		if res := small.results[w].Load(); res != nil {
+			move(res)
+		}
+	}
+	p.big.CompareAndSwap(nil, big)
 }
 
 // memoSlot is one slot of a node's table: the result of an expression
-// with one id per node version (one), or the set of the results of one
-// with several (set, made on first store): manyIDs says which.
+// with one id per node version (one), or the places of the results of
+// one with several (manyIDs says which).
 type memoSlot struct {
-	one atomic.Pointer[memoResult]
-	set atomic.Pointer[memoSet]
+	one    atomic.Pointer[memoResult]
+	places memoPlaces
 }
 
 // manyIDs says whether e's results on a node version have several ids:
@@ -150,10 +233,11 @@ func (e *expr) manyIDs() bool {
 // slot, checked by pointer) and a memoID: the pod key (the pod's namespace,
 // what its policy reads of the pod, the namespace object's version when
 // read), the params object, the NodeInfo generation. Bound: per slot, one
-// result, or memoWays for an expression with several ids (manyIDs), each
-// id at its place, where a newer result replaces it. Invalidated by a new
-// node version (a new table) or policy version (new expressions; a reused
-// slot's entries name their old expression). Written by the evaluations
+// result, or for an expression with several ids (manyIDs)
+// memoBuckets*memoWays, memoWays of them per bucket, the oldest of a
+// bucket replaced first (memoPlaces). Invalidated by a new node version (a
+// new table) or policy version (new expressions; a reused slot's entries
+// name their old expression, and go first). Written by the evaluations
 // that miss (atomic stores; a racing store may be lost); every entry
 // carries the cost of computing it (account.go), so a result read costs
 // what it cost.
@@ -162,12 +246,14 @@ type memoTable struct {
 	// lists hold the outcomes of PolicyLists (list.go), each in the way
 	// its slot names: in the node's cache entry itself, so that a pod
 	// that reads a list's outcome loads no slot table. Lists of one way
-	// share its set, as the ids of a slot do.
-	lists [listWays]atomic.Pointer[memoSet]
+	// share its places, as the ids of a slot do.
+	lists [listWays]memoPlaces
 	// passes hold, per way, the id of a node-only filter list whose every
 	// policy passes plainly on this node version (PolicyList.Remember):
 	// the common outcome, read without following a pointer.
 	passes [listWays]atomic.Uint64
+	// stores counts the results stored (memoResult.stored).
+	stores atomic.Uint64
 }
 
 // listWays is how many ways the list outcomes of a node version have.
@@ -180,28 +266,25 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 		return nil
 	}
 	slot := &(*slots)[e.slot]
-	if !e.manyIDs() {
-		if r := slot.one.Load(); r != nil && r.e == e && r.id == id {
-			return r
-		}
-		return nil
+	if e.manyIDs() {
+		return slot.places.load(e, id)
 	}
-	if s := slot.set.Load(); s != nil {
-		return s.load(e, id)
+	if r := slot.one.Load(); r != nil && r.e == e && r.id == id {
+		return r
 	}
 	return nil
 }
 
-// storeResult records a result of r.e on the node for r.id: in its slot,
-// replacing the one there (see memoTable for which). A store that races
-// with another may be lost; the result is then computed again.
+// storeResult records a result of r.e on the node for r.id, in its slot
+// (see memoTable for what it replaces). A store that races with another
+// may be lost; the result is then computed again.
 func (t *memoTable) storeResult(r *memoResult) {
 	slot := t.slot(r.e.slot)
-	if !r.e.manyIDs() {
-		slot.one.Store(r)
+	if r.e.manyIDs() {
+		slot.places.store(t, r)
 		return
 	}
-	setOf(&slot.set).store(r)
+	slot.one.Store(r)
 }
 
 // slot returns the table's slot i, growing the table when needed. A store
@@ -220,7 +303,8 @@ func (t *memoTable) slot(i int) *memoSlot {
 		if old != nil {
 			for j := range *old {
 				grown[j].one.Store((*old)[j].one.Load())
-				grown[j].set.Store((*old)[j].set.Load())
+				grown[j].places.small.Store((*old)[j].places.small.Load())
+				grown[j].places.big.Store((*old)[j].places.big.Load())
 			}
 		}
 		if t.slots.CompareAndSwap(old, &grown) {

@@ -11,24 +11,42 @@ import (
 	"github.com/celsched/celsched/test/builder"
 )
 
-// TestMemoTable: a slot of an expression with several ids keeps the
-// results of the memoWays newest pod keys (of one generation and params
-// object), none older, whose places the newer took; one with a single id
-// keeps its newest result; a slot never returns another expression's result
-// (a slot reused after its policy went) nor one of another key, params
-// object or NodeInfo generation; and concurrent stores and loads are safe
-// (run under -race by make test).
+// TestMemoTable: a slot of an expression with several ids keeps them in
+// one bucket until a fifth id of the same generation comes, then in a set
+// of buckets that keeps the results of the memoBuckets*memoWays newest pod
+// keys, none older; one with a single id keeps its newest result; a slot
+// never returns another expression's result (a slot reused after its
+// policy went) nor one of another key, params object or NodeInfo
+// generation; and concurrent stores and loads are safe (run under -race by
+// make test).
 func TestMemoTable(t *testing.T) {
 	t.Parallel()
 	var table memoTable
 	a, b := &expr{slot: 3, memo: memoPodAndNode}, &expr{slot: 3, memo: memoPodAndNode}
-	const stores = 3 * memoWays
+	big := func(e *expr) bool { return (*table.slots.Load())[e.slot].places.big.Load() != nil }
+	for key := range uint64(memoWays) {
+		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
+	}
+	if big(a) {
+		t.Errorf("%d ids took more than a bucket", memoWays)
+	}
+	table.storeResult(&memoResult{e: a, id: memoID{key: memoWays}, val: types.Int(memoWays)})
+	if !big(a) {
+		t.Errorf("%d ids of one generation kept in one bucket", memoWays+1)
+	}
+	for key := range uint64(memoWays + 1) {
+		if r := table.load(a, memoID{key: key}); r == nil || r.val != types.Int(key) {
+			t.Errorf("key %d after the set grew: %v", key, r)
+		}
+	}
+	const kept = memoBuckets * memoWays
+	const stores = 3 * kept
 	for key := range uint64(stores) {
 		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
 	}
 	for key := range uint64(stores) {
 		r := table.load(a, memoID{key: key})
-		if evicted := key < stores-memoWays; (r == nil) != evicted {
+		if evicted := key < stores-kept; (r == nil) != evicted {
 			t.Errorf("key %d: result %v, want evicted=%v", key, r, evicted)
 		}
 		if r != nil && r.val != types.Int(key) {
@@ -41,7 +59,7 @@ func TestMemoTable(t *testing.T) {
 	if r := table.load(b, memoID{key: stores - 1}); r != nil {
 		t.Errorf("another expression in the same slot read %v", r.val)
 	}
-	for key := range uint64(memoWays) {
+	for key := range uint64(kept) {
 		table.storeResult(&memoResult{e: b, id: memoID{key: key}, val: types.String("b")})
 	}
 	for key := range uint64(stores) {
@@ -49,12 +67,14 @@ func TestMemoTable(t *testing.T) {
 			t.Errorf("the previous owner's result for key %d survived the new owner's stores: %v", key, r.val)
 		}
 	}
-	if r := table.load(b, memoID{key: memoWays - 1}); r == nil || r.val != types.String("b") {
-		t.Errorf("b: %v", r)
+	for key := range uint64(kept) {
+		if r := table.load(b, memoID{key: key}); r == nil || r.val != types.String("b") {
+			t.Errorf("b, key %d: %v", key, r)
+		}
 	}
 
-	// Results are per generation: both are kept until a newer one takes
-	// the older's place.
+	// Results are per generation; an older generation's result is
+	// replaced before a bucket grows.
 	c := &expr{slot: 5, memo: memoPodAndNodeInfo}
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 10}, val: types.Int(1)})
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 11}, val: types.Int(3)})
@@ -66,6 +86,15 @@ func TestMemoTable(t *testing.T) {
 	}
 	if r := table.load(c, memoID{key: 2, gen: 10}); r != nil {
 		t.Errorf("a result of another key: %v", r.val)
+	}
+	for key := uint64(2); key <= memoWays; key++ {
+		table.storeResult(&memoResult{e: c, id: memoID{key: key, gen: 11}, val: types.Int(key)})
+	}
+	if big(c) {
+		t.Error("the bucket grew to keep an older generation's result")
+	}
+	if r := table.load(c, memoID{key: 1, gen: 10}); r != nil {
+		t.Errorf("the older generation's result outlived %d of the newer: %v", memoWays, r.val)
 	}
 
 	// An expression with one id per node version keeps its newest result;
@@ -84,6 +113,23 @@ func TestMemoTable(t *testing.T) {
 	}
 	if r := table.load(&expr{slot: 6, memo: memoNodeInfo}, memoID{gen: 11}); r != nil {
 		t.Errorf("another expression in the same slot read %v", r.val)
+	}
+
+	// Lists of one way share its places: theirs grow when they hold more
+	// ids between them than a bucket.
+	var way memoPlaces
+	l1, l2 := &expr{slot: 1, memo: memoNode}, &expr{slot: 5, memo: memoNode}
+	way.store(&table, &memoResult{e: l1, id: memoID{key: 1}, val: types.Int(1)})
+	for key := range uint64(memoWays) {
+		way.store(&table, &memoResult{e: l2, id: memoID{key: key}, val: types.Int(-key)})
+	}
+	if r := way.load(l1, memoID{key: 1}); r == nil || r.val != types.Int(1) {
+		t.Errorf("list 1: %v", r)
+	}
+	for key := range uint64(memoWays) {
+		if r := way.load(l2, memoID{key: key}); r == nil || r.val != types.Int(-key) {
+			t.Errorf("list 2, key %d: %v", key, r)
+		}
 	}
 
 	var wg sync.WaitGroup
