@@ -33,10 +33,11 @@ import (
 // the node's table; a slot is reused when its Program is garbage
 // collected, and every entry records its expression, so an entry of a
 // slot's previous owner is never returned. A result is found in one step:
-// an expression with one result per node version has it in its slot; one
-// with a result per pod key (or params object) looks in one bucket of its
-// slot's places (memoPlaces), a cache line that holds four results with
-// their tags. Reads take no lock and allocate nothing.
+// in the slot itself while it holds one result (always, for an expression
+// with one result per node version), then, for one with a result per pod
+// key (or params object), in one bucket of its slot's places
+// (memoPlaces), a cache line that holds four results with their tags.
+// Reads take no lock and allocate nothing.
 
 // memoKind says how an expression's results are memoized.
 type memoKind uint8
@@ -152,25 +153,37 @@ func (b *memoBucket) store(r *memoResult, tag uint64) (replaced *memoResult) {
 	return replaced
 }
 
-// memoPlaces holds the results of a slot (or a list way) whose
-// expressions have several ids: one bucket at first (small), and once a
-// result is replaced by another of the same NodeInfo generation (more ids
-// in use than a bucket holds, where a result of an older generation is
-// not read again), a set of memoBuckets (big), where each id has its
-// bucket (memoID.place).
+// memoPlaces holds the results of a slot (or a list way). An expression
+// with one id per node version keeps its newest result in first. Those
+// with several ids keep one result in first, until a result of the same
+// NodeInfo generation comes for another id (a result of an older
+// generation is not read again); then a bucket (small), until it must
+// replace a result of the same generation; then a set of memoBuckets
+// (big), where each id has its bucket (memoID.place). The stages that
+// come later are read first.
 type memoPlaces struct {
+	first atomic.Pointer[memoResult]
 	small atomic.Pointer[memoBucket]
 	big   atomic.Pointer[[memoBuckets]memoBucket]
 }
 
 // load returns the result of e for id, or nil.
 func (p *memoPlaces) load(e *expr, id memoID) *memoResult {
-	bucket, tag := id.place(e)
 	if big := p.big.Load(); big != nil {
+		bucket, tag := id.place(e)
 		return big[bucket].load(e, id, tag)
 	}
 	if small := p.small.Load(); small != nil {
+		_, tag := id.place(e)
 		return small.load(e, id, tag)
+	}
+	return p.loadFirst(e, id)
+}
+
+// loadFirst returns the result in first if it is e's for id, or nil.
+func (p *memoPlaces) loadFirst(e *expr, id memoID) *memoResult {
+	if r := p.first.Load(); r != nil && r.e == e && r.id == id {
+		return r
 	}
 	return nil
 }
@@ -187,8 +200,18 @@ func (p *memoPlaces) store(t *memoTable, r *memoResult) {
 	}
 	small := p.small.Load()
 	if small == nil {
-		p.small.CompareAndSwap(nil, new(memoBucket))
-		small = p.small.Load()
+		first := p.first.Load()
+		if first == nil || (first.e == r.e && first.id == r.id) || first.id.gen != r.id.gen {
+			p.first.Store(r)
+			return
+		}
+		// A second id of this generation: both go to a bucket.
+		small = new(memoBucket)
+		_, firstTag := first.id.place(first.e)
+		small.store(first, firstTag)
+		small.store(r, tag)
+		p.small.CompareAndSwap(nil, small)
+		return
 	}
 	old := small.store(r, tag)
 	if old == nil || old.id.gen != r.id.gen {
@@ -212,14 +235,6 @@ func (p *memoPlaces) store(t *memoTable, r *memoResult) {
 	p.big.CompareAndSwap(nil, big)
 }
 
-// memoSlot is one slot of a node's table: the result of an expression
-// with one id per node version (one), or the places of the results of
-// one with several (manyIDs says which).
-type memoSlot struct {
-	one    atomic.Pointer[memoResult]
-	places memoPlaces
-}
-
 // manyIDs says whether e's results on a node version have several ids:
 // when it reads the pod (an id per pod key) or params (per params object).
 // Otherwise its id is the same for every pod (or changes with the
@@ -233,16 +248,16 @@ func (e *expr) manyIDs() bool {
 // slot, checked by pointer) and a memoID: the pod key (the pod's namespace,
 // what its policy reads of the pod, the namespace object's version when
 // read), the params object, the NodeInfo generation. Bound: per slot, one
-// result, or for an expression with several ids (manyIDs)
-// memoBuckets*memoWays, memoWays of them per bucket, the oldest of a
-// bucket replaced first (memoPlaces). Invalidated by a new node version (a
+// result, or for an expression with several ids (manyIDs) one, then
+// memoWays, then memoBuckets*memoWays, memoWays of them per bucket, the
+// oldest of a bucket replaced first (memoPlaces). Invalidated by a new node version (a
 // new table) or policy version (new expressions; a reused slot's entries
 // name their old expression, and go first). Written by the evaluations
 // that miss (atomic stores; a racing store may be lost); every entry
 // carries the cost of computing it (account.go), so a result read costs
 // what it cost.
 type memoTable struct {
-	slots atomic.Pointer[[]memoSlot]
+	slots atomic.Pointer[[]memoPlaces]
 	// lists hold the outcomes of PolicyLists (list.go), each in the way
 	// its slot names: in the node's cache entry itself, so that a pod
 	// that reads a list's outcome loads no slot table. Lists of one way
@@ -267,12 +282,10 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	}
 	slot := &(*slots)[e.slot]
 	if e.manyIDs() {
-		return slot.places.load(e, id)
+		return slot.load(e, id)
 	}
-	if r := slot.one.Load(); r != nil && r.e == e && r.id == id {
-		return r
-	}
-	return nil
+	// The stages of a slot's previous owner with several ids are not read.
+	return slot.loadFirst(e, id)
 }
 
 // storeResult records a result of r.e on the node for r.id, in its slot
@@ -281,15 +294,15 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 func (t *memoTable) storeResult(r *memoResult) {
 	slot := t.slot(r.e.slot)
 	if r.e.manyIDs() {
-		slot.places.store(t, r)
+		slot.store(t, r)
 		return
 	}
-	slot.one.Store(r)
+	slot.first.Store(r)
 }
 
 // slot returns the table's slot i, growing the table when needed. A store
 // into the table being replaced by a racing growth may be lost.
-func (t *memoTable) slot(i int) *memoSlot {
+func (t *memoTable) slot(i int) *memoPlaces {
 	for {
 		old := t.slots.Load()
 		if old != nil && i < len(*old) {
@@ -299,12 +312,12 @@ func (t *memoTable) slot(i int) *memoSlot {
 		if old != nil {
 			n = max(n, 2*len(*old))
 		}
-		grown := make([]memoSlot, n)
+		grown := make([]memoPlaces, n)
 		if old != nil {
 			for j := range *old {
-				grown[j].one.Store((*old)[j].one.Load())
-				grown[j].places.small.Store((*old)[j].places.small.Load())
-				grown[j].places.big.Store((*old)[j].places.big.Load())
+				grown[j].first.Store((*old)[j].first.Load())
+				grown[j].small.Store((*old)[j].small.Load())
+				grown[j].big.Store((*old)[j].big.Load())
 			}
 		}
 		if t.slots.CompareAndSwap(old, &grown) {

@@ -11,10 +11,10 @@ import (
 	"github.com/celsched/celsched/test/builder"
 )
 
-// TestMemoTable: a slot of an expression with several ids keeps them in
-// one bucket until a fifth id of the same generation comes, then in a set
-// of buckets that keeps the results of the memoBuckets*memoWays newest pod
-// keys, none older; one with a single id keeps its newest result; a slot
+// TestMemoTable: a slot of an expression with several ids keeps one in
+// the slot, two to four in one bucket, and once a fifth of the same
+// generation comes, the results of the memoBuckets*memoWays newest pod
+// keys in a set of buckets, none older; one with a single id keeps its newest result; a slot
 // never returns another expression's result (a slot reused after its
 // policy went) nor one of another key, params object or NodeInfo
 // generation; and concurrent stores and loads are safe (run under -race by
@@ -23,9 +23,17 @@ func TestMemoTable(t *testing.T) {
 	t.Parallel()
 	var table memoTable
 	a, b := &expr{slot: 3, memo: memoPodAndNode}, &expr{slot: 3, memo: memoPodAndNode}
-	big := func(e *expr) bool { return (*table.slots.Load())[e.slot].places.big.Load() != nil }
-	for key := range uint64(memoWays) {
+	places := func(e *expr) *memoPlaces { return &(*table.slots.Load())[e.slot] }
+	big := func(e *expr) bool { return places(e).big.Load() != nil }
+	table.storeResult(&memoResult{e: a, id: memoID{key: 0}, val: types.Int(0)})
+	if places(a).small.Load() != nil {
+		t.Error("one id took a bucket")
+	}
+	for key := uint64(1); key < memoWays; key++ {
 		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
+		if places(a).small.Load() == nil {
+			t.Errorf("%d ids kept without a bucket", key+1)
+		}
 	}
 	if big(a) {
 		t.Errorf("%d ids took more than a bucket", memoWays)
@@ -74,9 +82,17 @@ func TestMemoTable(t *testing.T) {
 	}
 
 	// Results are per generation; an older generation's result is
-	// replaced before a bucket grows.
+	// replaced first, in the slot as in a bucket.
 	c := &expr{slot: 5, memo: memoPodAndNodeInfo}
+	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 9}, val: types.Int(9)})
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 10}, val: types.Int(1)})
+	if places(c).small.Load() != nil {
+		t.Error("a result of an older generation was kept in a bucket")
+	}
+	if r := table.load(c, memoID{key: 1, gen: 9}); r != nil {
+		t.Errorf("the older generation's result outlived the newer: %v", r.val)
+	}
+	table.storeResult(&memoResult{e: c, id: memoID{key: 2, gen: 10}, val: types.Int(2)})
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 11}, val: types.Int(3)})
 	if r := table.load(c, memoID{key: 1, gen: 11}); r == nil || r.val != types.Int(3) {
 		t.Errorf("generation 11: %v", r)
@@ -84,7 +100,7 @@ func TestMemoTable(t *testing.T) {
 	if r := table.load(c, memoID{key: 1, gen: 10}); r == nil || r.val != types.Int(1) {
 		t.Errorf("generation 10: %v", r)
 	}
-	if r := table.load(c, memoID{key: 2, gen: 10}); r != nil {
+	if r := table.load(c, memoID{key: 3, gen: 10}); r != nil {
 		t.Errorf("a result of another key: %v", r.val)
 	}
 	for key := uint64(2); key <= memoWays; key++ {
@@ -93,8 +109,10 @@ func TestMemoTable(t *testing.T) {
 	if big(c) {
 		t.Error("the bucket grew to keep an older generation's result")
 	}
-	if r := table.load(c, memoID{key: 1, gen: 10}); r != nil {
-		t.Errorf("the older generation's result outlived %d of the newer: %v", memoWays, r.val)
+	for key := uint64(1); key <= 2; key++ {
+		if r := table.load(c, memoID{key: key, gen: 10}); r != nil {
+			t.Errorf("an older generation's result outlived %d of the newer: %v", memoWays, r.val)
+		}
 	}
 
 	// An expression with one id per node version keeps its newest result;
