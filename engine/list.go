@@ -166,7 +166,7 @@ func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
 	if !ok {
 		return nil
 	}
-	if r := loadFrom(&node.memo.lists[l.memo.slot%listWays], l.memo, memoID{key: key, gen: gen}); r != nil {
+	if r := node.memo.lists[l.memo.slot%listWays].load(l.memo, memoID{key: key, gen: gen}); r != nil {
 		return &r.list
 	}
 	return nil
@@ -191,5 +191,5 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		node.memo.passes[l.memo.slot%listWays].Store(l.id)
 		return
 	}
-	storeIn(&node.memo.lists[l.memo.slot%listWays], &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
+	node.memo.lists[l.memo.slot%listWays].store(node.memo, &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
 }

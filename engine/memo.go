@@ -32,8 +32,12 @@ import (
 // version starts empty. Each memoized expression has a slot, an index into
 // the node's table; a slot is reused when its Program is garbage
 // collected, and every entry records its expression, so an entry of a
-// slot's previous owner is never returned. Reads take no lock and allocate
-// nothing.
+// slot's previous owner is never returned. A result is found in one step:
+// in the slot itself while it holds one result (always, for an expression
+// with one result per node version), then, for one with a result per pod
+// key (or params object), in one bucket of its slot's places
+// (memoPlaces), a cache line that holds four results with their tags.
+// Reads take no lock and allocate nothing.
 
 // memoKind says how an expression's results are memoized.
 type memoKind uint8
@@ -55,11 +59,6 @@ const (
 	memoPodAndNodeInfo
 )
 
-// maxPodKeys bounds the results kept per node and expression of kind
-// memoPodAndNode: the distinct workloads whose results a node keeps. The
-// oldest goes first.
-const maxPodKeys = 16
-
 // memoID is what a memoized result depends on besides the node version
 // and the expression: the pod's memo key (0 for expressions that do not
 // read the pod), the params object's (0 for those that do not read
@@ -70,9 +69,20 @@ type memoID struct {
 	gen         int64
 }
 
-// memoResult is an expression's result on a node version for an id: a
-// list, newest first, of the results of one slot. Immutable: a store
-// replaces the list.
+// place returns where e's result for id goes among memoPlaces: the bucket
+// of a grown set (from the pod key plus a hash of the rest, so that
+// memoWays consecutive keys share a bucket, one cache line that the pods
+// of workloads created together read, and the next keys go to the next
+// buckets) and the tag that names it there (a hash of all of it, never
+// 0).
+func (id memoID) place(e *expr) (bucket int, tag uint64) {
+	rest := uint64(id.gen)*0x9e3779b97f4a7c15 + id.params*0xc2b2ae3d27d4eb4f + uint64(e.slot)*0x165667b19e3779f9
+	tag = (id.key*0xd6e8feb86659fd93 ^ rest) * 0xff51afd7ed558ccd
+	return int((id.key + rest>>32) / memoWays % memoBuckets), tag | 1
+}
+
+// memoResult is an expression's result on a node version for an id.
+// Immutable: a store replaces it.
 type memoResult struct {
 	e   *expr
 	id  memoID
@@ -84,31 +94,181 @@ type memoResult struct {
 	// list is the outcome when e is a PolicyList's (in the result, so that
 	// reading it costs no other cache line).
 	list ListOutcome
-	next *memoResult
-	// depth is the length of the list from this result on.
-	depth int
+	// stored orders the results of a node version by their store
+	// (memoTable.stores): the oldest of a bucket is replaced first.
+	stored uint64
+}
+
+const (
+	// memoWays is how many results a bucket holds: with their tags, one
+	// cache line.
+	memoWays = 4
+	// memoBuckets is how many buckets a grown set has: the results of
+	// any memoBuckets*memoWays consecutive pod keys of an expression (for
+	// one params object and NodeInfo generation) fit in it, since pod keys are handed out in sequence (podKeys)
+	// and go to the buckets in turn (memoID.place); of the results that
+	// share a bucket, the oldest goes first. Pods of workloads created
+	// together have near keys.
+	memoBuckets = 16
+)
+
+// memoBucket holds up to memoWays results, each named by its tag
+// (memoID.place). A store writes the result, then its tag; a reader that
+// finds the tag checks the result's expression and id, so a tag and a
+// result of two racing stores never give a wrong answer.
+type memoBucket struct {
+	tags    [memoWays]atomic.Uint64
+	results [memoWays]atomic.Pointer[memoResult]
+}
+
+// load returns the result of e for id with this tag, or nil.
+func (b *memoBucket) load(e *expr, id memoID, tag uint64) *memoResult {
+	for w := range memoWays {
+		if b.tags[w].Load() == tag {
+			if r := b.results[w].Load(); r != nil && r.e == e && r.id == id {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// store puts r in the bucket: in the place of a result of the same
+// expression and id, or an empty place, or that of the oldest result. It
+// returns the result it replaced, if another.
+func (b *memoBucket) store(r *memoResult, tag uint64) (replaced *memoResult) {
+	way := -1
+	for w := range memoWays {
+		old := b.results[w].Load()
+		if old == nil || (old.e == r.e && old.id == r.id) {
+			way, replaced = w, nil
+			break
+		}
+		if way < 0 || old.stored < replaced.stored {
+			way, replaced = w, old
+		}
+	}
+	b.results[way].Store(r)
+	b.tags[way].Store(tag)
+	return replaced
+}
+
+// memoPlaces holds the results of a slot (or a list way). An expression
+// with one id per node version keeps its newest result in first. Those
+// with several ids keep one result in first, until a result of the same
+// NodeInfo generation comes for another id (a result of an older
+// generation is not read again); then a bucket (small), until it must
+// replace a result of the same generation; then a set of memoBuckets
+// (big), where each id has its bucket (memoID.place). The stages that
+// come later are read first.
+type memoPlaces struct {
+	first atomic.Pointer[memoResult]
+	small atomic.Pointer[memoBucket]
+	big   atomic.Pointer[[memoBuckets]memoBucket]
+}
+
+// load returns the result of e for id, or nil.
+func (p *memoPlaces) load(e *expr, id memoID) *memoResult {
+	if big := p.big.Load(); big != nil {
+		bucket, tag := id.place(e)
+		return big[bucket].load(e, id, tag)
+	}
+	if small := p.small.Load(); small != nil {
+		_, tag := id.place(e)
+		return small.load(e, id, tag)
+	}
+	return p.loadFirst(e, id)
+}
+
+// loadFirst returns the result in first if it is e's for id, or nil.
+func (p *memoPlaces) loadFirst(e *expr, id memoID) *memoResult {
+	if r := p.first.Load(); r != nil && r.e == e && r.id == id {
+		return r
+	}
+	return nil
+}
+
+// store records r, numbered by the table's stores (see memoPlaces). A
+// store that races with another may be lost, as may one into the small
+// bucket while the set grows; the result is then computed again.
+func (p *memoPlaces) store(t *memoTable, r *memoResult) {
+	r.stored = t.stores.Add(1)
+	bucket, tag := r.id.place(r.e)
+	if big := p.big.Load(); big != nil {
+		big[bucket].store(r, tag)
+		return
+	}
+	small := p.small.Load()
+	if small == nil {
+		first := p.first.Load()
+		if first == nil || (first.e == r.e && first.id == r.id) || first.id.gen != r.id.gen {
+			p.first.Store(r)
+			return
+		}
+		// A second id of this generation: both go to a bucket.
+		small = new(memoBucket)
+		_, firstTag := first.id.place(first.e)
+		small.store(first, firstTag)
+		small.store(r, tag)
+		p.small.CompareAndSwap(nil, small)
+		return
+	}
+	old := small.store(r, tag)
+	if old == nil || old.id.gen != r.id.gen {
+		return
+	}
+	// The bucket held more results of this generation than it has places
+	// (of this expression, or of another list of the way): every result
+	// it held, and the one it dropped, goes to its own bucket of a set
+	// (where, should more than memoWays share one, the oldest go).
+	big := new([memoBuckets]memoBucket)
+	move := func(res *memoResult) {
+		b, tag := res.id.place(res.e)
+		big[b].store(res, tag)
+	}
+	move(old)
+	for w := range memoWays {
+		if res := small.results[w].Load(); res != nil {
+			move(res)
+		}
+	}
+	p.big.CompareAndSwap(nil, big)
+}
+
+// manyIDs says whether e's results on a node version have several ids:
+// when it reads the pod (an id per pod key) or params (per params object).
+// Otherwise its id is the same for every pod (or changes with the
+// NodeInfo generation, when the older generation's result is not read
+// again): its slot keeps one result, the newest.
+func (e *expr) manyIDs() bool {
+	return e.readsParams || e.memo == memoPodAndNode || e.memo == memoPodAndNodeInfo
 }
 
 // memoTable is the memo of one node version. Key: the expression (its
 // slot, checked by pointer) and a memoID: the pod key (the pod's namespace,
 // what its policy reads of the pod, the namespace object's version when
-// read), the params object, the NodeInfo generation. Bound: 2*maxPodKeys
-// results per slot, compacted to the newest maxPodKeys of the generation.
-// Invalidated by a new node version (a new table) or policy version (new
-// expressions). Written by the evaluations that miss (compare-and-swap);
-// every entry carries the cost of computing it (account.go), so a result
-// read costs what it cost.
+// read), the params object, the NodeInfo generation. Bound: per slot, one
+// result, or for an expression with several ids (manyIDs) one, then
+// memoWays, then memoBuckets*memoWays, memoWays of them per bucket, the
+// oldest of a bucket replaced first (memoPlaces). Invalidated by a new node version (a
+// new table) or policy version (new expressions; a reused slot's entries
+// name their old expression, and go first). Written by the evaluations
+// that miss (atomic stores; a racing store may be lost); every entry
+// carries the cost of computing it (account.go), so a result read costs
+// what it cost.
 type memoTable struct {
-	slots atomic.Pointer[[]atomic.Pointer[memoResult]]
+	slots atomic.Pointer[[]memoPlaces]
 	// lists hold the outcomes of PolicyLists (list.go), each in the way
 	// its slot names: in the node's cache entry itself, so that a pod
 	// that reads a list's outcome loads no slot table. Lists of one way
-	// share it, newest first, as a slot's results do.
-	lists [listWays]atomic.Pointer[memoResult]
+	// share its places, as the ids of a slot do.
+	lists [listWays]memoPlaces
 	// passes hold, per way, the id of a node-only filter list whose every
 	// policy passes plainly on this node version (PolicyList.Remember):
 	// the common outcome, read without following a pointer.
 	passes [listWays]atomic.Uint64
+	// stores counts the results stored (memoResult.stored).
+	stores atomic.Uint64
 }
 
 // listWays is how many ways the list outcomes of a node version have.
@@ -120,62 +280,29 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 	if slots == nil || e.slot >= len(*slots) {
 		return nil
 	}
-	return loadFrom(&(*slots)[e.slot], e, id)
-}
-
-// loadFrom returns the result of e for id kept in a slot, or nil.
-func loadFrom(slot *atomic.Pointer[memoResult], e *expr, id memoID) *memoResult {
-	for r := slot.Load(); r != nil; r = r.next {
-		if r.e == e && r.id == id {
-			return r
-		}
+	slot := &(*slots)[e.slot]
+	if e.manyIDs() {
+		return slot.load(e, id)
 	}
-	return nil
+	// The stages of a slot's previous owner with several ids are not read.
+	return slot.loadFirst(e, id)
 }
 
-// storeResult records a result of head.e on the node for head.id, before
-// the others kept in the slot: at most 2*maxPodKeys in all, and after a
-// compaction the newest maxPodKeys of e for the same generation (the
-// results of other generations and of the slot's previous owner go). A
-// store that races with another may be lost; the result is then computed
-// again.
-func (t *memoTable) storeResult(head *memoResult) {
-	storeIn(t.slot(head.e.slot), head)
-}
-
-// storeIn records a result in a slot (see storeResult).
-func storeIn(slot *atomic.Pointer[memoResult], head *memoResult) {
-	e, id := head.e, head.id
-	for {
-		old := slot.Load()
-		// The new result goes before the list, which is shared as it is:
-		// one allocation per store. Once the list is twice as long as
-		// what is kept, it is compacted to the newest maxPodKeys results
-		// of e for this generation.
-		head.next, head.depth = old, 1
-		if old != nil {
-			head.depth = old.depth + 1
-		}
-		if head.depth > 2*maxPodKeys {
-			last := head
-			head.depth = 1
-			for r := old; r != nil && head.depth < maxPodKeys; r = r.next {
-				if r.e == e && r.id.gen == id.gen && r.id != id {
-					c := *r
-					last.next, last = &c, &c
-					head.depth++
-				}
-			}
-			last.next = nil
-		}
-		if slot.CompareAndSwap(old, head) {
-			return
-		}
+// storeResult records a result of r.e on the node for r.id, in its slot
+// (see memoTable for what it replaces). A store that races with another
+// may be lost; the result is then computed again.
+func (t *memoTable) storeResult(r *memoResult) {
+	slot := t.slot(r.e.slot)
+	if r.e.manyIDs() {
+		slot.store(t, r)
+		return
 	}
+	slot.first.Store(r)
 }
 
-// slot returns the table's slot i, growing the table when needed.
-func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
+// slot returns the table's slot i, growing the table when needed. A store
+// into the table being replaced by a racing growth may be lost.
+func (t *memoTable) slot(i int) *memoPlaces {
 	for {
 		old := t.slots.Load()
 		if old != nil && i < len(*old) {
@@ -185,10 +312,12 @@ func (t *memoTable) slot(i int) *atomic.Pointer[memoResult] {
 		if old != nil {
 			n = max(n, 2*len(*old))
 		}
-		grown := make([]atomic.Pointer[memoResult], n)
+		grown := make([]memoPlaces, n)
 		if old != nil {
 			for j := range *old {
-				grown[j].Store((*old)[j].Load())
+				grown[j].first.Store((*old)[j].first.Load())
+				grown[j].small.Store((*old)[j].small.Load())
+				grown[j].big.Store((*old)[j].big.Load())
 			}
 		}
 		if t.slots.CompareAndSwap(old, &grown) {

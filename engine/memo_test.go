@@ -11,72 +11,149 @@ import (
 	"github.com/celsched/celsched/test/builder"
 )
 
-// TestMemoTable: a slot keeps at most 2*maxPodKeys results, and after a
-// compaction the newest maxPodKeys of its expression and generation; it
+// TestMemoTable: a slot of an expression with several ids keeps one in
+// the slot, two to four in one bucket, and once a fifth of the same
+// generation comes, the results of the memoBuckets*memoWays newest pod
+// keys in a set of buckets, none older; one with a single id keeps its newest result; a slot
 // never returns another expression's result (a slot reused after its
-// policy went) nor one of another key or NodeInfo generation; and
-// concurrent stores and loads are safe (run under -race by make test).
+// policy went) nor one of another key, params object or NodeInfo
+// generation; and concurrent stores and loads are safe (run under -race by
+// make test).
 func TestMemoTable(t *testing.T) {
 	t.Parallel()
 	var table memoTable
-	a, b := &expr{slot: 3}, &expr{slot: 3}
-	length := func(e *expr) int {
-		n := 0
-		for r := (*table.slots.Load())[e.slot].Load(); r != nil; r = r.next {
-			n++
-		}
-		return n
+	a, b := &expr{slot: 3, memo: memoPodAndNode}, &expr{slot: 3, memo: memoPodAndNode}
+	places := func(e *expr) *memoPlaces { return &(*table.slots.Load())[e.slot] }
+	big := func(e *expr) bool { return places(e).big.Load() != nil }
+	table.storeResult(&memoResult{e: a, id: memoID{key: 0}, val: types.Int(0)})
+	if places(a).small.Load() != nil {
+		t.Error("one id took a bucket")
 	}
-	const stores = 2*maxPodKeys + 1 // one compaction
+	for key := uint64(1); key < memoWays; key++ {
+		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
+		if places(a).small.Load() == nil {
+			t.Errorf("%d ids kept without a bucket", key+1)
+		}
+	}
+	if big(a) {
+		t.Errorf("%d ids took more than a bucket", memoWays)
+	}
+	table.storeResult(&memoResult{e: a, id: memoID{key: memoWays}, val: types.Int(memoWays)})
+	if !big(a) {
+		t.Errorf("%d ids of one generation kept in one bucket", memoWays+1)
+	}
+	for key := range uint64(memoWays + 1) {
+		if r := table.load(a, memoID{key: key}); r == nil || r.val != types.Int(key) {
+			t.Errorf("key %d after the set grew: %v", key, r)
+		}
+	}
+	const kept = memoBuckets * memoWays
+	const stores = 3 * kept
 	for key := range uint64(stores) {
 		table.storeResult(&memoResult{e: a, id: memoID{key: key}, val: types.Int(key)})
-		if n := length(a); n > 2*maxPodKeys {
-			t.Fatalf("after %d stores, %d results in the slot", key+1, n)
-		}
 	}
 	for key := range uint64(stores) {
 		r := table.load(a, memoID{key: key})
-		if evicted := key < stores-maxPodKeys; (r == nil) != evicted {
+		if evicted := key < stores-kept; (r == nil) != evicted {
 			t.Errorf("key %d: result %v, want evicted=%v", key, r, evicted)
 		}
 		if r != nil && r.val != types.Int(key) {
 			t.Errorf("key %d: %v", key, r.val)
 		}
 	}
+	if r := table.load(a, memoID{key: stores - 1, params: 1}); r != nil {
+		t.Errorf("a result for another params object: %v", r.val)
+	}
 	if r := table.load(b, memoID{key: stores - 1}); r != nil {
 		t.Errorf("another expression in the same slot read %v", r.val)
 	}
-	for key := range uint64(2 * maxPodKeys) {
+	for key := range uint64(kept) {
 		table.storeResult(&memoResult{e: b, id: memoID{key: key}, val: types.String("b")})
 	}
-	if r := table.load(a, memoID{key: stores - 1}); r != nil {
-		t.Errorf("the previous owner's result survived the new one's compaction: %v", r.val)
+	for key := range uint64(stores) {
+		if r := table.load(a, memoID{key: key}); r != nil {
+			t.Errorf("the previous owner's result for key %d survived the new owner's stores: %v", key, r.val)
+		}
 	}
-	if r := table.load(b, memoID{key: 2*maxPodKeys - 1}); r == nil || r.val != types.String("b") {
-		t.Errorf("b: %v", r)
+	for key := range uint64(kept) {
+		if r := table.load(b, memoID{key: key}); r == nil || r.val != types.String("b") {
+			t.Errorf("b, key %d: %v", key, r)
+		}
 	}
 
-	// Results are per generation; a compaction drops the older ones.
-	c := &expr{slot: 5}
+	// Results are per generation; an older generation's result is
+	// replaced first, in the slot as in a bucket.
+	c := &expr{slot: 5, memo: memoPodAndNodeInfo}
+	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 9}, val: types.Int(9)})
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 10}, val: types.Int(1)})
+	if places(c).small.Load() != nil {
+		t.Error("a result of an older generation was kept in a bucket")
+	}
+	if r := table.load(c, memoID{key: 1, gen: 9}); r != nil {
+		t.Errorf("the older generation's result outlived the newer: %v", r.val)
+	}
+	table.storeResult(&memoResult{e: c, id: memoID{key: 2, gen: 10}, val: types.Int(2)})
 	table.storeResult(&memoResult{e: c, id: memoID{key: 1, gen: 11}, val: types.Int(3)})
 	if r := table.load(c, memoID{key: 1, gen: 11}); r == nil || r.val != types.Int(3) {
 		t.Errorf("generation 11: %v", r)
 	}
 	if r := table.load(c, memoID{key: 1, gen: 10}); r == nil || r.val != types.Int(1) {
-		t.Errorf("generation 10 before a compaction: %v", r)
+		t.Errorf("generation 10: %v", r)
 	}
-	for key := range uint64(2 * maxPodKeys) {
-		table.storeResult(&memoResult{e: c, id: memoID{key: key + 2, gen: 11}, val: types.Int(0)})
+	if r := table.load(c, memoID{key: 3, gen: 10}); r != nil {
+		t.Errorf("a result of another key: %v", r.val)
 	}
-	if table.load(c, memoID{key: 1, gen: 10}) != nil {
-		t.Error("a result of an older generation survived a compaction")
+	for key := uint64(2); key <= memoWays; key++ {
+		table.storeResult(&memoResult{e: c, id: memoID{key: key, gen: 11}, val: types.Int(key)})
+	}
+	if big(c) {
+		t.Error("the bucket grew to keep an older generation's result")
+	}
+	for key := uint64(1); key <= 2; key++ {
+		if r := table.load(c, memoID{key: key, gen: 10}); r != nil {
+			t.Errorf("an older generation's result outlived %d of the newer: %v", memoWays, r.val)
+		}
+	}
+
+	// An expression with one id per node version keeps its newest result;
+	// a new generation replaces the older.
+	d := &expr{slot: 6, memo: memoNodeInfo}
+	table.storeResult(&memoResult{e: d, id: memoID{gen: 10}, val: types.Int(10)})
+	if r := table.load(d, memoID{gen: 10}); r == nil || r.val != types.Int(10) {
+		t.Errorf("generation 10: %v", r)
+	}
+	table.storeResult(&memoResult{e: d, id: memoID{gen: 11}, val: types.Int(11)})
+	if r := table.load(d, memoID{gen: 10}); r != nil {
+		t.Errorf("an older generation's result: %v", r.val)
+	}
+	if r := table.load(d, memoID{gen: 11}); r == nil || r.val != types.Int(11) {
+		t.Errorf("generation 11: %v", r)
+	}
+	if r := table.load(&expr{slot: 6, memo: memoNodeInfo}, memoID{gen: 11}); r != nil {
+		t.Errorf("another expression in the same slot read %v", r.val)
+	}
+
+	// Lists of one way share its places: theirs grow when they hold more
+	// ids between them than a bucket.
+	var way memoPlaces
+	l1, l2 := &expr{slot: 1, memo: memoNode}, &expr{slot: 5, memo: memoNode}
+	way.store(&table, &memoResult{e: l1, id: memoID{key: 1}, val: types.Int(1)})
+	for key := range uint64(memoWays) {
+		way.store(&table, &memoResult{e: l2, id: memoID{key: key}, val: types.Int(-key)})
+	}
+	if r := way.load(l1, memoID{key: 1}); r == nil || r.val != types.Int(1) {
+		t.Errorf("list 1: %v", r)
+	}
+	for key := range uint64(memoWays) {
+		if r := way.load(l2, memoID{key: key}); r == nil || r.val != types.Int(-key) {
+			t.Errorf("list 2, key %d: %v", key, r)
+		}
 	}
 
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
-			e := &expr{slot: g * 7}
+			e := &expr{slot: g * 7, memo: memoPodAndNodeInfo}
 			for key := range uint64(200) {
 				table.storeResult(&memoResult{e: e, id: memoID{key: key % 20, gen: int64(key % 2)}, val: types.Int(key % 20)})
 				if r := table.load(e, memoID{key: key % 20, gen: int64(key % 2)}); r != nil && r.val != types.Int(key%20) {
