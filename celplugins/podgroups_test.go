@@ -7,7 +7,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -27,12 +26,11 @@ func member(name, group, node string) *corev1.Pod {
 	return p
 }
 
+// gang is a gang PodGroup of namespace ml, with a version.
 func gang(name string, minCount int32, labels map[string]string) *schedulingv1beta1.PodGroup {
-	return &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, Labels: labels, UID: "pg-" + ktypes.UID(name), ResourceVersion: "1"},
-		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}}},
-	}
+	pg := builder.Gang("ml", name, minCount, labels)
+	pg.UID, pg.ResourceVersion = "pg-"+ktypes.UID(name), "1"
+	return pg
 }
 
 // TestPodGroups: the group as kube-scheduler's cache (its pod group

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -79,15 +78,6 @@ func makeNode(name string, nodeLabels map[string]string) *corev1.Node {
 				corev1.ResourcePods:   resource.MustParse("110"),
 			},
 		},
-	}
-}
-
-// makePodGroup builds a gang PodGroup.
-func makePodGroup(namespace, name string, minCount int32, groupLabels map[string]string) *schedulingv1beta1.PodGroup {
-	return &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: groupLabels},
-		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}}},
 	}
 }
 

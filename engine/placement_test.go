@@ -13,6 +13,7 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine/celcost"
+	"github.com/celsched/celsched/test/builder"
 )
 
 const oneRack = "placement.nodes.all(n, n.metadata.labels['rack'] == placement.nodes[0].metadata.labels['rack'])"
@@ -65,7 +66,7 @@ func rackNodes(racks ...string) []*corev1.Node {
 
 func TestPlacementFilter(t *testing.T) {
 	c := NewCompiler(testEnv(t))
-	group := makePodGroup("ml", "train", 4, map[string]string{"tier": "gpu"})
+	group := builder.Gang("ml", "train", 4, map[string]string{"tier": "gpu"})
 	type want struct {
 		Verdict Verdict
 		Rule    string

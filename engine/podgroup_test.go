@@ -90,7 +90,7 @@ func TestPodGroupEvaluate(t *testing.T) {
 		return pod
 	}
 	groups := NewStaticPodGroups(
-		[]*schedulingv1beta1.PodGroup{makePodGroup("ml", "big", 8, map[string]string{"team": "ml"}), makePodGroup("ml", "small", 2, nil)},
+		[]*schedulingv1beta1.PodGroup{builder.Gang("ml", "big", 8, map[string]string{"team": "ml"}), builder.Gang("ml", "small", 2, nil)},
 		[]*corev1.Pod{
 			inGroup("big-1", "big", "n2"), inGroup("big-2", "big", "n1"), inGroup("big-3", "big", "n2"),
 			inGroup("big-0", "big", "n3"), // the pod itself, once bound

@@ -205,7 +205,7 @@ func newSeqWorld(t testing.TB) *seqWorld {
 	}
 	w.groups = map[string]*schedulingv1beta1.PodGroup{}
 	for i, name := range []string{"gang-a", "gang-b"} {
-		w.groups[name] = makePodGroup("team-a", name, int32(2+i), map[string]string{"tier": "gold"})
+		w.groups[name] = builder.Gang("team-a", name, int32(2+i), map[string]string{"tier": "gold"})
 	}
 	w.params = []*unstructured.Unstructured{
 		configMap(t, "team-a", "placement", map[string]string{"zones": "a"}, nil),

@@ -13,7 +13,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -638,7 +637,7 @@ func TestCycleDurationSampled(t *testing.T) {
 func TestPodGroupStatus(t *testing.T) {
 	t.Parallel()
 	groups := engine.NewStaticPodGroups([]*schedulingv1beta1.PodGroup{
-		gangGroup("big", 8, map[string]string{"team": "ml"}), gangGroup("small", 2, map[string]string{"team": "ml"}), gangGroup("web", 8, nil),
+		builder.Gang("ml", "big", 8, map[string]string{"team": "ml"}), builder.Gang("ml", "small", 2, map[string]string{"team": "ml"}), builder.Gang("ml", "web", 8, nil),
 	}, nil)
 	size := builder.MakePolicy("gang-size").Condition("ml", "podGroup.metadata.labels[?'team'].orValue('') == 'ml'").
 		FilterMsg("small-or-large", "podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'", "gangs of more than 4 need a large node", "").Obj()
@@ -686,14 +685,5 @@ func TestPodGroupStatus(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// gangGroup is a gang PodGroup in namespace ml.
-func gangGroup(name string, minCount int32, labels map[string]string) *schedulingv1beta1.PodGroup {
-	return &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name, Labels: labels},
-		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}}},
 	}
 }
