@@ -216,3 +216,46 @@ func newEvaluatorWith(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, 
 }
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestClassOfGroupMembers: the members of one group share a class when the
+// policies read the group's object only (the class holds the group's name,
+// in the spec, and its namespace); members of another group do not; a
+// policy that reads where the members are (which changes as they land)
+// makes each pod a class of its own.
+func TestClassOfGroupMembers(t *testing.T) {
+	t.Parallel()
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func(filter string) *engine.Snapshot {
+		p := engine.NewCompiler(env).Compile(builder.MakePolicy("p").Filter("f", filter).Obj(), engine.CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return engine.NewSnapshot(p)
+	}
+	member := func(name, group string) *corev1.Pod {
+		p := pod("ml", name, nil)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		return p
+	}
+	classOf := func(s *engine.Snapshot, p *corev1.Pod) string {
+		class, ok := Class(s, p)
+		if !ok {
+			return "(own)"
+		}
+		return class
+	}
+	object := snapshot("podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'")
+	if a0, a1 := classOf(object, member("a-0", "a")), classOf(object, member("a-1", "a")); a0 != a1 || a0 == "(own)" {
+		t.Errorf("two members of group a: classes %s and %s, want one", a0, a1)
+	}
+	if a0, b0 := classOf(object, member("a-0", "a")), classOf(object, member("b-0", "b")); a0 == b0 {
+		t.Errorf("members of groups a and b share the class %s", a0)
+	}
+	members := snapshot("node.metadata.name in podGroup.assignedNodes")
+	if a0 := classOf(members, member("a-0", "a")); a0 != "(own)" {
+		t.Errorf("a member under a policy reading assignedNodes has the class %s, want its own", a0)
+	}
+}
