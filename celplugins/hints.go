@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
@@ -69,6 +70,39 @@ func (q *Requeuer) PodLabelEvents() fwk.ClusterEventWithHint {
 		Event:          fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodLabel},
 		QueueingHintFn: OwnLabelsHint,
 	}
+}
+
+// PodGroupEvents requeues a pod when its group's PodGroup is created or
+// its labels or minCount change, for the policies that read podGroup.
+func (q *Requeuer) PodGroupEvents() fwk.ClusterEventWithHint {
+	return fwk.ClusterEventWithHint{
+		Event:          fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.Add | fwk.Update},
+		QueueingHintFn: q.PodGroupHint,
+	}
+}
+
+// PodGroupHint requeues a pod when the PodGroup it names is created or
+// what podGroup reads of it (labels, minCount) changes, and a policy reads
+// podGroup. kube-scheduler's pod group state has the new version before
+// the hint runs (its event handler updates the cache first).
+func (q *Requeuer) PodGroupHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldGroup, err := convert[schedulingv1beta1.PodGroup](oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newGroup, err := convert[schedulingv1beta1.PodGroup](newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if newGroup == nil || newGroup.Namespace != pod.Namespace || newGroup.Name != engine.GroupName(pod) ||
+		!q.inputs.Policies.Snapshot().ReadsPodGroup() {
+		return fwk.QueueSkip, nil
+	}
+	if oldGroup != nil && engine.NewPodGroup(pod.Namespace, newGroup.Name, oldGroup, nil).Key() == engine.NewPodGroup(pod.Namespace, newGroup.Name, newGroup, nil).Key() {
+		return fwk.QueueSkip, nil // nothing podGroup reads changed
+	}
+	logger.V(5).Info("The pod's PodGroup changed, requeueing the pod", "pod", klog.KObj(pod), "podGroup", klog.KObj(newGroup))
+	return fwk.Queue, nil
 }
 
 // PolicyHint decides whether a SchedulingPolicy event may make a pod that
@@ -200,10 +234,12 @@ func (q *Requeuer) mayPass(ctx context.Context, m *Match, node *corev1.Node) boo
 	return true
 }
 
-// PodHint requeues a pod whose own labels changed, and a pod that a
-// filter reading nodeInfo (its pods, requested resources or pod count) may
-// admit now that a pod on some node was added, removed, relabelled or
-// scaled down.
+// PodHint requeues a pod whose own labels changed, a pod that a filter
+// reading nodeInfo (its pods, requested resources or pod count) may admit
+// now that a pod on some node was added, removed, relabelled or scaled
+// down, and a pod that a filter reading where its group's members are
+// (podGroup.assignedNodes) may admit now that a member was placed or
+// removed.
 func (q *Requeuer) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	other, _ := newObj.(*corev1.Pod)
 	if other == nil {
@@ -228,7 +264,22 @@ func (q *Requeuer) PodHint(logger klog.Logger, pod *corev1.Pod, oldObj, newObj a
 	if usesNodeInfo(m) {
 		return fwk.Queue, nil
 	}
+	if name := engine.GroupName(pod); name != "" && other.Namespace == pod.Namespace && engine.GroupName(other) == name && readsMembers(m) {
+		logger.V(5).Info("A member of the pod's group was placed or removed, requeueing the pod", "pod", klog.KObj(pod), "member", klog.KObj(other))
+		return fwk.Queue, nil
+	}
 	return fwk.QueueSkip, nil
+}
+
+// readsMembers says whether an enforced filter policy of the match reads
+// where the members of the pod's group are (podGroup.assignedNodes).
+func readsMembers(m *Match) bool {
+	for _, p := range m.Filters {
+		if p.Enforced() && p.ReadsPodGroupMembers() {
+			return true
+		}
+	}
+	return false
 }
 
 // policyOf converts the object of a dynamic informer event; nil stays nil.

@@ -22,6 +22,10 @@ type Inputs struct {
 	// policies (the scheduler's ParamsStore); without it they follow their
 	// failurePolicy.
 	Params engine.ParamsResolver
+	// PodGroups finds pods' groups for the policies that read podGroup,
+	// outside scheduling cycles; CycleGroups in them (nil: PodGroups).
+	// Without either, a pod's group has its name alone.
+	PodGroups, CycleGroups engine.PodGroupResolver
 
 	namespaces *namespaces
 	// lastSigned is the last pod signed. Key: pod UID, resourceVersion and
@@ -47,7 +51,20 @@ func (in *Inputs) PodInput(pod *corev1.Pod) (*engine.PodInput, error) {
 	if err != nil {
 		return nil, err
 	}
-	return in.podInput(pod, ns)
+	return in.podInput(pod, ns, in.podGroup(in.Policies.Snapshot(), pod, in.PodGroups))
+}
+
+// podGroup resolves the pod's group with groups when a policy of the
+// snapshot reads podGroup; nil (the evaluations never read it) otherwise.
+func (in *Inputs) podGroup(snapshot *engine.Snapshot, pod *corev1.Pod, groups engine.PodGroupResolver) *engine.PodGroup {
+	name := engine.GroupName(pod)
+	switch {
+	case name == "" || !snapshot.ReadsPodGroup():
+		return nil
+	case groups == nil:
+		return engine.NewPodGroup(pod.Namespace, name, nil, nil)
+	}
+	return groups.PodGroup(pod)
 }
 
 // podNamespace returns the pod's namespace, nil when it is not known yet.
@@ -62,13 +79,15 @@ func (in *Inputs) podNamespace(pod *corev1.Pod) (*corev1.Namespace, error) {
 	return ns, nil
 }
 
-// podInput converts a pod with its namespace (nil when not known).
-func (in *Inputs) podInput(pod *corev1.Pod, ns *corev1.Namespace) (*engine.PodInput, error) {
+// podInput converts a pod with its namespace (nil when not known) and
+// its group (nil when no policy reads it).
+func (in *Inputs) podInput(pod *corev1.Pod, ns *corev1.Namespace, group *engine.PodGroup) (*engine.PodInput, error) {
 	out, err := in.Converter.Pod(pod, ns)
 	if err != nil {
 		return nil, err
 	}
 	out.Params = in.Params
+	out.Group = group
 	return out, nil
 }
 

@@ -13,7 +13,8 @@ import (
 // Match is what the policies in force make of a pod: the pod converted for
 // the engine, and the policies that apply to it sorted by what they do. It
 // depends on nothing but its key (matchKey: the pod's version, its
-// namespace's version, the policy snapshot) and the versions of what its
+// namespace's version, the policy snapshot, its group's value when a
+// policy reads it) and the versions of what its
 // pod's params bindings read of the params store (params: the param kinds,
 // and the object named or the namespace's objects that each paramRef
 // looked up), and is never written after it is made, so that the
@@ -65,6 +66,9 @@ type matchKey struct {
 	nsUID             ktypes.UID
 	nsResourceVersion string
 	snapshot          *engine.Snapshot
+	// group is the pod's group's value (engine.PodGroup.Key), empty when
+	// no policy reads it.
+	group string
 }
 
 // versionedParams is a params resolver whose answers change (the
@@ -111,11 +115,11 @@ type matches struct {
 
 // key returns the key a Match of the pod would have now, and false when
 // the pod has no version to key it by.
-func (in *Inputs) key(pod *corev1.Pod, ns *corev1.Namespace, snapshot *engine.Snapshot) (matchKey, bool) {
+func (in *Inputs) key(pod *corev1.Pod, ns *corev1.Namespace, snapshot *engine.Snapshot, group *engine.PodGroup) (matchKey, bool) {
 	if pod.UID == "" || pod.ResourceVersion == "" {
 		return matchKey{}, false
 	}
-	k := matchKey{uid: pod.UID, resourceVersion: pod.ResourceVersion, snapshot: snapshot}
+	k := matchKey{uid: pod.UID, resourceVersion: pod.ResourceVersion, snapshot: snapshot, group: group.Key()}
 	if ns != nil {
 		k.nsUID, k.nsResourceVersion = ns.UID, ns.ResourceVersion
 	}
@@ -126,13 +130,14 @@ func (in *Inputs) key(pod *corev1.Pod, ns *corev1.Namespace, snapshot *engine.Sn
 // nothing it depends on changed, or a new one, evaluated under ctx and
 // not kept. It only reads.
 func (in *Inputs) Match(ctx context.Context, pod *corev1.Pod) (*Match, error) {
-	m, _, err := in.match(ctx, pod)
+	m, _, err := in.match(ctx, pod, in.PodGroups)
 	return m, err
 }
 
-// match is Match, and says whether the Match returned is new and may be
-// kept (its key is complete and its evaluations ran to their end).
-func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Match, bool, error) {
+// match is Match with the pod's group found by groups (the live state's,
+// or a scheduling cycle's), and says whether the Match returned is new and
+// may be kept (its key is complete and its evaluations ran to their end).
+func (in *Inputs) match(ctx context.Context, pod *corev1.Pod, groups engine.PodGroupResolver) (*Match, bool, error) {
 	// The key is read before anything the match reads, and the version of
 	// each part of the params store before that part (paramsReads), so
 	// that a change that lands meanwhile gives a later key or version than
@@ -143,13 +148,14 @@ func (in *Inputs) match(ctx context.Context, pod *corev1.Pod) (*Match, bool, err
 		return nil, false, err
 	}
 	snapshot := in.Policies.Snapshot()
-	key, keyed := in.key(pod, ns, snapshot)
+	group := in.podGroup(snapshot, pod, groups)
+	key, keyed := in.key(pod, ns, snapshot, group)
 	if keyed {
 		if v, ok := in.matches.byPod.Load(pod.UID); ok && v.(*Match).key == key && v.(*Match).params.current() {
 			return v.(*Match), false, nil
 		}
 	}
-	podIn, err := in.podInput(pod, ns)
+	podIn, err := in.podInput(pod, ns, group)
 	if err != nil {
 		return nil, false, err
 	}

@@ -74,7 +74,8 @@ func Factory[T fwk.Plugin](rt *Runtime, newPlugin func(context.Context, runtime.
 
 // Attach connects the runtime to a scheduler's informers, once for all
 // plugins and profiles: namespaces are read from the scheduler's namespace
-// informer, and nodes and namespaces that are deleted leave the converter's
+// informer, pod groups from its pod group state (unless the Inputs have
+// theirs), and nodes and namespaces that are deleted leave the converter's
 // caches, and so do the Matches of pods bound or deleted.
 func (rt *Runtime) Attach(h fwk.Handle) error {
 	var err error
@@ -86,6 +87,10 @@ func (rt *Runtime) Attach(h fwk.Handle) error {
 			}
 			return podLister.Pods(namespace).List(labels.Everything())
 		}})
+		// A dry run's evaluator gives its cluster's groups.
+		if rt.Inputs.PodGroups == nil {
+			rt.Inputs.PodGroups, rt.Inputs.CycleGroups = LivePodGroups(h), CyclePodGroups(h)
+		}
 		nsInformer := h.SharedInformerFactory().Core().V1().Namespaces()
 		rt.Inputs.UseNamespaces(nsInformer.Lister())
 		if _, err = nsInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{

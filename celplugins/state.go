@@ -83,7 +83,11 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		budget = DefaultEvaluationBudget
 	}
 	cycleCtx, release := context.WithTimeoutCause(ctx, budget, rt.budgetCause(budget))
-	m, fresh, err := rt.Inputs.match(cycleCtx, pod)
+	groups := rt.Inputs.CycleGroups
+	if groups == nil {
+		groups = rt.Inputs.PodGroups
+	}
+	m, fresh, err := rt.Inputs.match(cycleCtx, pod, groups)
 	if err != nil {
 		release()
 		return nil, err

@@ -245,6 +245,16 @@ func (p *Program) HasScores() bool { return len(p.scores) > 0 }
 // that callers build the nodeInfo value only when it is needed.
 func (p *Program) UsesNodeInfo() bool { return p.usesNodeInfo }
 
+// ReadsPodGroup says whether an expression of the policy (a match
+// condition, a variable, a preEnqueue rule, a filter or a score, or a
+// message) reads podGroup.
+func (p *Program) ReadsPodGroup() bool { return p.reads&podGroupRead != 0 }
+
+// ReadsPodGroupMembers says whether an expression of the policy reads
+// podGroup.assignedNodes (or podGroup whole), which changes whenever a
+// member of the group is placed.
+func (p *Program) ReadsPodGroupMembers() bool { return p.reads&podGroupMembersRead != 0 }
+
 // PreEnqueueRuleNames returns the names of the preEnqueue rules, in order.
 func (p *Program) PreEnqueueRuleNames() []string { return ruleNames(p.preEnqueue) }
 
@@ -653,13 +663,14 @@ func (pc *policyCompiler) program(path *field.Path, text string, c *checked) cel
 	var prg celcost.Program
 	var err error
 	// nodeInfo.pods is bounded by declaration only (celcost.MaxPodsPerNodeInfo), not
-	// by what the scheduler may see, so expressions reading it stay tracked.
+	// by what the scheduler may see, so expressions reading it stay tracked;
+	// so is podGroup.assignedNodes (celcost.MaxPlacementNodes).
 	//
 	// Bounded programs are charged their estimate against the policy's
 	// budget; so that this never rejects an evaluation that is cheap in
 	// fact, at most half the budget goes to bounded programs, and the rest
 	// are tracked and charged what they actually cost.
-	if c.estimate <= celcost.PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
+	if c.estimate <= celcost.PerExpressionCostLimit && !c.refs.nodeInfoPods && !c.refs.podGroupMembers && !c.refs.unboundedVariable && !c.refs.unboundedCall &&
 		pc.boundedTotal+c.estimate <= celcost.PolicyEvaluationCostBudget/2 {
 		pc.boundedTotal += c.estimate
 		prg, err = celcost.NewBounded(c.env, c.ast, c.estimate)
@@ -724,7 +735,10 @@ const (
 	// is never node-only, and a cache of its results must key on
 	// Params.Key().
 	readsParams
-	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo | readsParams
+	// readsPodGroup: the expression reads the pod's group (podGroup), part
+	// of the pod's memo key like the namespace object.
+	readsPodGroup
+	readsAll = readsPod | readsNamespace | readsNode | readsNodeInfo | readsParams | readsPodGroup
 )
 
 // references are what an expression reads that matters for scoping,
@@ -748,6 +762,9 @@ type references struct {
 	// nodeVariable is the first variables.<name> read whose variable reads
 	// node or nodeInfo.
 	nodeVariable *reference
+	// podGroupMembers: reads podGroup.assignedNodes (or podGroup as a
+	// whole), which changes whenever a member of the group is placed.
+	podGroupMembers bool
 	// nodeInfoPods: reads nodeInfo.pods; unboundedVariable: reads a variable
 	// holding a list, map or dyn. The sizes of both are assumed, not
 	// declared, so such expressions are tracked at runtime.
@@ -778,7 +795,7 @@ func (r *references) memo() memoKind {
 		return memoNode
 	case reads&^(readsNode|readsNodeInfo) == 0:
 		return memoNodeInfo
-	case reads&^(readsPod|readsNamespace|readsNode) == 0:
+	case reads&^(readsPod|readsNamespace|readsPodGroup|readsNode) == 0:
 		return memoPodAndNode
 	case reads&^readsAll == 0:
 		return memoPodAndNodeInfo
@@ -828,6 +845,9 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	}
 	refs.podWhole = v.podIdents > v.podSelects || v.metadataSelects > v.metadataFieldSelects
 	refs.labelsWhole = v.labelsUses > v.labelsKeyed
+	if v.podGroupIdents > v.podGroupSelects {
+		refs.podGroupMembers = true // a bare podGroup may be read whole
+	}
 	return refs
 }
 
@@ -843,6 +863,9 @@ type referenceVisitor struct {
 	// labelsUses counts pod.metadata.labels (and pod.metadata.?labels),
 	// labelsKeyed those that are the operand of a constant key's access.
 	labelsUses, labelsKeyed int
+	// podGroupIdents counts podGroup, podGroupSelects the field
+	// selections whose operand it is.
+	podGroupIdents, podGroupSelects int
 }
 
 // call handles flatten (unbounded) and optional selections: pod.?field and
@@ -870,6 +893,8 @@ func (v *referenceVisitor) call(call celast.CallExpr) {
 			}
 		case isPodLabels(op):
 			v.labelKey(name)
+		case op.Kind() == celast.IdentKind && op.AsIdent() == PodGroupVar:
+			v.podGroupField(name)
 		}
 	case operators.Index, operators.OptIndex:
 		if key, ok := stringLiteral(args, 1); ok && isPodLabels(args[0]) {
@@ -909,6 +934,9 @@ func (v *referenceVisitor) ident(e celast.Expr) {
 		refs.reads |= readsNamespace
 	case VariablesVar:
 		v.variablesIdents++
+	case PodGroupVar:
+		refs.reads |= readsPodGroup
+		v.podGroupIdents++
 	case ParamsVar:
 		refs.reads |= readsParams
 		// Params have no declared size bound: tracked.
@@ -956,10 +984,21 @@ func (v *referenceVisitor) selection(e celast.Expr) {
 		}
 	case VariablesVar:
 		v.variable(e.ID(), sel.FieldName())
+	case PodGroupVar:
+		v.podGroupField(sel.FieldName())
 	case NodeInfoVar:
 		if sel.FieldName() == "pods" {
 			refs.nodeInfoPods = true
 		}
+	}
+}
+
+// podGroupField handles podGroup.<field> (and podGroup.?<field>): only
+// assignedNodes reads the members.
+func (v *referenceVisitor) podGroupField(name string) {
+	v.podGroupSelects++
+	if name == podGroupAssignedNodes {
+		v.refs.podGroupMembers = true
 	}
 }
 

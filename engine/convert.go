@@ -68,6 +68,10 @@ type PodInput struct {
 	// Params finds the params objects of parameterized policies; without
 	// it, they fail (and follow their failurePolicy).
 	Params ParamsResolver
+	// Group is the pod's group, as podGroup reads it; nil reads as
+	// NoPodGroup (set it for a pod that names a group, before the first
+	// evaluation: the plugins resolve it once per pod and cycle).
+	Group *PodGroup
 
 	// pod is the pod's CEL value, converted on first read (podValue):
 	// policies that read only the node, or no policy at all, never pay for

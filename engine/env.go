@@ -31,9 +31,9 @@ const (
 )
 
 // Environment is the CEL environment of all policies: the Kubernetes base
-// environment at the default compatibility version, cel.bind, and the pod,
+// environment at the default compatibility version, cel.bind, the pod,
 // node, namespace and nodeInfo variables typed from the Kubernetes OpenAPI
-// schemas. It is built once (it resolves large schemas) and shared; it is
+// schemas, and the pod's group (podGroup, podgroup.go). It is built once (it resolves large schemas) and shared; it is
 // safe for concurrent use. Its CEL declarations are immutable; what it
 // writes is its caches and numbering: the built-in param kinds resolved
 // (paramKinds) and the numbers of the memo tables (memo).
@@ -109,6 +109,10 @@ func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	e.roots[NodeInfoVar] = nodeInfo
 	declTypes = append(declTypes, nodeInfo)
 	envOpts = append(envOpts, cel.Variable(NodeInfoVar, nodeInfo.CelType()), ext.Bindings())
+	podGroup, groupTypes := podGroupDeclType(true)
+	e.roots[PodGroupVar] = podGroup
+	declTypes = append(declTypes, groupTypes...)
+	envOpts = append(envOpts, cel.Variable(PodGroupVar, podGroup.CelType()))
 
 	base := environment.MustBaseEnvSet(compatibility)
 	envSet, err := base.Extend(environment.VersionedOptions{

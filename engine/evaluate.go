@@ -446,6 +446,11 @@ func (ev *evaluation) ResolveName(name string) (any, bool) {
 		return ev.node.nodeInfoValue(), true
 	case ParamsVar:
 		return ev.policy.paramsValue(), true
+	case PodGroupVar:
+		if ev.pod.Group == nil {
+			return NoPodGroup.val, true
+		}
+		return ev.pod.Group.val, true
 	case VariablesVar:
 		if ev.variables == nil {
 			n := len(ev.policy.variables)

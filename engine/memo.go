@@ -246,8 +246,9 @@ func (e *expr) manyIDs() bool {
 
 // memoTable is the memo of one node version. Key: the expression (its
 // slot, checked by pointer) and a memoID: the pod key (the pod's namespace,
-// what its policy reads of the pod, the namespace object's version when
-// read), the params object, the NodeInfo generation. Bound: per slot, one
+// what its policy reads of the pod, the namespace object's version and
+// the pod group's value when read), the params object, the NodeInfo
+// generation. Bound: per slot, one
 // result, or for an expression with several ids (manyIDs) one, then
 // memoWays, then memoBuckets*memoWays, memoWays of them per bucket, the
 // oldest of a bucket replaced first (memoPlaces). Invalidated by a new node version (a
@@ -407,7 +408,8 @@ func (p *Program) exprs() []*expr {
 
 // podKeys interns the values of what policies read of pods (a
 // PodSignature's JSON: the pod's namespace always, the fields read, the
-// namespace object's version when read) into memo keys: equal values,
+// namespace object's version and the pod group's value when read) into
+// memo keys: equal values,
 // equal keys. Bound: the Converter's max (LRU). Keys are never reused, so
 // a key evicted and interned again gets a new one, and only misses the
 // results kept for the old. Written by the first evaluation of a cycle
@@ -432,7 +434,7 @@ func (in *PodInput) key(spec *podKeySpec) (uint64, bool) {
 		return k, true
 	}
 	var sig PodSignature
-	r.fill(&sig, in.Pod, in.Namespace)
+	r.fill(&sig, in.Pod, in.Namespace, in.Group)
 	k, ok := in.podKeys.internSignature(&sig)
 	if ok {
 		in.keys[r].Store(k)
@@ -456,7 +458,7 @@ func (in *PodInput) someLabelsKey(spec *podKeySpec, r podReads) (uint64, bool) {
 		// Whether the pod has labels at all is read too: an absent key of
 		// absent labels is another error than of present ones.
 		sig := someLabels{Labeled: len(in.Pod.Labels) > 0}
-		r.fill(&sig.PodSignature, in.Pod, in.Namespace)
+		r.fill(&sig.PodSignature, in.Pod, in.Namespace, in.Group)
 		sig.Labels = nil
 		for _, k := range spec.labels {
 			if v, ok := in.Pod.Labels[k]; ok {

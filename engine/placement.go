@@ -99,22 +99,14 @@ func newPlacementEnv(base *environment.EnvSet, assigned bool) (*placementEnv, er
 			apiservercel.NewListType(node, celcost.MaxPlacementNodes), true, nil, nil)
 	}
 	placement := apiservercel.NewObjectType("celsched.placement", placementFields)
-	groupMeta := apiservercel.NewObjectType("celsched.podGroup.metadata", map[string]*apiservercel.DeclField{
-		"name":      apiservercel.NewDeclField("name", apiservercel.StringType, true, nil, nil),
-		"namespace": apiservercel.NewDeclField("namespace", apiservercel.StringType, true, nil, nil),
-		"labels":    apiservercel.NewDeclField("labels", labels, true, nil, nil),
-	})
-	podGroup := apiservercel.NewObjectType("celsched.podGroup", map[string]*apiservercel.DeclField{
-		"metadata": apiservercel.NewDeclField("metadata", groupMeta, true, nil, nil),
-		"minCount": apiservercel.NewDeclField("minCount", apiservercel.IntType, true, nil, nil),
-	})
+	podGroup, groupTypes := podGroupDeclType(false)
 	envSet, err := base.Extend(environment.VersionedOptions{
 		IntroducedVersion: version.MajorMinor(1, 0),
 		EnvOptions: []cel.EnvOption{
 			cel.Variable(PlacementVar, placement.CelType()),
 			cel.Variable(PodGroupVar, podGroup.CelType()),
 		},
-		DeclTypes: []*apiservercel.DeclType{nodeMeta, node, placement, groupMeta, podGroup},
+		DeclTypes: append([]*apiservercel.DeclType{nodeMeta, node, placement}, groupTypes...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building the CEL environment of placement rules: %w", err)
@@ -251,17 +243,11 @@ func NewPlacementInput(name string, nodes []*corev1.Node, group *schedulingv1bet
 		}
 		placement["assignedNodes"] = assignedNodes
 	}
-	meta := map[string]any{"name": groupName, "namespace": namespace, "labels": map[string]string{}}
-	var minCount int64
-	if group != nil {
-		meta["labels"] = labelsOf(group.Labels)
-		if g := group.Spec.SchedulingPolicy.Gang; g != nil {
-			minCount = int64(g.MinCount)
-		}
-	}
 	vars, err := interpreter.NewActivation(map[string]any{
 		PlacementVar: placement,
-		PodGroupVar:  map[string]any{"metadata": meta, "minCount": minCount},
+		// The group as pod rules read it, without members: placement
+		// rules' podGroup declares no assignedNodes.
+		PodGroupVar: NewPodGroup(namespace, groupName, group, nil).val,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("converting placement %s: %w", name, err)

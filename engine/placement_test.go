@@ -9,11 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine/celcost"
+	"github.com/celsched/celsched/test/builder"
 )
 
 const oneRack = "placement.nodes.all(n, n.metadata.labels['rack'] == placement.nodes[0].metadata.labels['rack'])"
@@ -66,11 +66,7 @@ func rackNodes(racks ...string) []*corev1.Node {
 
 func TestPlacementFilter(t *testing.T) {
 	c := NewCompiler(testEnv(t))
-	group := &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train", Labels: map[string]string{"tier": "gpu"}},
-		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
-			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 4}}},
-	}
+	group := builder.Gang("ml", "train", 4, map[string]string{"tier": "gpu"})
 	type want struct {
 		Verdict Verdict
 		Rule    string

@@ -116,6 +116,17 @@ func (s *Snapshot) Len() int { return len(s.policies) }
 // Get returns the named policy, or nil.
 func (s *Snapshot) Get(name string) *CompiledPolicy { return s.byName[name] }
 
+// ReadsPodGroup says whether an expression of some policy reads podGroup:
+// only then do the plugins resolve a pod's group.
+func (s *Snapshot) ReadsPodGroup() bool {
+	for _, p := range s.policies {
+		if p.ReadsPodGroup() {
+			return true
+		}
+	}
+	return false
+}
+
 // Policies returns the policies in name order. The slice must not be
 // modified.
 func (s *Snapshot) Policies() []*CompiledPolicy { return s.policies }

@@ -12,10 +12,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine/celcost"
@@ -23,9 +25,9 @@ import (
 )
 
 // This file is the proof that a remembered result is the result: policies
-// generated to read the pod, its namespace, the node, nodeInfo and params
-// through every construct (variables, cel.bind, comprehensions, optionals,
-// has, messageExpressions, match conditions, nodeInfo.pods filters) are
+// generated to read the pod, its namespace, its group, the node, nodeInfo
+// and params through every construct (variables, cel.bind, comprehensions,
+// optionals, has, messageExpressions, match conditions, nodeInfo.pods filters) are
 // evaluated for a sequence of pods that differ from the one before in one
 // field at a time, in order through the memo, and each also fresh: the
 // verdicts, messages, errors and scores must be identical. Pods whose
@@ -71,6 +73,12 @@ var (
 		"size(pod.metadata.labels) > {k} || node.metadata.labels[?'zone'].orValue('') == 'b'",
 		"has(pod.metadata.labels) && node.metadata.name != ''",
 		"cel.bind(l, pod.metadata.labels, l[?'app'].orValue('') == node.metadata.labels[?'zone'].orValue(''))",
+		// The pod's group: its object, and where its members are.
+		"podGroup.minCount <= {k} || node.metadata.labels[?'zone'].orValue('') == 'a'",
+		"podGroup.metadata.labels[?'tier'].orValue('') == node.metadata.labels[?'tier'].orValue('')",
+		"podGroup.metadata.name == {s} || node.metadata.labels[?'zone'].orValue('') == 'b'",
+		"podGroup.assignedNodes.all(n, n != node.metadata.name)",
+		"size(podGroup.assignedNodes) < {k} || node.metadata.name in podGroup.assignedNodes",
 	}
 	seqNumbers = []string{
 		"nodeInfo.allocatable['cpu'] - nodeInfo.requested['cpu'] + nodeInfo.podCount",
@@ -82,6 +90,7 @@ var (
 		"{n}",
 		"size(pod.metadata.?labels[?'app'].orValue(''))",
 		"lists.range({k}).size()",
+		"size(podGroup.assignedNodes) + podGroup.minCount",
 	}
 	seqStrings = []string{
 		"'ns ' + pod.metadata.namespace",
@@ -90,6 +99,7 @@ var (
 		"namespaceObject.metadata.name",
 		"{s}",
 		"'%d pods of the namespace'.format([nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size()])",
+		"'group ' + podGroup.metadata.name + ' on ' + podGroup.assignedNodes.join(',')",
 	}
 	// seqVariables are the variables a policy may have, each with the
 	// fragments that read it.
@@ -101,6 +111,7 @@ var (
 		{"tier", "namespaceObject.metadata.?labels[?'tier'].orValue('')", []string{"variables.tier == node.metadata.labels[?'tier'].orValue('')"}, nil},
 		{"sameNs", "nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size()", []string{"variables.sameNs < {k}"}, []string{"variables.sameNs"}},
 		{"loop", "lists.range({k}).filter(i, i % 2 == 0).size()", []string{"variables.loop >= 0 && node.metadata.name != ''"}, []string{"variables.loop"}},
+		{"placed", "size(podGroup.assignedNodes)", []string{"variables.placed < {k}"}, []string{"variables.placed"}},
 	}
 	seqParamBools = []string{
 		"node.metadata.labels[?'zone'].orValue('') in params.data[?'zones'].orValue('').split(',')",
@@ -132,11 +143,13 @@ func seqPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPol
 			nums = append(nums[:len(nums):len(nums)], v.numbers...)
 		}
 	}
-	switch next() % 4 {
+	switch next() % 5 {
 	case 1:
 		b.Condition("not-skipped", fill("pod.metadata.namespace != {s}"))
 	case 2:
 		b.Condition("tier", "namespaceObject.metadata.?labels[?'tier'].orValue('') != 'bronze'")
+	case 3:
+		b.Condition("gang", fill("podGroup.minCount != {k}"))
 	}
 	if next()%4 == 1 {
 		b.PreEnqueue("approved", "namespaceObject.metadata.?labels[?'approved'].orValue('yes') == 'yes'", "namespace not approved")
@@ -163,6 +176,9 @@ type seqWorld struct {
 	infos      []*NodeInfo
 	gens       []int64
 	params     []*unstructured.Unstructured
+	// groups are the PodGroup objects, placed the members placed.
+	groups map[string]*schedulingv1beta1.PodGroup
+	placed []*corev1.Pod
 }
 
 func newSeqWorld(t testing.TB) *seqWorld {
@@ -187,6 +203,10 @@ func newSeqWorld(t testing.TB) *seqWorld {
 		w.infos = append(w.infos, info)
 		w.gens = append(w.gens, seqGeneration.Add(1))
 	}
+	w.groups = map[string]*schedulingv1beta1.PodGroup{}
+	for i, name := range []string{"gang-a", "gang-b"} {
+		w.groups[name] = builder.Gang("team-a", name, int32(2+i), map[string]string{"tier": "gold"})
+	}
 	w.params = []*unstructured.Unstructured{
 		configMap(t, "team-a", "placement", map[string]string{"zones": "a"}, nil),
 		configMap(t, "team-b", "placement", map[string]string{"zones": "b,c"}, nil),
@@ -200,6 +220,7 @@ func basePod() *corev1.Pod {
 	pod.GenerateName = "web-"
 	pod.Annotations = map[string]string{"a": "a"}
 	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-1234", UID: "rs-uid"}}
+	pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("gang-a")}
 	return pod
 }
 
@@ -251,6 +272,37 @@ var seqMutations = []struct {
 		pod.Labels["pod-name"] += "x"
 	}},
 	{"no labels", func(pod *corev1.Pod, _ *seqWorld) { pod.Labels = nil }},
+	{"pod group", func(pod *corev1.Pod, _ *seqWorld) {
+		switch GroupName(pod) {
+		case "gang-a":
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("gang-b")}
+		case "gang-b":
+			pod.Spec.SchedulingGroup = nil
+		default:
+			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To("gang-a")}
+		}
+	}},
+	{"pod group labels and minCount", func(_ *corev1.Pod, w *seqWorld) {
+		g := w.groups["gang-a"].DeepCopy()
+		g.Labels["tier"] = map[string]string{"gold": "silver", "silver": "gold"}[g.Labels["tier"]]
+		g.Spec.SchedulingPolicy.Gang.MinCount++
+		w.groups["gang-a"] = g
+	}},
+	{"a member placed", func(_ *corev1.Pod, w *seqWorld) {
+		member := makePod("team-a", fmt.Sprintf("member-%d", len(w.placed)), nil)
+		member.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To([]string{"gang-a", "gang-b"}[len(w.placed)%2])}
+		member.Spec.NodeName = w.nodes[len(w.placed)%len(w.nodes)].Name
+		w.placed = append(w.placed, member)
+	}},
+}
+
+// podGroups is the world's groups as a resolver.
+func (w *seqWorld) podGroups() *StaticPodGroups {
+	groups := make([]*schedulingv1beta1.PodGroup, 0, len(w.groups))
+	for _, g := range w.groups {
+		groups = append(groups, g)
+	}
+	return NewStaticPodGroups(groups, w.placed)
 }
 
 // seqOutcome is what a caller sees of a policy for a pod: its match (per
@@ -271,6 +323,7 @@ func evaluateSeq(t testing.TB, p *CompiledPolicy, conv *Converter, w *seqWorld, 
 		t.Fatal(err)
 	}
 	in.Params = params
+	in.Group = w.podGroups().PodGroup(pod)
 	var out seqOutcome
 	matches := p.MatchAll(ctx, in)
 	for i := range matches {
@@ -320,6 +373,9 @@ type seqStats struct {
 	generated, compiled       int
 	compared, equalSignatures int
 	memoized                  map[memoKind]int
+	// podGroup and members count the policies that read podGroup, and
+	// its members.
+	podGroup, members int
 }
 
 // runSequence evaluates a generated policy for a sequence of pods (steps
@@ -338,6 +394,12 @@ func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n
 		stats.compiled++
 		for _, e := range policy.exprs() {
 			stats.memoized[e.memo]++
+		}
+		if policy.ReadsPodGroup() {
+			stats.podGroup++
+		}
+		if policy.ReadsPodGroupMembers() {
+			stats.members++
 		}
 	}
 	env := compiler.env
@@ -438,10 +500,11 @@ func TestRememberedIsFresh(t *testing.T) {
 		runSequence(t, compiler, choices, strs[rng.IntN(len(strs))], int64(rng.IntN(40)-5), seqBudgets[rng.IntN(len(seqBudgets))], steps, stats)
 	}
 	if stats.compiled < stats.generated*3/4 || stats.compared < 2000 || stats.equalSignatures < 100 || stats.memoized[memoPodAndNode] < 50 || stats.memoized[memoPodAndNodeInfo] < 50 ||
-		stats.memoized[memoNode] < 50 || stats.memoized[memoNodeInfo] < 20 {
+		stats.memoized[memoNode] < 50 || stats.memoized[memoNodeInfo] < 20 || stats.podGroup < 30 || stats.members < 15 {
 		t.Errorf("the generator does not reach the memo: %+v", stats)
 	}
-	t.Logf("%d comparisons, %d pairs of equal signatures, expressions by memo kind %v", stats.compared, stats.equalSignatures, stats.memoized)
+	t.Logf("%d comparisons, %d pairs of equal signatures, expressions by memo kind %v, %d policies reading podGroup (%d its members)",
+		stats.compared, stats.equalSignatures, stats.memoized, stats.podGroup, stats.members)
 }
 
 // FuzzRememberedIsFresh is TestRememberedIsFresh with fuzzed policies,

@@ -27,6 +27,9 @@ const (
 	// version goes into a memo key. The pod's namespace name is in every
 	// key and signature, read or not.
 	podNamespaceRead
+	// podGroupRead: the pod's group (podGroup), whose value (PodGroup.Key:
+	// its labels, minCount and placed members) goes into a memo key.
+	podGroupRead
 	// podNodeInfoPodsRead: nodeInfo.pods, which changes with every pod
 	// placed: no signature captures it (a memo keys it by the NodeInfo's
 	// generation).
@@ -34,15 +37,21 @@ const (
 	// podReadsUnkeyable: a read that neither the signature nor a memo key
 	// can capture (the whole pod, its status or another metadata field).
 	podReadsUnkeyable
+	// podGroupMembersRead: podGroup.assignedNodes, which changes whenever
+	// a member of the group is placed: a memo key holds it (podGroupRead
+	// is set too), a batching signature cannot.
+	podGroupMembersRead
 
 	// podKeyReads are the reads a memo key holds.
 	podKeyReads = podNodeInfoPodsRead - 1
 	// podContentReads are the pod's own fields a signature holds: every
-	// keyable one but its name (each pod has its own) and the namespace
-	// object (the same for every pod of the namespace, at any time).
-	podContentReads = podKeyReads &^ (podNameRead | podNamespaceRead)
+	// keyable one but its name (each pod has its own), the namespace
+	// object (the same for every pod of the namespace, at any time) and
+	// the group (the same for every pod that names it in its spec, which
+	// a signature holds, but for its members).
+	podContentReads = podKeyReads &^ (podNameRead | podNamespaceRead | podGroupRead)
 	// podUnsignable are the reads that keep a pod from being signed.
-	podUnsignable = podNameRead | podNodeInfoPodsRead | podReadsUnkeyable
+	podUnsignable = podNameRead | podNodeInfoPodsRead | podReadsUnkeyable | podGroupMembersRead
 )
 
 func (r *podReads) add(refs *references) {
@@ -54,6 +63,12 @@ func (r *podReads) add(refs *references) {
 	}
 	if refs.reads&readsNamespace != 0 {
 		*r |= podNamespaceRead
+	}
+	if refs.reads&readsPodGroup != 0 {
+		*r |= podGroupRead
+	}
+	if refs.podGroupMembers {
+		*r |= podGroupMembersRead
 	}
 	for f := range refs.podFields {
 		switch f {
@@ -142,6 +157,7 @@ func (s *podKeySpec) someLabels() bool {
 type PodSignature struct {
 	Namespace       string                  `json:"namespace"`
 	NamespaceObject *NamespaceVersion       `json:"namespaceObject,omitempty"`
+	PodGroup        *PodGroup               `json:"podGroup,omitempty"`
 	Kind            string                  `json:"kind,omitempty"`
 	APIVersion      string                  `json:"apiVersion,omitempty"`
 	Labels          map[string]string       `json:"labels,omitempty"`
@@ -160,9 +176,10 @@ type NamespaceVersion struct {
 	Unknown         bool       `json:"unknown,omitempty"`
 }
 
-// fill copies the pod's namespace and what r names of the pod and its
-// namespace object into sig: all of the pod's labels when r reads them.
-func (r podReads) fill(sig *PodSignature, pod *corev1.Pod, ns *corev1.Namespace) {
+// fill copies the pod's namespace and what r names of the pod, its
+// namespace object and its group (nil: NoPodGroup) into sig: all of the
+// pod's labels when r reads them.
+func (r podReads) fill(sig *PodSignature, pod *corev1.Pod, ns *corev1.Namespace, group *PodGroup) {
 	sig.Namespace = pod.Namespace
 	if r&podTypeMetaRead != 0 {
 		sig.Kind, sig.APIVersion = pod.Kind, pod.APIVersion
@@ -188,6 +205,12 @@ func (r podReads) fill(sig *PodSignature, pod *corev1.Pod, ns *corev1.Namespace)
 		} else {
 			sig.NamespaceObject = &NamespaceVersion{UID: ns.UID, ResourceVersion: ns.ResourceVersion}
 		}
+	}
+	if r&podGroupRead != 0 {
+		if group == nil {
+			group = NoPodGroup
+		}
+		sig.PodGroup = group
 	}
 }
 
@@ -223,6 +246,6 @@ func (s *Snapshot) Signature(pod *corev1.Pod) (*PodSignature, bool) {
 		return nil, false
 	}
 	sig := &PodSignature{}
-	podContentReads.fill(sig, pod, nil)
+	podContentReads.fill(sig, pod, nil, nil)
 	return sig, true
 }

@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/plugintest"
+	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -64,5 +67,58 @@ func BenchmarkFilterPodAndNodeCluster(b *testing.B) {
 		bound := pod.DeepCopy()
 		bound.Spec.NodeName = nodes[(i*7)%100*10+(i-1)%10].Node().Name
 		nodes[(i*7)%100*10+(i-1)%10].(*framework.NodeInfo).AddPod(bound)
+	}
+}
+
+// BenchmarkFilterPodGroupCluster: BenchmarkFilterPodAndNodeCluster's
+// cycle for the members of ten gangs (minCount 2 to 11) under a rule
+// reading podGroup (the gangs of more than 4 only on large nodes, a
+// tenth of the nodes): the group's value is resolved once per cycle and
+// keys the rule's results, which the members of a gang share.
+func BenchmarkFilterPodGroupCluster(b *testing.B) {
+	policy := builder.MakePolicy("gang-size").
+		Filter("small-or-large", "podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'").Obj()
+	rt := plugintest.Runtime(b, []*schedv1alpha1.SchedulingPolicy{policy}, plugintest.Namespace("celsched-1", nil))
+	var groups []*schedulingv1beta1.PodGroup
+	for g := range 10 {
+		groups = append(groups, builder.Gang("celsched-1", fmt.Sprintf("gang-%d", g), int32(2+g), nil))
+	}
+	rt.Inputs.PodGroups = engine.NewStaticPodGroups(groups, nil)
+	pl := &Filter{rt: rt}
+	pl.args.EvaluationBudget.Duration = time.Minute
+	nodes := make([]fwk.NodeInfo, 1000)
+	for i := range nodes {
+		size := "small"
+		if i%10 == 0 {
+			size = "large"
+		}
+		node := st.MakeNode().Name(fmt.Sprintf("perf-node-%04d", i)).Label("size", size).Obj()
+		node.ResourceVersion = strconv.Itoa(i + 1)
+		ni := framework.NewNodeInfo()
+		ni.SetNode(node)
+		nodes[i] = ni
+	}
+	ctx := context.Background()
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		g := i % 10
+		group := fmt.Sprintf("gang-%d", g)
+		pod := st.MakePod().Namespace("celsched-1").Name(fmt.Sprintf("pod-%d", i)).UID(fmt.Sprintf("uid-%d", i)).SchedulerName("celsched").Obj()
+		pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		i++
+		state := framework.NewCycleState()
+		if _, status := pl.PreFilter(ctx, state, pod, nil); !status.IsSuccess() {
+			b.Fatal(status)
+		}
+		feasible := 0
+		for _, ni := range nodes {
+			if pl.Filter(ctx, state, pod, ni).IsSuccess() {
+				feasible++
+			}
+		}
+		if want := map[bool]int{true: 1000, false: 100}[2+g <= 4]; feasible != want {
+			b.Fatalf("pod %d of %s: %d feasible nodes, want %d", i, group, feasible, want)
+		}
 	}
 }

@@ -231,12 +231,14 @@ func (pl *Filter) PostBind(ctx context.Context, state fwk.CycleState, pod *corev
 
 // EventsToRegister implements fwk.EnqueueExtensions: a pod rejected by a
 // policy filter is retried when the policy changes, when a node may pass
-// now, when the pods on a node change (for nodeInfo rules), and when the
-// labels of the pod or its namespace change.
+// now, when the pods on a node change (for nodeInfo rules and the members
+// of its group), when its PodGroup changes, and when the labels of the pod
+// or its namespace change.
 func (pl *Filter) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		pl.rt.Requeue.PolicyEvents(),
 		pl.rt.Requeue.NamespaceEvents(),
+		pl.rt.Requeue.PodGroupEvents(),
 		{
 			Event:          fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeTaint | fwk.UpdateNodeAllocatable | fwk.UpdateNodeAnnotation},
 			QueueingHintFn: pl.rt.Requeue.NodeHint,

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -627,5 +628,62 @@ func TestCycleDurationSampled(t *testing.T) {
 	}
 	if n, sum := observed(); n-n0 != 2 || sum <= sum0 {
 		t.Errorf("%d observations summing to %v s after %d cycles, want 2 with the evaluations' time", n-n0, sum-sum0, 2*metrics.TimingSample)
+	}
+}
+
+// TestPodGroupStatus: a filter or match condition reading podGroup
+// places and refuses a gang's members by their group: its minCount and
+// labels, as the pod's Inputs resolve it.
+func TestPodGroupStatus(t *testing.T) {
+	t.Parallel()
+	groups := engine.NewStaticPodGroups([]*schedulingv1beta1.PodGroup{
+		builder.Gang("ml", "big", 8, map[string]string{"team": "ml"}), builder.Gang("ml", "small", 2, map[string]string{"team": "ml"}), builder.Gang("ml", "web", 8, nil),
+	}, nil)
+	size := builder.MakePolicy("gang-size").Condition("ml", "podGroup.metadata.labels[?'team'].orValue('') == 'ml'").
+		FilterMsg("small-or-large", "podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'", "gangs of more than 4 need a large node", "").Obj()
+	small := st.MakeNode().Name("small").Label("size", "small").Obj()
+	large := st.MakeNode().Name("large").Label("size", "large").Obj()
+	refused := fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node(s) rejected by SchedulingPolicy gang-size, rule small-or-large: gangs of more than 4 need a large node")
+	cases := map[string]struct {
+		group                string
+		wantPreFilter        *fwk.Status
+		wantSmall, wantLarge *fwk.Status
+	}{
+		"a gang of 8: large nodes only": {group: "big", wantSmall: refused},
+		"a gang of 2: any node":         {group: "small"},
+		"another team's gang: skipped":  {group: "web", wantPreFilter: fwk.NewStatus(fwk.Skip)},
+		"no group: skipped":             {wantPreFilter: fwk.NewStatus(fwk.Skip)},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			rt := plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{size}, plugintest.Namespace("ml", nil))
+			rt.Inputs.PodGroups = groups
+			pl := &Filter{rt: rt}
+			pl.args.EvaluationBudget.Duration = time.Minute
+			pod := st.MakePod().Namespace("ml").Name("m-0").UID("m-0").SchedulerName("celsched").Obj()
+			if tc.group != "" {
+				pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &tc.group}
+			}
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			_, got := pl.PreFilter(ctx, state, pod, nil)
+			if diff := cmp.Diff(tc.wantPreFilter, got, statusCmp); diff != "" {
+				t.Fatalf("PreFilter (-want +got):\n%s", diff)
+			}
+			if !got.IsSuccess() {
+				return
+			}
+			for _, n := range []struct {
+				node *corev1.Node
+				want *fwk.Status
+			}{{small, tc.wantSmall}, {large, tc.wantLarge}} {
+				ni := framework.NewNodeInfo()
+				ni.SetNode(n.node)
+				if diff := cmp.Diff(n.want, pl.Filter(ctx, state, pod, ni), statusCmp); diff != "" {
+					t.Errorf("Filter on %s (-want +got):\n%s", n.node.Name, diff)
+				}
+			}
+		})
 	}
 }

@@ -134,13 +134,15 @@ func anyPreEnqueue(s *engine.Snapshot) bool {
 }
 
 // EventsToRegister implements fwk.EnqueueExtensions: a held pod is
-// re-evaluated when a policy that may apply to it changes, and when the
-// labels of the pod or its namespace change.
+// re-evaluated when a policy that may apply to it changes, when the
+// labels of the pod or its namespace change, and when its PodGroup is
+// created or changes.
 func (pl *PreEnqueue) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		pl.rt.Requeue.PolicyEvents(),
 		pl.rt.Requeue.NamespaceEvents(),
 		pl.rt.Requeue.PodLabelEvents(),
+		pl.rt.Requeue.PodGroupEvents(),
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -190,6 +191,13 @@ func newEvaluator(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, pods
 // by edit.
 func newEvaluatorWith(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, policies []*schedv1alpha1.SchedulingPolicy, edit func(*schedulerconfig.KubeSchedulerConfiguration)) *Evaluator {
 	t.Helper()
+	return newEvaluatorOver(t, NewCluster([]*corev1.Namespace{ns}, nodes, pods, nil), policies, edit)
+}
+
+// newEvaluatorOver builds the Evaluator of the policies over a cluster,
+// with the default configuration changed by edit.
+func newEvaluatorOver(t *testing.T, c *Cluster, policies []*schedv1alpha1.SchedulingPolicy, edit func(*schedulerconfig.KubeSchedulerConfiguration)) *Evaluator {
+	t.Helper()
 	env, err := engine.NewEnvironment()
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +214,6 @@ func newEvaluatorWith(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, 
 		t.Fatal(err)
 	}
 	edit(cfg)
-	c := NewCluster([]*corev1.Namespace{ns}, nodes, pods, nil)
 	e, err := New(context.Background(), c, Policies{Snapshot: engine.NewSnapshot(compiled...), Converter: engine.NewConverter(env, 0)}, Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -216,3 +223,97 @@ func newEvaluatorWith(t *testing.T, ns *corev1.Namespace, nodes []*corev1.Node, 
 }
 
 func resourceQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestClassOfGroupMembers: the members of one group share a class when the
+// policies read the group's object only (the class holds the group's name,
+// in the spec, and its namespace); members of another group do not; a
+// policy that reads where the members are (which changes as they land)
+// makes each pod a class of its own.
+func TestClassOfGroupMembers(t *testing.T) {
+	t.Parallel()
+	env, err := engine.NewEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapshot := func(filter string) *engine.Snapshot {
+		p := engine.NewCompiler(env).Compile(builder.MakePolicy("p").Filter("f", filter).Obj(), engine.CompileOptions{})
+		if err := p.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return engine.NewSnapshot(p)
+	}
+	member := func(name, group string) *corev1.Pod {
+		p := pod("ml", name, nil)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		return p
+	}
+	classOf := func(s *engine.Snapshot, p *corev1.Pod) string {
+		class, ok := Class(s, p)
+		if !ok {
+			return "(own)"
+		}
+		return class
+	}
+	object := snapshot("podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'")
+	if a0, a1 := classOf(object, member("a-0", "a")), classOf(object, member("a-1", "a")); a0 != a1 || a0 == "(own)" {
+		t.Errorf("two members of group a: classes %s and %s, want one", a0, a1)
+	}
+	if a0, b0 := classOf(object, member("a-0", "a")), classOf(object, member("b-0", "b")); a0 == b0 {
+		t.Errorf("members of groups a and b share the class %s", a0)
+	}
+	members := snapshot("node.metadata.name in podGroup.assignedNodes")
+	if a0 := classOf(members, member("a-0", "a")); a0 != "(own)" {
+		t.Errorf("a member under a policy reading assignedNodes has the class %s, want its own", a0)
+	}
+}
+
+// TestEvaluatorReadsPodGroup: a dry run's podGroup is the cluster's
+// PodGroup (WithPodGroups) and where the cluster's pods of the group are,
+// as the scheduler's is its pod group state: a gang of 8 is refused the
+// small nodes, and a filter keeping members together admits only the node
+// of the member already bound; without the PodGroups, a group is its name
+// alone (minCount 0).
+func TestEvaluatorReadsPodGroup(t *testing.T) {
+	ctx := context.Background()
+	small, large := map[string]string{"size": "small"}, map[string]string{"size": "large"}
+	nodes := []*corev1.Node{node("small-1", small), node("small-2", small), node("large-1", large), node("large-2", large)}
+	member := func(name, group, nodeName string) *corev1.Pod {
+		p := pod("ml", name, nil)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		p.Spec.NodeName = nodeName
+		return p
+	}
+	policies := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("gang-size").Filter("small-or-large", "podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'").Obj(),
+		builder.MakePolicy("together").Filter("with-the-others", "size(podGroup.assignedNodes) == 0 || node.metadata.name in podGroup.assignedNodes").Obj(),
+	}
+	bound := []*corev1.Pod{member("big-0", "big", "large-1")}
+	groups := []*schedulingv1beta1.PodGroup{builder.Gang("ml", "big", 8, nil), builder.Gang("ml", "pair", 2, nil)}
+	feasible := func(e *Evaluator, p *corev1.Pod) []string {
+		r, err := e.Schedule(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, n := range r.Nodes {
+			if n.Feasible {
+				out = append(out, n.Name)
+			}
+		}
+		return out
+	}
+	withGroups := newEvaluatorOver(t, NewCluster([]*corev1.Namespace{namespace("ml", nil)}, nodes, bound, nil).WithPodGroups(groups), policies, func(*schedulerconfig.KubeSchedulerConfiguration) {})
+	if got, want := feasible(withGroups, member("big-1", "big", "")), []string{"large-1"}; !cmp.Equal(got, want) {
+		t.Errorf("a member of the gang of 8: feasible %v, want %v", got, want)
+	}
+	if got, want := feasible(withGroups, member("pair-0", "pair", "")), []string{"large-1", "large-2", "small-1", "small-2"}; !cmp.Equal(got, want) {
+		t.Errorf("a member of the pair: feasible %v, want %v", got, want)
+	}
+	without := newEvaluatorOver(t, NewCluster([]*corev1.Namespace{namespace("ml", nil)}, nodes, bound, nil), policies, func(*schedulerconfig.KubeSchedulerConfiguration) {})
+	if got, want := feasible(without, member("big-1", "big", "")), []string{"large-1"}; !cmp.Equal(got, want) {
+		t.Errorf("without PodGroups, a member of big: feasible %v, want %v (its bound member's node)", got, want)
+	}
+	if got, want := feasible(without, member("other-0", "other", "")), []string{"large-1", "large-2", "small-1", "small-2"}; !cmp.Equal(got, want) {
+		t.Errorf("without PodGroups, a member of another group: feasible %v, want %v", got, want)
+	}
+}

@@ -199,8 +199,10 @@ func (c *count) strands(ctx context.Context, pod *corev1.Pod) (bool, error) {
 
 // Class is a key that pods an evaluation treats alike share: equal in
 // everything but their identity (name, UID, version, status) and the node
-// they are on: the replicas of a workload. False for a pod that a policy
-// reading its name, its status or nodeInfo.pods may select
+// they are on: the replicas of a workload, or the members of a pod group
+// (the group's name is in the spec, and podGroup's labels and minCount
+// are the group's). False for a pod that a policy reading its name, its
+// status, nodeInfo.pods or podGroup.assignedNodes may select
 // (engine.Snapshot.Signature), which is a class of its own.
 func Class(snapshot *engine.Snapshot, pod *corev1.Pod) (string, bool) {
 	if _, ok := snapshot.Signature(pod); !ok {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -88,6 +89,8 @@ type Cluster struct {
 	// nodeInfos are the snapshot's nodes in name order, for a stable
 	// report (the scheduler's order does not change feasibility or scores).
 	nodeInfos []fwk.NodeInfo
+	// podGroups are the PodGroups the pods name (WithPodGroups).
+	podGroups []*schedulingv1beta1.PodGroup
 }
 
 // NewCluster defaults copies of the objects as the API server would, gives
@@ -112,6 +115,15 @@ func newCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*co
 	c.nodeInfos = slices.Clone(infos)
 	slices.SortFunc(c.nodeInfos, func(a, b fwk.NodeInfo) int { return strings.Compare(a.Node().Name, b.Node().Name) })
 	return c
+}
+
+// WithPodGroups returns the cluster with its PodGroups, which the policies'
+// podGroup reads (with where the cluster's pods of each group are); a
+// cluster without them gives each group its name alone.
+func (c *Cluster) WithPodGroups(groups []*schedulingv1beta1.PodGroup) *Cluster {
+	out := *c
+	out.podGroups = groups
+	return &out
 }
 
 // NodeInfos are the scheduler's view of each node, in name order. They
@@ -220,6 +232,9 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		budget:     opts.Budget,
 	}
 	e.rt.Inputs.Params = policies.Params
+	// podGroup reads the cluster's groups, and its pods as the members
+	// placed, as the scheduler reads its pod group state.
+	e.rt.Inputs.PodGroups = engine.NewStaticPodGroups(c.podGroups, c.pods)
 	// An evaluation is not the scheduler's: it counts in no metric, and
 	// leaves no error or audited rejection for status.
 	e.rt.Report.Dry = true

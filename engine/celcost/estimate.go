@@ -120,7 +120,9 @@ func (s *sizeEstimator) validatedSize(path []string) (uint64, bool) {
 		return QualifiedNameMaxBytes, true
 	case suffix("metadata", "annotations", "@values"):
 		return TotalAnnotationMaxBytes, true
-	case suffix("metadata", "name"), suffix(s.vars.NodeInfo, "pods", "@items", "name"):
+	case suffix("metadata", "name"), suffix(s.vars.NodeInfo, "pods", "@items", "name"),
+		// podGroup.assignedNodes: node names.
+		suffix("assignedNodes", "@items"):
 		return NameMaxBytes, true
 	case suffix("metadata", "namespace"), suffix(s.vars.NodeInfo, "pods", "@items", "namespace"):
 		return NamespaceMaxBytes, true

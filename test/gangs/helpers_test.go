@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/test/builder"
 )
 
 // schedulerName is the profile of config/scheduler/scheduler-config.yaml.
@@ -101,12 +102,7 @@ func setNamespaceLabel(t *testing.T, name, key, value string) {
 // topologyKey is set, its topology constraint.
 func createGang(t *testing.T, namespace, name string, minCount int32, topologyKey string) *schedulingv1beta1.PodGroup {
 	t.Helper()
-	pg := &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: schedulingv1beta1.PodGroupSpec{
-			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
-		},
-	}
+	pg := builder.Gang(namespace, name, minCount, nil)
 	if topologyKey != "" {
 		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
 			Topology: []schedulingv1beta1.TopologyConstraint{{Key: topologyKey}},

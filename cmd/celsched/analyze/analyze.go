@@ -133,7 +133,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	r.Summary.Pods = len(pods)
 	r.Notes = append(r.Notes, profilePods.Notes()...)
 	namespaces := dryrun.WithNamespaces(in.Namespaces, pods...)
-	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
+	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects).WithPodGroups(in.PodGroups)
 	cluster.EvaluationBudget = EvaluationBudget
 	s, err := cluster.Scheduler(ctx, in.Policies, in.Params, in.Config)
 	if err != nil {

@@ -44,9 +44,10 @@ type Input struct {
 	// on no node of Nodes are ignored, as in the scheduler's cache, except
 	// the pending members of Pod's pod group.
 	Pods []*corev1.Pod
-	// PodGroups are the PodGroups of the cluster: when Pod belongs to one
-	// (spec.schedulingGroup) and GenericWorkload is on, kube-scheduler
-	// places the group, all or nothing, and Report.Group says where.
+	// PodGroups are the PodGroups of the cluster, which policies read as
+	// podGroup: when Pod belongs to one (spec.schedulingGroup) and
+	// GenericWorkload is on, kube-scheduler also places the group, all or
+	// nothing, and Report.Group says where.
 	PodGroups []*schedulingv1beta1.PodGroup
 	// Objects are other objects built-in plugins read: the pod's
 	// PersistentVolumeClaims, PersistentVolumes, StorageClasses, CSINodes.
@@ -66,7 +67,7 @@ type Input struct {
 // Run evaluates the pod.
 func Run(ctx context.Context, in Input) (*Report, error) {
 	pod := verdict.Default(in.Pod)
-	cluster := NewCluster(WithNamespaces(in.Namespaces, pod), in.Nodes, in.Pods, in.Objects)
+	cluster := NewCluster(WithNamespaces(in.Namespaces, pod), in.Nodes, in.Pods, in.Objects).WithPodGroups(in.PodGroups)
 	s, err := cluster.Scheduler(ctx, in.Policies, in.Params, in.Config)
 	if err != nil {
 		return nil, err
@@ -142,6 +143,13 @@ type Cluster struct {
 // the scheduler's cache.
 func NewCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
 	return &Cluster{Cluster: verdict.NewCluster(namespaces, nodes, pods, objects)}
+}
+
+// WithPodGroups gives the cluster its PodGroups (verdict.Cluster's): call
+// it before the first Scheduler.
+func (c *Cluster) WithPodGroups(groups []*schedulingv1beta1.PodGroup) *Cluster {
+	c.Cluster = c.Cluster.WithPodGroups(groups)
+	return c
 }
 
 // WithNamespaces returns namespaces plus, for each pod whose namespace is

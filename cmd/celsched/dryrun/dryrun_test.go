@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -91,5 +92,39 @@ func TestRunHeldPod(t *testing.T) {
 	want := &Rejection{Plugin: "CELPreEnqueue", Message: "held by SchedulingPolicy hold, rule cost-center: no cost-center"}
 	if diff := cmp.Diff(want, r.PreEnqueue); diff != "" || len(r.Feasible) != 0 {
 		t.Errorf("preEnqueue (-want +got):\n%s\nfeasible %v", diff, r.Feasible)
+	}
+}
+
+// TestRunPodGroup: the dry run reads podGroup from the PodGroups and pods
+// given, as the scheduler does from its pod group state: a member of a
+// gang of 8 is refused the small node, in the verdict and in the policy's
+// detail.
+func TestRunPodGroup(t *testing.T) {
+	cfg, err := defaultconfig.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*corev1.Node{node("small", map[string]string{"size": "small"}, "4"), node("large", map[string]string{"size": "large"}, "4")}
+	gangSize := builder.MakePolicy("gang-size").FilterMsg("small-or-large",
+		"podGroup.minCount <= 4 || node.metadata.labels[?'size'].orValue('') == 'large'", "gangs of more than 4 need a large node", "").Obj()
+	member := pod("train-0", "1")
+	group := "train"
+	member.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+	r, err := Run(t.Context(), Input{Policies: []*schedv1alpha1.SchedulingPolicy{gangSize}, Pod: member, Nodes: nodes, Config: cfg,
+		PodGroups: []*schedulingv1beta1.PodGroup{builder.Gang("default", "train", 8, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"large"}, r.Feasible); diff != "" {
+		t.Errorf("feasible (-want +got):\n%s", diff)
+	}
+	want := Rejection{Plugin: "CELFilter", Message: "node(s) rejected by SchedulingPolicy gang-size, rule small-or-large: gangs of more than 4 need a large node"}
+	for _, n := range r.Nodes {
+		if n.Name == "small" && (n.RejectedBy == nil || *n.RejectedBy != want) {
+			t.Errorf("small rejected by %+v, want %+v", n.RejectedBy, want)
+		}
+	}
+	if d := r.Policies[0]; !d.Matched || d.Filters["small"][0].Passed || !d.Filters["large"][0].Passed {
+		t.Errorf("gang-size detail %+v, want small refused and large passed", d)
 	}
 }

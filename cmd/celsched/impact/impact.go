@@ -231,7 +231,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d namespace(s) of pods are not in the input; assumed with only their name label", n))
 	}
 
-	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects)
+	cluster := dryrun.NewCluster(namespaces, in.Nodes, bound, in.Objects).WithPodGroups(in.PodGroups)
 	cluster.EvaluationBudget = EvaluationBudget
 	if c.now, err = cluster.Scheduler(ctx, in.Policies, in.Params, in.Config); err != nil {
 		return nil, err
