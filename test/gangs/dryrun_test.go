@@ -29,14 +29,7 @@ import (
 // names the rule that refused its only placement. The scheduler then,
 // given the same change, does what impact said.
 func TestDryRunGroupsLive(t *testing.T) {
-	rack := func(name, r, b, cpu string) nodeSpec {
-		return nodeSpec{name: name, cpu: cpu, labels: map[string]string{rackLabel: r, blockLabel: b}}
-	}
-	createNodes(t,
-		rack("a1", "a", "b1", "1500m"), rack("a2", "a", "b1", "1500m"),
-		rack("b1", "b", "b1", "1500m"), rack("b2", "b", "b1", "1500m"),
-		rack("c1", "c", "b2", "2500m"), rack("c2", "c", "b2", "2500m"),
-	)
+	createRacks(t)
 	ns := createNamespace(t, "dryrun", nil)
 	inNamespace := map[string]string{corev1.LabelMetadataName: ns}
 	freeze := builder.MakePolicy("freeze-"+ns).NamespaceLabels(inNamespace).PreEnqueue("thawed", "false", "frozen for the test").Obj()

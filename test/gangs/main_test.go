@@ -72,8 +72,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+	if kubeconfig, err = testenv.WriteAdminKubeconfig(env, cfg, dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -45,7 +45,10 @@ func nodesOf(t *testing.T, pods []*corev1.Pod) []string {
 // condition naming the policy and rule. A pod outside a group is placed
 // as always. Switched to Audit, the policy refuses nothing and the second
 // gang is placed across racks a and b.
-func TestGangPlacementOneRack(t *testing.T) {
+// createRacks creates six nodes in racks a, b (block b1) and c (block
+// b2); rack c's two nodes are the only rack that takes four 1-CPU pods.
+func createRacks(t *testing.T) {
+	t.Helper()
 	rack := func(name, r, b, cpu string) nodeSpec {
 		return nodeSpec{name: name, cpu: cpu, labels: map[string]string{rackLabel: r, blockLabel: b}}
 	}
@@ -54,6 +57,10 @@ func TestGangPlacementOneRack(t *testing.T) {
 		rack("b1", "b", "b1", "1500m"), rack("b2", "b", "b1", "1500m"),
 		rack("c1", "c", "b2", "2500m"), rack("c2", "c", "b2", "2500m"),
 	)
+}
+
+func TestGangPlacementOneRack(t *testing.T) {
+	createRacks(t)
 	policy := builder.MakePolicy("one-rack").PodLabels(map[string]string{"app": "trainer"}).
 		PlacementFilter("one-rack", oneRack, "a gang stays in one rack").Obj()
 	applyPolicy(t, policy)
