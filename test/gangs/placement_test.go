@@ -34,17 +34,6 @@ func nodesOf(t *testing.T, pods []*corev1.Pod) []string {
 	return out
 }
 
-// TestGangPlacementOneRack: a policy's placement filter keeps a 4-member
-// gang in one rack. Block b1 has racks a and b (two 1-pod nodes each),
-// block b2 rack c (two 2-pod nodes). A gang constrained to one block
-// (topology constraint on the block label) has two candidate placements,
-// b1 and b2: the policy refuses b1 (two racks) and the gang lands in rack
-// c. A second gang without a topology constraint then has one candidate,
-// every node, which spans the racks, and no rack has room for its 4
-// members (rack c is full, a and b take 2 each): all 4 stay pending, their
-// condition naming the policy and rule. A pod outside a group is placed
-// as always. Switched to Audit, the policy refuses nothing and the second
-// gang is placed across racks a and b.
 // createRacks creates six nodes in racks a, b (block b1) and c (block
 // b2); rack c's two nodes are the only rack that takes four 1-CPU pods.
 func createRacks(t *testing.T) {
@@ -59,6 +48,17 @@ func createRacks(t *testing.T) {
 	)
 }
 
+// TestGangPlacementOneRack: a policy's placement filter keeps a 4-member
+// gang in one rack. Block b1 has racks a and b (two 1-pod nodes each),
+// block b2 rack c (two 2-pod nodes). A gang constrained to one block
+// (topology constraint on the block label) has two candidate placements,
+// b1 and b2: the policy refuses b1 (two racks) and the gang lands in rack
+// c. A second gang without a topology constraint then has one candidate,
+// every node, which spans the racks, and no rack has room for its 4
+// members (rack c is full, a and b take 2 each): all 4 stay pending, their
+// condition naming the policy and rule. A pod outside a group is placed
+// as always. Switched to Audit, the policy refuses nothing and the second
+// gang is placed across racks a and b.
 func TestGangPlacementOneRack(t *testing.T) {
 	createRacks(t)
 	policy := builder.MakePolicy("one-rack").PodLabels(map[string]string{"app": "trainer"}).
