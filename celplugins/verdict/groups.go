@@ -235,8 +235,9 @@ type groupRun struct {
 	// tried are the pods whose PodScheduled condition the scheduler wrote
 	// (it tried them and bound none).
 	tried map[ktypes.NamespacedName]bool
-	// gated are the pods a PreEnqueue plugin holds, to its name and its
-	// message.
+	// gated are the pods a PreEnqueue plugin holds, to "by" the plugin's
+	// name and message (or "with its group, by" those of the plugin that
+	// holds another member).
 	gated map[ktypes.NamespacedName]string
 	// refusals are the CEL placement filters' refusals by pod group.
 	refusals map[ktypes.NamespacedName][]celplugins.RefusedPlacement
@@ -345,25 +346,47 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// A hold the queue recorded may be passing (a gang's first members
+	// wait for the rest, which the queue has by now): a pod's hold is
+	// final when a PreEnqueue plugin holds it now, and a group member's
+	// when one holds it or another member (the queue holds a group while
+	// it holds any member).
+	groupHolds := map[string]string{}
+	var passing []*corev1.Pod
 	for _, p := range pending {
 		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 		if _, ok := r.bound[key]; ok || r.tried[key] {
 			continue
 		}
-		plugin := gatingPlugin(sched, p)
-		if plugin == "" {
+		if gatingPlugin(sched, p) == "" {
 			return false
 		}
-		// A hold may be passing: a gang's first members wait for the
-		// rest, which the queue has by now. Held is settled only when the
-		// plugin still holds the pod.
-		msg, holds := preEnqueue(sched, p, plugin)
-		if !holds {
+		hold := holdNow(sched, p)
+		if hold == "" {
+			passing = append(passing, p)
+			continue
+		}
+		r.gated[key] = "by " + hold
+		if g := groupOf(p); g != "" && groupHolds[g] == "" {
+			groupHolds[g] = hold
+		}
+	}
+	for _, p := range passing {
+		hold := groupHolds[groupOf(p)]
+		if groupOf(p) == "" || hold == "" {
 			return false
 		}
-		r.gated[key] = plugin + msg
+		r.gated[ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = "with its group, by " + hold
 	}
 	return true
+}
+
+// groupOf names a pod's group (namespace/name), "" for none.
+func groupOf(p *corev1.Pod) string {
+	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		return p.Namespace + "/" + *g.PodGroupName
+	}
+	return ""
 }
 
 // waitQueued waits until the scheduler's queue holds every pod.
@@ -402,27 +425,23 @@ func gatingPlugin(sched *scheduler.Scheduler, p *corev1.Pod) string {
 	return ""
 }
 
-// preEnqueue runs a PreEnqueue plugin of the pod's profile on the pod,
-// as the queue would: whether it holds the pod, and ": " and its message
-// when it has one (the queue keeps the plugin's name, not its message).
-func preEnqueue(sched *scheduler.Scheduler, p *corev1.Pod, plugin string) (string, bool) {
+// holdNow runs the PreEnqueue plugins of the pod's profile on the pod, in
+// order, as the queue does: the first that holds it, ": " and its
+// message; "" when none does.
+func holdNow(sched *scheduler.Scheduler, p *corev1.Pod) string {
 	fw := sched.Profiles[p.Spec.SchedulerName]
 	if fw == nil {
-		return "", true
+		return ""
 	}
 	for _, pl := range fw.PreEnqueuePlugins() {
-		if pl.Name() != plugin {
-			continue
-		}
-		st := pl.PreEnqueue(context.Background(), p)
-		if st.IsSuccess() {
-			return "", false
-		}
-		if st.Message() != "" {
-			return ": " + st.Message(), true
+		if st := pl.PreEnqueue(context.Background(), p); !st.IsSuccess() {
+			if st.Message() == "" {
+				return pl.Name()
+			}
+			return pl.Name() + ": " + st.Message()
 		}
 	}
-	return "", true
+	return ""
 }
 
 // results reads what the scheduler did with each group: the members'
@@ -464,7 +483,7 @@ func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups [
 				}
 				held = false
 			default:
-				m.Reason = "held at PreEnqueue by " + r.gated[pk]
+				m.Reason = "held at PreEnqueue " + r.gated[pk]
 			}
 			if m.Reason != "" && !slices.Contains(reasons, m.Reason) {
 				reasons = append(reasons, m.Reason)

@@ -7,17 +7,27 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins/verdict"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
 	"github.com/celsched/celsched/test/builder"
 )
 
+// This file's name puts its test last in the package: run before
+// TestGangHeldAtPreEnqueue (with TestGangRequeuedOnNodeEvent between
+// them), the CLI's in-process dry run left that test's first member
+// without its SchedulingGated condition (reproduced 3 times in 3; each
+// test passes alone and with either neighbour). The cause is not found
+// yet: the CLI runs in a process of its own in use, but the interaction is
+// in-process state the manager's scheduler and a dry-run scheduler share.
+//
 // TestDryRunGroupsLive: `celsched impact` and `celsched explain` read the
 // live cluster's PodGroups and pending members, and kube-scheduler, run by
 // the CLI, places the groups with the live policies and with a draft. Two
@@ -136,3 +146,6 @@ func writePolicy(t *testing.T, p *schedv1alpha1.SchedulingPolicy) string {
 	}
 	return file
 }
+
+// A dry run that does not settle fails in seconds here, not minutes.
+func init() { verdict.GroupsSettleTimeout = 30 * time.Second }
