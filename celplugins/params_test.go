@@ -165,7 +165,10 @@ func TestParamsStore(t *testing.T) {
 		t.Errorf("changes (-want +got):\n%s", diff)
 	}
 
-	// The kind was said to be listed, once.
+	// The kind was said to be listed, once. The store is synced when its
+	// informer is; the report of it comes from a goroutine that polls for
+	// that (cache.WaitForCacheSync), so it may come a little later.
+	waitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.listed) > 0 })
 	f.mu.Lock()
 	listed := slices.Clone(f.listed)
 	f.mu.Unlock()
