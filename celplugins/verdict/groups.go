@@ -127,11 +127,10 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logr.Discard()))
 	defer cancel()
 	run := &groupRun{
-		bound:     map[ktypes.NamespacedName]string{},
-		tried:     map[ktypes.NamespacedName]bool{},
-		gated:     map[ktypes.NamespacedName]string{},
-		refusals:  map[ktypes.NamespacedName][]celplugins.RefusedPlacement{},
-		podGroups: map[ktypes.NamespacedName]*schedulingv1beta1.PodGroup{},
+		bound:    map[ktypes.NamespacedName]string{},
+		tried:    map[ktypes.NamespacedName]bool{},
+		gated:    map[ktypes.NamespacedName]string{},
+		refusals: map[ktypes.NamespacedName][]celplugins.RefusedPlacement{},
 	}
 	objects := make([]runtime.Object, 0, len(e.cluster.nodes)+len(e.cluster.pods)+len(e.cluster.namespaces)+len(e.cluster.objects)+2*len(groups))
 	for _, n := range e.cluster.nodes {
@@ -146,8 +145,6 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	objects = append(objects, e.cluster.objects...)
 	var pending []*corev1.Pod
 	for _, g := range groups {
-		key := ktypes.NamespacedName{Namespace: g.PodGroup.Namespace, Name: g.PodGroup.Name}
-		run.podGroups[key] = g.PodGroup
 		objects = append(objects, g.PodGroup.DeepCopy())
 		for _, p := range g.Pods {
 			p = Default(p)
@@ -241,9 +238,6 @@ type groupRun struct {
 	gated map[ktypes.NamespacedName]string
 	// refusals are the CEL placement filters' refusals by pod group.
 	refusals map[ktypes.NamespacedName][]celplugins.RefusedPlacement
-	// podGroups are the groups run, by namespace and name: written
-	// before the scheduler starts, read only after.
-	podGroups map[ktypes.NamespacedName]*schedulingv1beta1.PodGroup
 }
 
 // bind is the reaction to a binding: it is recorded, and the pod, bound in
