@@ -32,15 +32,10 @@ func BenchmarkFilterPodAndNodeCluster(b *testing.B) {
 	pl := &Filter{rt: plugintest.Runtime(b, []*schedv1alpha1.SchedulingPolicy{policy},
 		plugintest.Namespace("celsched-1", nil), plugintest.Namespace("celsched-2", nil), plugintest.Namespace("celsched-3", nil))}
 	pl.args.EvaluationBudget.Duration = time.Minute
-	nodes := make([]fwk.NodeInfo, 1000)
-	for i := range nodes {
-		node := st.MakeNode().Name(fmt.Sprintf("perf-node-%04d", i)).Label("perf.celsched.io/rack", fmt.Sprintf("rack%d", i%10)).
-			Label("statefulset.kubernetes.io/pod-name", fmt.Sprintf("pod-%d", i)).Obj()
-		node.ResourceVersion = strconv.Itoa(i + 1)
-		ni := framework.NewNodeInfo()
-		ni.SetNode(node)
-		nodes[i] = ni
-	}
+	nodes := benchNodes(func(i int) *st.NodeWrapper {
+		return st.MakeNode().Label("perf.celsched.io/rack", fmt.Sprintf("rack%d", i%10)).
+			Label("statefulset.kubernetes.io/pod-name", fmt.Sprintf("pod-%d", i))
+	})
 	ctx := context.Background()
 	i := 0
 	b.ReportAllocs()
@@ -86,18 +81,13 @@ func BenchmarkFilterPodGroupCluster(b *testing.B) {
 	rt.Inputs.PodGroups = engine.NewStaticPodGroups(groups, nil)
 	pl := &Filter{rt: rt}
 	pl.args.EvaluationBudget.Duration = time.Minute
-	nodes := make([]fwk.NodeInfo, 1000)
-	for i := range nodes {
+	nodes := benchNodes(func(i int) *st.NodeWrapper {
 		size := "small"
 		if i%10 == 0 {
 			size = "large"
 		}
-		node := st.MakeNode().Name(fmt.Sprintf("perf-node-%04d", i)).Label("size", size).Obj()
-		node.ResourceVersion = strconv.Itoa(i + 1)
-		ni := framework.NewNodeInfo()
-		ni.SetNode(node)
-		nodes[i] = ni
-	}
+		return st.MakeNode().Label("size", size)
+	})
 	ctx := context.Background()
 	i := 0
 	b.ReportAllocs()
@@ -121,4 +111,18 @@ func BenchmarkFilterPodGroupCluster(b *testing.B) {
 			b.Fatalf("pod %d of %s: %d feasible nodes, want %d", i, group, feasible, want)
 		}
 	}
+}
+
+// benchNodes returns 1000 nodes perf-node-0000 to perf-node-0999, each as
+// node(i) makes it, at resourceVersion i+1.
+func benchNodes(node func(i int) *st.NodeWrapper) []fwk.NodeInfo {
+	nodes := make([]fwk.NodeInfo, 1000)
+	for i := range nodes {
+		n := node(i).Name(fmt.Sprintf("perf-node-%04d", i)).Obj()
+		n.ResourceVersion = strconv.Itoa(i + 1)
+		ni := framework.NewNodeInfo()
+		ni.SetNode(n)
+		nodes[i] = ni
+	}
+	return nodes
 }
