@@ -32,6 +32,7 @@ import (
 	"github.com/celsched/celsched/celplugins/placement"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
+	"github.com/celsched/celsched/engine"
 )
 
 // This file answers "where would kube-scheduler place these pod groups"
@@ -377,8 +378,8 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 
 // groupOf names a pod's group (namespace/name), "" for none.
 func groupOf(p *corev1.Pod) string {
-	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
-		return p.Namespace + "/" + *g.PodGroupName
+	if name := engine.GroupName(p); name != "" {
+		return p.Namespace + "/" + name
 	}
 	return ""
 }

@@ -97,20 +97,19 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 // with kube-scheduler (verdict.Evaluator.PlaceGroups); nil when the pod
 // is in no group of podGroups, or GenericWorkload is off.
 func placeGroup(ctx context.Context, s *Scheduler, pod *corev1.Pod, podGroups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod) (*verdict.GroupResult, error) {
-	g := pod.Spec.SchedulingGroup
-	if g == nil || g.PodGroupName == nil || !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+	group := engine.GroupName(pod)
+	if group == "" || !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		return nil, nil
 	}
 	i := slices.IndexFunc(podGroups, func(pg *schedulingv1beta1.PodGroup) bool {
-		return pg.Namespace == pod.Namespace && pg.Name == *g.PodGroupName
+		return pg.Namespace == pod.Namespace && pg.Name == group
 	})
 	if i < 0 {
 		return nil, nil
 	}
 	members := []*corev1.Pod{pod}
 	for _, p := range pods {
-		if p.Spec.NodeName == "" && p.Namespace == pod.Namespace && p.Name != pod.Name && p.Spec.SchedulingGroup != nil &&
-			p.Spec.SchedulingGroup.PodGroupName != nil && *p.Spec.SchedulingGroup.PodGroupName == *g.PodGroupName {
+		if p.Spec.NodeName == "" && p.Namespace == pod.Namespace && p.Name != pod.Name && engine.GroupName(p) == group {
 			members = append(members, p)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/verdict"
+	"github.com/celsched/celsched/engine"
 )
 
 // GroupImpact is what the draft does to a pod group: where kube-scheduler
@@ -57,12 +58,12 @@ func (r *Report) groupMembers(podGroups []*schedulingv1beta1.PodGroup, pods []*c
 	on := utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
 	orphans := 0
 	for _, p := range pods {
-		g := p.Spec.SchedulingGroup
-		if p.Spec.NodeName != "" || g == nil || g.PodGroupName == nil {
+		group := engine.GroupName(p)
+		if p.Spec.NodeName != "" || group == "" {
 			rest = append(rest, p)
 			continue
 		}
-		key := p.Namespace + "/" + *g.PodGroupName
+		key := p.Namespace + "/" + group
 		switch {
 		case !known.Has(key):
 			orphans++

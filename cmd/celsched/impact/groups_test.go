@@ -2,6 +2,7 @@ package impact
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,18 +108,9 @@ func TestRunGroupsGateOff(t *testing.T) {
 		t.Errorf("summary %+v: want the 14 pods evaluated one by one, all held by the draft", r.Summary)
 	}
 	wantNote := "6 pod group(s) with pending members are not evaluated as groups, their pods one by one: the feature gate GenericWorkload is off (give the manager's --feature-gates)"
-	if !contains(r.Notes, wantNote) {
+	if !slices.Contains(r.Notes, wantNote) {
 		t.Errorf("notes %q, want %q", r.Notes, wantNote)
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func init() { verdict.GroupsSettleTimeout = 20 * time.Second }

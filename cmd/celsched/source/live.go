@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
 )
 
 // readLive reads the kubeconfig's cluster, in pages. For a Source.Pod it
@@ -93,10 +94,9 @@ func pendingMembers(ctx context.Context, c client.Client, pod *corev1.Pod) ([]*c
 	if err != nil {
 		return nil, fmt.Errorf("listing the pending pods of namespace %s: %w", pod.Namespace, err)
 	}
-	group := pod.Spec.SchedulingGroup.PodGroupName
+	group := engine.GroupName(pod)
 	return slices.DeleteFunc(pending, func(p *corev1.Pod) bool {
-		g := p.Spec.SchedulingGroup
-		return p.UID == pod.UID || g == nil || g.PodGroupName == nil || group == nil || *g.PodGroupName != *group
+		return p.UID == pod.UID || group == "" || engine.GroupName(p) != group
 	}), nil
 }
 
