@@ -10,8 +10,8 @@ import (
 // failurePolicy Ignore.
 func (m *Match) Applies() []string {
 	out := make([]string, 0, len(m.matched)+len(m.ignored))
-	for _, d := range m.matched {
-		out = append(out, d.Policy.Name)
+	for _, r := range m.matched {
+		out = append(out, r.Decision.Policy.Name)
 	}
 	for _, r := range m.ignored {
 		out = append(out, r.Decision.Policy.Name)

@@ -38,10 +38,10 @@ type Match struct {
 	// match condition failed, with failurePolicy Fail.
 	Rejection *engine.Decision
 
-	// matched are the decisions of the policies that apply, and ignored the
-	// match results skipped under failurePolicy Ignore: each cycle records
+	// matched are the match results of the policies that apply, and
+	// ignored those skipped under failurePolicy Ignore: each cycle records
 	// them (Reporter.Matched).
-	matched []engine.Decision
+	matched []engine.MatchResult
 	ignored []engine.MatchResult
 	// wouldReject are the match decisions of Audit policies that would
 	// have rejected the pod, for ReportAudit.
@@ -187,27 +187,27 @@ func (in *Inputs) forgetPod(uid ktypes.UID) {
 func newMatch(ctx context.Context, snapshot *engine.Snapshot, podIn *engine.PodInput) *Match {
 	m := &Match{Pod: podIn}
 	matches := snapshot.Match(ctx, podIn, func(r engine.MatchResult) { m.ignored = append(m.ignored, r) })
+	// The slice is the match's own (Snapshot.Match allocates it).
+	m.matched = matches
 	if len(matches) > 0 {
-		m.matched = make([]engine.Decision, 0, len(matches))
 		// The policies with filters and with scores: one array for both.
 		policies := make([]*engine.CompiledPolicy, 0, 2*len(matches))
 		m.Filters, m.Scores = policies[:0:len(matches)], policies[len(matches):len(matches)]
 	}
 	for i := range matches {
-		d := matches[i].Decision
+		d := &matches[i].Decision
 		p := d.Policy
-		m.matched = append(m.matched, d)
 		if !d.Enforced() {
 			m.Audit = append(m.Audit, p)
 		}
 		switch {
 		case d.Acts():
 			if m.Rejection == nil {
-				m.Rejection = &d
+				m.Rejection = d
 			}
 			continue
 		case d.WouldAct():
-			m.wouldReject = append(m.wouldReject, d)
+			m.wouldReject = append(m.wouldReject, *d)
 			continue
 		}
 		if p.HasFilters() {

@@ -99,7 +99,7 @@ func (r *Reporter) Matched(ctx context.Context, c *Cycle, pod *corev1.Pod) {
 		logger.V(4).Info("SchedulingPolicy skipped: its match failed (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", m.Decision.Policy.Name, "err", m.Decision.Ignored[0])
 	}
 	for i := range c.matched {
-		d := &c.matched[i]
+		d := &c.matched[i].Decision
 		metrics.CountEnforcement(d.Policy)
 		r.NoteErrors(ctx, c.Budget, d, pod, "")
 		if d.WouldAct() {

@@ -177,6 +177,9 @@ func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchRe
 	add := func(m MatchResult) {
 		switch {
 		case m.Matches:
+			if out == nil { // once, at the first match: the slice does not grow by doubling
+				out = make([]MatchResult, 0, len(s.policies))
+			}
 			out = append(out, m)
 		case len(m.Decision.Ignored) > 0 && ignored != nil:
 			ignored(m)

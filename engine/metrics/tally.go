@@ -82,13 +82,21 @@ func (c *Counters) Tally(point engine.Point, policies []*engine.CompiledPolicy) 
 			t.durations[i] = CycleDuration.WithLabelValues(p.Name, label)
 		}
 	}
+	rules := 0
 	for i, p := range policies {
 		pc := c.of(p)
 		if point == engine.PointScore {
 			t.policies[i].rules = pc.scores
 		} else {
 			t.policies[i].rules = pc.filters
-			t.policies[i].denied = make([]atomic.Int64, len(pc.filters))
+			rules += len(pc.filters)
+		}
+	}
+	if rules > 0 { // one array for every policy's denied counts
+		denied := make([]atomic.Int64, rules)
+		for i := range t.policies {
+			n := len(t.policies[i].rules)
+			t.policies[i].denied, denied = denied[:n:n], denied[n:]
 		}
 	}
 	return t
