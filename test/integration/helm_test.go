@@ -255,7 +255,7 @@ func TestHelmChartFeatureGates(t *testing.T) {
 			if diff := cmp.Diff(tc.want, o.FeatureGates); diff != "" {
 				t.Errorf("feature gates (-want +got) from args %q:\n%s", args, diff)
 			}
-			err := featuregates.Check(o.FeatureGates)
+			err := featuregates.Check(featuregates.Settings{EmulatedVersion: o.EmulatedVersion, FeatureGates: o.FeatureGates})
 			if tc.wantErr == "" && err != nil {
 				t.Errorf("the rendered gates fail the manager's check: %v", err)
 			}
