@@ -19,12 +19,12 @@
 package featuregates
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/spf13/pflag"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -73,7 +73,7 @@ func EmulatedVersionUsage() string {
 	ev, _ := kube()
 	return "The Kubernetes version whose feature gates kube-scheduler emulates, as kube-scheduler's --emulated-version: major.minor (or kube=major.minor). " +
 		"The gates' defaults, and which gates exist and may be set with --feature-gates, are that version's (e.g. GenericWorkload is alpha at 1.36, beta at 1.37); " +
-		"new CEL expressions may use the libraries of the version before it. A malformed value or one out of range fails start-up. Allowed: " +
+		"new CEL expressions get the libraries of the version before it (or of the range's start). A malformed value or one out of range fails start-up. Allowed: " +
 		ev.AllowedEmulationVersionRange()
 }
 
@@ -157,7 +157,9 @@ func (s Settings) check() (emulation, minCompatibility *version.Version, err err
 		// does, and reported first.
 		setErr := registry.Set()
 		if errs := evCopy.Validate(); len(errs) > 0 {
-			return nil, nil, s.versionError(errors.Join(errs...))
+			// The first is the emulation version's range; the minimum
+			// compatibility version's, derived from it, only follows.
+			return nil, nil, s.versionError(errs[0])
 		}
 		if setErr != nil {
 			return nil, nil, s.versionError(setErr)
@@ -172,7 +174,7 @@ func (s Settings) check() (emulation, minCompatibility *version.Version, err err
 		// Warns, as kube-scheduler does, of alpha gates on at an emulated
 		// version older than the binary.
 		if errs := registry.Validate(); len(errs) > 0 {
-			return nil, nil, s.versionError(errors.Join(errs...))
+			return nil, nil, s.versionError(utilerrors.NewAggregate(errs))
 		}
 	}
 	return evCopy.EmulationVersion(), evCopy.MinCompatibilityVersion(), nil
