@@ -73,7 +73,7 @@ func EmulatedVersionUsage() string {
 	ev, _ := kube()
 	return "The Kubernetes version whose feature gates kube-scheduler emulates, as kube-scheduler's --emulated-version: major.minor (or kube=major.minor). " +
 		"The gates' defaults, and which gates exist and may be set with --feature-gates, are that version's (e.g. GenericWorkload is alpha at 1.36, beta at 1.37); " +
-		"new CEL expressions get the libraries of the version before it (or of the range's start). A malformed value or one out of range fails start-up. Allowed: " +
+		"new CEL expressions get the libraries of the version before it (or of the range's start). A malformed value or one out of range is an error that names it. Allowed: " +
 		ev.AllowedEmulationVersionRange()
 }
 

@@ -45,7 +45,7 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	// same process-wide version and gate (celplugins/featuregates).
 	var gates featuregates.Settings
 	root.PersistentFlags().StringVar(&gates.EmulatedVersion, featuregates.EmulatedVersionFlagName, "",
-		"The Kubernetes version whose feature gates the dry run's scheduling framework emulates (major.minor), as the manager's --emulated-version: give the manager's to evaluate as its scheduler does")
+		"The manager's --emulated-version, for the dry run's scheduling framework: give the manager's to evaluate as its scheduler does. "+featuregates.EmulatedVersionUsage())
 	root.PersistentFlags().Var(featuregates.NewFlag(&gates.FeatureGates), featuregates.FlagName,
 		"kube-scheduler's feature gates for the dry run's scheduling framework (Name=true,Other=false), as the manager's --feature-gates: give the manager's to evaluate as its scheduler does")
 	var prof profiling
