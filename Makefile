@@ -65,9 +65,12 @@ PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 150m
 # `make run`: kube-scheduler's feature gates for the manager (and the local
-# kube-apiserver), e.g. FEATURE_GATES=GenericWorkload=true.
+# kube-apiserver), e.g. FEATURE_GATES=GenericWorkload=true, and the
+# Kubernetes version the manager's scheduler emulates (the local
+# kube-apiserver runs at its own), e.g. EMULATED_VERSION=1.36.
 FEATURE_GATES ?=
-FEATURE_GATES_FLAG := $(if $(FEATURE_GATES),--feature-gates=$(FEATURE_GATES))
+EMULATED_VERSION ?=
+GATES_FLAGS := $(if $(EMULATED_VERSION),--emulated-version=$(EMULATED_VERSION)) $(if $(FEATURE_GATES),--feature-gates=$(FEATURE_GATES))
 
 .PHONY: all
 all: build
@@ -81,16 +84,16 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: run
-run: ## Run the manager on a local control plane with sample nodes, policies and pods (or against $$KUBECONFIG / KUBECONFIG=...); FEATURE_GATES=Name=true,... sets kube-scheduler's feature gates.
+run: ## Run the manager on a local control plane with sample nodes, policies and pods (or against $$KUBECONFIG / KUBECONFIG=...); FEATURE_GATES=Name=true,... sets kube-scheduler's feature gates, EMULATED_VERSION=1.36 its emulated version.
 	@if [ -n "$(KUBECONFIG)" ]; then \
 		echo "make run: KUBECONFIG is set: running the celsched manager against $(KUBECONFIG)"; \
 		$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager; \
-		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --webhook-port=0 --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(FEATURE_GATES_FLAG); \
+		exec $(BIN)/manager --kubeconfig "$(KUBECONFIG)" --leader-elect=false --webhook-port=0 --metrics-bind-address 127.0.0.1:8080 --health-probe-bind-address 127.0.0.1:8081 $(GATES_FLAGS); \
 	fi; \
 	assets=$$(hack/envtest-assets.sh); \
 	kwok=$$($(MAKE) -s --no-print-directory kwok); \
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched-local ./hack/local; \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" KWOK="$$kwok" exec $(BIN)/celsched-local $(FEATURE_GATES_FLAG)
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" KWOK="$$kwok" exec $(BIN)/celsched-local $(GATES_FLAGS)
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD, RBAC and webhook manifests in config/, and copy the CRD and scheduler configuration into charts/celsched.

@@ -19,10 +19,7 @@ import (
 var celschedVersion = "v0.0.0-dev"
 
 func main() {
-	var opts app.Options
-	opts.AddFlags(flag.CommandLine)
-	showVersion := flag.Bool("version", false, "Print the versions and exit.")
-	klog.InitFlags(flag.CommandLine) // -v, --vmodule, ...
+	opts, showVersion := addFlags(flag.CommandLine)
 	flag.Parse()
 	if *showVersion {
 		fmt.Printf("celsched %s (kube-scheduler %s)\n", celschedVersion, version.Get().GitVersion)
@@ -31,11 +28,21 @@ func main() {
 	logger := klog.NewKlogr()
 	ctrl.SetLogger(logger)
 
-	if err := run(opts); err != nil {
+	if err := run(*opts); err != nil {
 		logger.Error(err, "celsched manager failed")
 		klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 	}
 	klog.Flush()
+}
+
+// addFlags registers the binary's flags on fs: the manager's options,
+// --version, and klog's (-v, --vmodule, ...).
+func addFlags(fs *flag.FlagSet) (opts *app.Options, showVersion *bool) {
+	opts = &app.Options{}
+	opts.AddFlags(fs)
+	showVersion = fs.Bool("version", false, "Print the versions and exit.")
+	klog.InitFlags(fs)
+	return opts, showVersion
 }
 
 func run(opts app.Options) error {

@@ -53,12 +53,13 @@ import (
 func main() {
 	workDir := flag.String("dir", filepath.Join("bin", "local"), "Directory for the kubeconfig, the manager's log and KWOK's.")
 	samples := flag.String("samples", filepath.Join("config", "samples"), "Directory of the SchedulingPolicies to apply.")
-	var gates map[string]bool
-	flag.Var(featuregates.NewFlag(&gates), featuregates.FlagName, "The manager's and the local kube-apiserver's feature gates (make run FEATURE_GATES=...). "+featuregates.Usage())
+	var gates featuregates.Settings
+	flag.StringVar(&gates.EmulatedVersion, featuregates.EmulatedVersionFlagName, "", "The manager's emulated Kubernetes version (make run EMULATED_VERSION=...); the local kube-apiserver runs at its own, as an API server upgraded before its scheduler. "+featuregates.EmulatedVersionUsage())
+	flag.Var(featuregates.NewFlag(&gates.FeatureGates), featuregates.FlagName, "The manager's and the local kube-apiserver's feature gates (make run FEATURE_GATES=...). "+featuregates.Usage())
 	klog.InitFlags(nil)
 	flag.Parse()
-	// A bad gate fails before the control plane starts.
-	if err := featuregates.Set(gates); err != nil {
+	// A bad version or gate fails before the control plane starts.
+	if err := featuregates.Apply(gates); err != nil {
 		fmt.Fprintln(os.Stderr, "make run:", err)
 		os.Exit(2)
 	}
@@ -68,7 +69,7 @@ func main() {
 	}
 }
 
-func run(workDir, samplesDir string, gates map[string]bool) error {
+func run(workDir, samplesDir string, gates featuregates.Settings) error {
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return err
 	}
@@ -82,7 +83,7 @@ func run(workDir, samplesDir string, gates map[string]bool) error {
 	defer stop()
 
 	fmt.Println("Starting a local control plane (kube-apiserver and etcd)...")
-	env, cfg, err := testenv.StartWithFeatureGates("config", gates)
+	env, cfg, err := testenv.StartWithFeatureGates("config", gates.FeatureGates)
 	if err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func run(workDir, samplesDir string, gates map[string]bool) error {
 	if err != nil {
 		return err
 	}
-	gangs := gates["GenericWorkload"] && gates["TopologyAwareWorkloadScheduling"]
+	gangs := gates.FeatureGates["GenericWorkload"] && gates.FeatureGates["TopologyAwareWorkloadScheduling"]
 	if err := createCluster(ctx, c, gangs); err != nil {
 		return err
 	}
@@ -154,11 +155,12 @@ func logTo(logFile string) error {
 // startManager starts the celsched manager, with the webhook's certificate
 // provisioned in its namespace as in a cluster installed from
 // config/default, and returns what its Start returns, when it does.
-func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Config, c client.Client, logFile string, gates map[string]bool) (<-chan error, error) {
+func startManager(ctx context.Context, env *envtest.Environment, cfg *rest.Config, c client.Client, logFile string, gates featuregates.Settings) (<-chan error, error) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: managerNamespace}}); err != nil {
 		return nil, fmt.Errorf("creating namespace %s: %w", managerNamespace, err)
 	}
-	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true, Remediation: true, FeatureGates: gates}
+	opts := app.Options{MetricsBindAddress: "127.0.0.1:8080", HealthProbeBindAddress: "127.0.0.1:8081", Reports: true, Remediation: true,
+		EmulatedVersion: gates.EmulatedVersion, FeatureGates: gates.FeatureGates}
 	testenv.SelfSignedWebhook(env, &opts, managerNamespace)
 	mgr, err := app.New(ctx, cfg, opts)
 	if err != nil {

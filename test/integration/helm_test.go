@@ -211,14 +211,16 @@ func TestHelmChartParamKinds(t *testing.T) {
 }
 
 // TestHelmChartFeatureGates: the featureGates value renders the manager's
-// --feature-gates, which the manager's flags parse into the gates given;
-// none by default; a gate the manager does not know renders, and fails
-// the manager's check with its name.
+// --feature-gates, and the emulatedVersion value its --emulated-version,
+// which the manager's flags parse into the gates and version given; none
+// by default; a gate the manager does not know, or a version out of its
+// range, renders, and fails the manager's check with its name.
 func TestHelmChartFeatureGates(t *testing.T) {
 	for name, tc := range map[string]struct {
-		set     []string
-		want    map[string]bool
-		wantErr string
+		set         []string
+		want        map[string]bool
+		wantVersion string
+		wantErr     string
 	}{
 		"default": {},
 		"two gates": {
@@ -229,6 +231,16 @@ func TestHelmChartFeatureGates(t *testing.T) {
 			set:     []string{"--set", "featureGates.NoSuchGate=true"},
 			want:    map[string]bool{"NoSuchGate": true},
 			wantErr: "unrecognized feature gate: NoSuchGate",
+		},
+		"emulated version": {
+			set:         []string{"--set", "emulatedVersion=1.36,featureGates.GenericWorkload=true"},
+			want:        map[string]bool{"GenericWorkload": true},
+			wantVersion: "1.36",
+		},
+		"emulated version out of range": {
+			set:         []string{"--set-string", "emulatedVersion=1.30"},
+			wantVersion: "1.30",
+			wantErr:     "--emulated-version=1.30: emulation version 1.30 is not between [1.34, 1.37.0]",
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -255,7 +267,10 @@ func TestHelmChartFeatureGates(t *testing.T) {
 			if diff := cmp.Diff(tc.want, o.FeatureGates); diff != "" {
 				t.Errorf("feature gates (-want +got) from args %q:\n%s", args, diff)
 			}
-			err := featuregates.Check(o.FeatureGates)
+			if o.EmulatedVersion != tc.wantVersion {
+				t.Errorf("emulated version %q from args %q, want %q", o.EmulatedVersion, args, tc.wantVersion)
+			}
+			err := featuregates.Check(featuregates.Settings{EmulatedVersion: o.EmulatedVersion, FeatureGates: o.FeatureGates})
 			if tc.wantErr == "" && err != nil {
 				t.Errorf("the rendered gates fail the manager's check: %v", err)
 			}

@@ -40,17 +40,21 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	// kube-scheduler's feature gates, as the manager takes them: the dry
-	// run's frameworks read the same process-wide gate (celplugins/featuregates).
-	var gates map[string]bool
-	root.PersistentFlags().Var(featuregates.NewFlag(&gates), featuregates.FlagName,
+	// kube-scheduler's emulated version and feature gates, as the manager
+	// takes them: the dry run's frameworks and CEL environment read the
+	// same process-wide version and gate (celplugins/featuregates).
+	var gates featuregates.Settings
+	root.PersistentFlags().StringVar(&gates.EmulatedVersion, featuregates.EmulatedVersionFlagName, "",
+		"The manager's --emulated-version, for the dry run's scheduling framework: give the manager's to evaluate as its scheduler does. "+featuregates.EmulatedVersionUsage())
+	root.PersistentFlags().Var(featuregates.NewFlag(&gates.FeatureGates), featuregates.FlagName,
 		"kube-scheduler's feature gates for the dry run's scheduling framework (Name=true,Other=false), as the manager's --feature-gates: give the manager's to evaluate as its scheduler does")
 	var prof profiling
 	prof.addFlags(root)
-	// The gates are set before the profile starts and the command runs.
+	// The version and the gates are set before the profile starts and the
+	// command runs.
 	startProfile := root.PersistentPreRunE
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
-		if err := featuregates.Set(gates); err != nil {
+		if err := featuregates.Apply(gates); err != nil {
 			return &usageErr{err: err}
 		}
 		return startProfile(cmd, args)

@@ -8,12 +8,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/celsched/celsched/api/policytest"
 	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/celplugins/featuregates"
+	"github.com/celsched/celsched/celplugins/featuregates/featuregatestest"
 	celverdict "github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/test/golden"
@@ -28,9 +32,7 @@ import (
 func TestEvalFeatureGates(t *testing.T) {
 	// Back at its default after the test, whatever the CLI set.
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.TaintTolerationComparisonOperators, false)
-	dir := filepath.Join("testdata", "featuregates")
-	base := []string{"eval", "-f", filepath.Join(dir, "policy.yaml"), "--pod", filepath.Join(dir, "pod.yaml"),
-		"--nodes", filepath.Join(dir, "cluster.yaml"), "-o", "json"}
+	base := evalArgs("pod.yaml")
 	for _, tc := range []struct {
 		name        string
 		gates       []string
@@ -41,40 +43,12 @@ func TestEvalFeatureGates(t *testing.T) {
 		{name: "off", gates: []string{"--feature-gates=TaintTolerationComparisonOperators=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out := runCLI(t, append(append([]string{}, base...), tc.gates...)...)
-			if code != 0 {
-				t.Fatalf("exit code %d; output:\n%s", code, out)
-			}
-			var report struct {
-				Nodes []struct {
-					Name       string `json:"name"`
-					Feasible   bool   `json:"feasible"`
-					RejectedBy *struct {
-						Plugin string `json:"plugin"`
-					} `json:"rejectedBy"`
-				} `json:"nodes"`
-			}
-			if err := json.Unmarshal([]byte(out), &report); err != nil {
-				t.Fatalf("reading the report: %v\n%s", err, out)
-			}
-			got := map[string]string{}
-			for _, n := range report.Nodes {
-				got[n.Name] = "feasible"
-				if !n.Feasible {
-					got[n.Name] = "rejected by <nil>"
-					if n.RejectedBy != nil {
-						got[n.Name] = "rejected by " + n.RejectedBy.Plugin
-					}
-				}
-			}
 			want := map[string]string{"plain": "feasible", "tainted": "rejected by TaintToleration"}
 			if tc.wantTainted {
 				want["tainted"] = "feasible"
 			}
-			for name, w := range want {
-				if got[name] != w {
-					t.Errorf("node %s: %s, want %s (all: %v)", name, got[name], w, got)
-				}
+			if diff := cmp.Diff(want, evalNodes(t, append(slices.Clone(base), tc.gates...)...)); diff != "" {
+				t.Errorf("nodes (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -87,7 +61,7 @@ func TestEvalFeatureGates(t *testing.T) {
 		// A flag cobra cannot parse: exit code 1, as any other flag's.
 		"TaintTolerationComparisonOperators=maybe": {1, `invalid argument "TaintTolerationComparisonOperators=maybe" for "--feature-gates" flag`},
 	} {
-		code, out := runCLI(t, append(append([]string{}, base...), "--feature-gates="+value)...)
+		code, out := runCLI(t, append(slices.Clone(base), "--feature-gates="+value)...)
 		if code != want.code || !strings.Contains(out, want.err) {
 			t.Errorf("--feature-gates=%s: exit code %d, output %q; want %d and %q", value, code, out, want.code, want.err)
 		}
@@ -95,6 +69,90 @@ func TestEvalFeatureGates(t *testing.T) {
 	if utilfeature.DefaultFeatureGate.Enabled(features.TaintTolerationComparisonOperators) {
 		t.Error("a rejected --feature-gates changed the gate")
 	}
+}
+
+// TestEvalEmulatedVersion: --emulated-version reaches the dry run's
+// framework as the manager's reaches the scheduler's. A pod on the host
+// network in a user namespace needs nodes that declare the feature: at
+// the binary's version (1.37) NodeDeclaredFeatures refuses a node that
+// declares none; at 1.35, where the gate is alpha and off, the profile
+// does not run the plugin and the node is feasible. A version out of
+// range, or a gate that does not exist yet at the version, is a usage
+// error that names the flag, and changes nothing.
+func TestEvalEmulatedVersion(t *testing.T) {
+	base := evalArgs("pod-hostnetwork-userns.yaml")
+	for name, tc := range map[string]struct {
+		args      []string
+		wantPlain string
+	}{
+		"binary version": {wantPlain: "rejected by NodeDeclaredFeatures"},
+		"1.37":           {args: []string{"--emulated-version=1.37"}, wantPlain: "rejected by NodeDeclaredFeatures"},
+		"1.35":           {args: []string{"--emulated-version=1.35"}, wantPlain: "feasible"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			featuregatestest.Restore(t)
+			want := map[string]string{"plain": tc.wantPlain, "tainted": "rejected by TaintToleration"}
+			if diff := cmp.Diff(want, evalNodes(t, append(slices.Clone(base), tc.args...)...)); diff != "" {
+				t.Errorf("nodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+	featuregatestest.Restore(t)
+	for flags, want := range map[string]string{
+		"--emulated-version=1.33": "--emulated-version=1.33: emulation version 1.33 is not between [1.34, 1.37.0]\n",
+		"--emulated-version=1.35 --feature-gates=InterPodAffinityHostnameFastPath=true": "--feature-gates=InterPodAffinityHostnameFastPath=true at --emulated-version=1.35: " +
+			"cannot set feature gate InterPodAffinityHostnameFastPath to true, feature is PreAlpha at emulated version 1.35",
+	} {
+		code, out := runCLI(t, append(slices.Clone(base), strings.Fields(flags)...)...)
+		if code != 2 || !strings.Contains(out, want) {
+			t.Errorf("%s: exit code %d, output %q; want 2 and %q", flags, code, out, want)
+		}
+		if v := featuregates.EffectiveVersion().EmulationVersion().String(); v != "1.37" {
+			t.Errorf("%s: the process emulates %s after the error, want 1.37", flags, v)
+		}
+	}
+}
+
+// evalArgs are the arguments of celsched eval of pod (a file of
+// testdata/featuregates) on its two nodes, a plain one and a tainted one,
+// with a policy that allows every node, and a JSON report.
+func evalArgs(pod string) []string {
+	dir := filepath.Join("testdata", "featuregates")
+	return []string{"eval", "-f", filepath.Join(dir, "policy.yaml"), "--pod", filepath.Join(dir, pod),
+		"--nodes", filepath.Join(dir, "cluster.yaml"), "-o", "json"}
+}
+
+// evalNodes runs celsched eval with args (-o json) and returns, per node,
+// "feasible" or "rejected by" the plugin that refused it.
+func evalNodes(t *testing.T, args ...string) map[string]string {
+	t.Helper()
+	code, out := runCLI(t, args...)
+	if code != 0 {
+		t.Fatalf("exit code %d; output:\n%s", code, out)
+	}
+	var report struct {
+		Nodes []struct {
+			Name       string `json:"name"`
+			Feasible   bool   `json:"feasible"`
+			RejectedBy *struct {
+				Plugin string `json:"plugin"`
+			} `json:"rejectedBy"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("reading the report: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, n := range report.Nodes {
+		got[n.Name] = "feasible"
+		if !n.Feasible {
+			got[n.Name] = "rejected by <nil>"
+			if n.RejectedBy != nil {
+				got[n.Name] = "rejected by " + n.RejectedBy.Plugin
+			}
+		}
+	}
+	return got
 }
 
 // TestImpactGroups: with the workload gates on (--feature-gates), impact

@@ -124,11 +124,11 @@ func suiteGates(s *policytest.Suite) (restore func(), err error) {
 	for name := range s.FeatureGates {
 		before[name] = utilfeature.DefaultFeatureGate.Enabled(featuregate.Feature(name))
 	}
-	if err := featuregates.Set(s.FeatureGates); err != nil {
+	if err := featuregates.Apply(featuregates.Settings{FeatureGates: s.FeatureGates}); err != nil {
 		return nil, err
 	}
 	var once sync.Once
-	return func() { once.Do(func() { _ = featuregates.Set(before) }) }, nil
+	return func() { once.Do(func() { _ = featuregates.Apply(featuregates.Settings{FeatureGates: before}) }) }, nil
 }
 
 // checkGroup compares what kube-scheduler does with the pod's group with

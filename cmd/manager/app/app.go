@@ -126,11 +126,15 @@ type Options struct {
 	// Reports writes the Audit evidence as OpenReports Reports
 	// (controllers.ReportWriter), when the API server serves them.
 	Reports bool
-	// FeatureGates are kube-scheduler's feature gates (--feature-gates,
-	// Name: on). New sets them on the process's default feature gate, as
-	// kube-scheduler's flag does, before it loads the scheduler
-	// configuration and builds the scheduler: one manager per process.
-	FeatureGates map[string]bool
+	// EmulatedVersion is the Kubernetes version whose feature gates the
+	// scheduler emulates (--emulated-version, major.minor; empty: the
+	// binary's), and FeatureGates are kube-scheduler's feature gates
+	// (--feature-gates, Name: on). New sets both on the process, as
+	// kube-scheduler's flags do (celplugins/featuregates), before it loads
+	// the scheduler configuration, builds the CEL environment and the
+	// scheduler: one manager per process.
+	EmulatedVersion string
+	FeatureGates    map[string]bool
 }
 
 // The leader election timings of kube-scheduler (and controller-runtime),
@@ -206,6 +210,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.RolloutPendingRecheck, "rollout-pending-recheck", controllers.DefaultPendingRecheck, "How often the leader counts again the pending pods of a wave its gate paused (each count evaluates the wave's pending pods on the nodes they may use), to promote the wave once they no longer exceed the gate.")
 	fs.BoolVar(&o.Remediation, "remediation", true, "Let policies with spec.remediation evict the running pods their enforced filters refuse (through the Eviction API, within their budgets); false disables remediation for every policy, and drift is still reported in status.drift.")
 	fs.BoolVar(&o.Reports, "reports", true, "Write what Audit policies would have done as OpenReports Reports (openreports.io/v1alpha1 Report, one per namespace and policy, each written at most once per --audit-status-interval) when the API server serves them; false writes none.")
+	fs.StringVar(&o.EmulatedVersion, featuregates.EmulatedVersionFlagName, "", featuregates.EmulatedVersionUsage())
 	fs.Var(featuregates.NewFlag(&o.FeatureGates), featuregates.FlagName, featuregates.Usage())
 	fs.DurationVar(&o.AuditStatusInterval, "audit-status-interval", controllers.DefaultAuditStatusInterval, "The least time between two writes of a policy's evidence: its status.audit, its OpenReports Reports (each), and the counts of its rollout's waves (status.rollout; a rollout's decisions are written at once). At most one such write per policy (per report) per interval; what comes meanwhile is written together.")
 }
@@ -233,15 +238,18 @@ func (m *Manager) Plugins(schedulerName string) *schedulerconfig.Plugins {
 // New builds the manager for the API server of cfg. ctx must be the context
 // the manager is started with: the scheduler's plugins live as long as it.
 func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
-	// The gates decide the profiles' default plugins (when the
-	// configuration is defaulted) and what the framework and its plugins
-	// do: they are set first, as kube-scheduler sets them.
-	if err := featuregates.Set(o.FeatureGates); err != nil {
+	// The emulated version and the gates decide the profiles' default
+	// plugins (when the configuration is defaulted), what the framework
+	// and its plugins do, and the CEL environment's libraries: they are set
+	// first, as kube-scheduler sets them.
+	if err := featuregates.Apply(featuregates.Settings{EmulatedVersion: o.EmulatedVersion, FeatureGates: o.FeatureGates}); err != nil {
 		return nil, err
 	}
-	if len(o.FeatureGates) > 0 {
-		klog.FromContext(ctx).Info("Feature gates set", "featureGates", featuregates.String(o.FeatureGates))
-	}
+	featuregates.AddMetrics()
+	versions := featuregates.EffectiveVersion()
+	klog.FromContext(ctx).Info("Feature gates set", "binaryVersion", versions.BinaryVersion().String(),
+		"emulationVersion", versions.EmulationVersion().String(), "minCompatibilityVersion", versions.MinCompatibilityVersion().String(),
+		"featureGates", featuregates.String(o.FeatureGates))
 	schedCfg, err := defaultconfig.Load(o.SchedulerConfig)
 	if err != nil {
 		return nil, err

@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/component-base/featuregate"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/kubernetes/pkg/features"
@@ -24,6 +24,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/celsched/celsched/celplugins/featuregates"
+	"github.com/celsched/celsched/celplugins/featuregates/featuregatestest"
 	"github.com/celsched/celsched/cmd/manager/app"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/test/testenv"
@@ -40,7 +42,10 @@ const (
 
 // TestFeatureGates starts the manager against a real API server with
 // --feature-gates: a gate the manager does not know or a locked gate fails
-// with an error that names it and changes no gate, a malformed value is a
+// with an error that names it and changes no gate, and so do an
+// --emulated-version out of kube-scheduler's range or malformed, and a
+// gate that does not exist yet at the emulated version (cmd/manager's
+// TestEmulatedVersion starts one at a valid one); a malformed value is a
 // flag error; a valid gate reaches the process's feature gate and the
 // scheduler's framework (a built-in plugin that the gate adds to the
 // profile), and the scheduler schedules with it.
@@ -63,26 +68,42 @@ func TestFeatureGates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Whatever the test sets, the gate is back at its default after it.
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, gate, false)
+	// Whatever the test sets, the gate and the emulated version are back
+	// at their defaults after it.
+	featuregatestest.Restore(t)
 
 	for name, tc := range map[string]struct {
-		gates   map[string]bool
-		wantErr string
+		emulatedVersion string
+		gates           map[string]bool
+		wantErr         string
 	}{
 		"unknown gate": {gates: map[string]bool{"NoSuchGate": true, string(gate): true}, wantErr: "--feature-gates=" + string(gate) + "=true,NoSuchGate=true: unrecognized feature gate: NoSuchGate"},
 		// GA and locked to true in Kubernetes 1.37.
 		"locked gate": {gates: map[string]bool{string(features.NodeDeclaredFeatures): false}, wantErr: "--feature-gates=NodeDeclaredFeatures=false: cannot set feature gate NodeDeclaredFeatures to false, feature is locked to true"},
+		// kube-scheduler 1.37 emulates 1.34 to 1.37, as major.minor.
+		"emulated version out of range": {emulatedVersion: "1.33", gates: map[string]bool{string(gate): true}, wantErr: "--emulated-version=1.33: emulation version 1.33 is not between [1.34, 1.37.0]"},
+		"emulated version malformed":    {emulatedVersion: "1.36.2", gates: map[string]bool{string(gate): true}, wantErr: "--emulated-version=1.36.2: patch version not allowed, got: kube=1.36.2"},
+		// InterPodAffinityHostnameFastPath is new in 1.37.
+		"gate not yet at the emulated version": {emulatedVersion: "1.36", gates: map[string]bool{string(features.InterPodAffinityHostnameFastPath): true},
+			wantErr: "--feature-gates=InterPodAffinityHostnameFastPath=true at --emulated-version=1.36: cannot set feature gate InterPodAffinityHostnameFastPath to true, feature is PreAlpha at emulated version 1.36"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
-			_, err := app.New(ctx, cfg, managerOptions(tc.gates))
+			o := managerOptions(tc.gates)
+			o.EmulatedVersion = tc.emulatedVersion
+			_, err := app.New(ctx, cfg, o)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("app.New: error %v, want one containing %q", err, tc.wantErr)
 			}
-			// Nothing changed: the valid gate beside the bad one is not set.
-			if utilfeature.DefaultFeatureGate.Enabled(gate) {
-				t.Errorf("feature gate %s is on after a failed start", gate)
+			// Nothing changed: the valid gate beside the bad one is not
+			// set, the version beside the bad gate not emulated.
+			for name := range tc.gates {
+				if f := featuregate.Feature(name); name != "NoSuchGate" && utilfeature.DefaultFeatureGate.Enabled(f) != utilfeature.DefaultMutableFeatureGate.GetAll()[f].Default {
+					t.Errorf("feature gate %s is not at its default after a failed start", name)
+				}
+			}
+			if v := featuregates.EffectiveVersion().EmulationVersion().String(); v != "1.37" {
+				t.Errorf("the process emulates %s after a failed start, want 1.37", v)
 			}
 		})
 	}
