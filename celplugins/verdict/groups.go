@@ -199,7 +199,11 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	if err := waitForSync(ctx, factory); err != nil {
 		return nil, err
 	}
-	if err := sched.WaitForHandlersSync(ctx); err != nil {
+	// Bounded as the informers' sync is: handlers over objects in memory
+	// that have not synced by then never will.
+	handlersCtx, handlersDone := context.WithTimeoutCause(ctx, syncTimeout, fmt.Errorf("not synced within %s", syncTimeout))
+	defer handlersDone()
+	if err := sched.WaitForHandlersSync(handlersCtx); err != nil {
 		return nil, fmt.Errorf("waiting for the scheduler's event handlers: %w", err)
 	}
 	// The pending pods come last, once the informers have synced: the

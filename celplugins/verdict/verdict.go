@@ -320,23 +320,35 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	return e, nil
 }
 
+// syncTimeout bounds waitForSync: the informers list objects held in
+// memory, so one that has not synced by then never will, and the dry run
+// fails naming it rather than waiting forever.
+var syncTimeout = time.Minute
+
 // waitForSync waits for the fake clientset's informers to sync: they list
 // objects held in memory, in well under a millisecond, where the
 // factory's own wait polls every 100 ms for each informer in turn.
 func waitForSync(ctx context.Context, factory informers.SharedInformerFactory) error {
 	now := make(chan struct{})
 	close(now) // WaitForCacheSync with a closed channel checks once
+	deadline := time.NewTimer(syncTimeout)
+	defer deadline.Stop()
 	for {
-		synced := true
-		for _, ok := range factory.WaitForCacheSync(now) {
-			synced = synced && ok
+		var unsynced []string
+		for typ, ok := range factory.WaitForCacheSync(now) {
+			if !ok {
+				unsynced = append(unsynced, typ.String())
+			}
 		}
-		if synced {
+		if len(unsynced) == 0 {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the built-in plugins' informers: %w", context.Cause(ctx))
+		case <-deadline.C:
+			slices.Sort(unsynced)
+			return fmt.Errorf("waiting for the built-in plugins' informers: not synced within %s: %s", syncTimeout, strings.Join(unsynced, ", "))
 		case <-time.After(time.Millisecond):
 		}
 	}

@@ -1,0 +1,42 @@
+package verdict
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+)
+
+// TestWaitForSyncBounded: an informer that never syncs (its list never
+// answers) fails the wait within syncTimeout, naming its type, instead of
+// hanging the dry run.
+func TestWaitForSyncBounded(t *testing.T) {
+	defer func(d time.Duration) { syncTimeout = d }(syncTimeout)
+	syncTimeout = 200 * time.Millisecond
+	client := fake.NewSimpleClientset() //nolint:staticcheck // as the Evaluator's
+	block := make(chan struct{})
+	defer close(block)
+	client.PrependReactor("list", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
+		<-block
+		return false, nil, nil
+	})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	factory.Core().V1().Nodes().Informer()
+	factory.Core().V1().Namespaces().Informer()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	start := time.Now()
+	err := waitForSync(ctx, factory)
+	if err == nil || !strings.Contains(err.Error(), "not synced within 200ms: *v1.Node") || strings.Contains(err.Error(), "Namespace") {
+		t.Fatalf("waitForSync: %v; want the Node informer named as not synced within 200ms, and only it", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("waitForSync returned after %s, want about 200ms", d)
+	}
+}
