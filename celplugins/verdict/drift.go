@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,15 +85,24 @@ func (e *Evaluator) Replacement(ctx context.Context, bound *corev1.Pod) (*Result
 // drift detection and remediation evaluate running pods with, outside any
 // scheduling cycle.
 type Live struct {
+	// Inputs are the scheduler's CEL plugins' inputs: its policies, its
+	// converter (and the results remembered on its nodes), its params.
 	Inputs     *celplugins.Inputs
 	Pods       corelisters.PodLister
 	Nodes      corelisters.NodeLister
 	Namespaces corelisters.NamespaceLister
-	// Objects lists the other objects built-in plugins read; nil: none.
+	// Objects lists the other objects built-in plugins read (volumes,
+	// storage classes, CSI nodes); nil: none.
 	Objects func() ([]runtime.Object, error)
+	// PodGroups lists the PodGroups, which policies read as podGroup; nil:
+	// none (GenericWorkload off, and the scheduler has no informer for
+	// them), and a pod's group has its name alone.
+	PodGroups func() ([]*schedulingv1beta1.PodGroup, error)
 	// Config is the scheduler's configuration (defaulted).
 	Config *schedulerconfig.KubeSchedulerConfiguration
-	// Synced says whether the informers have synced; nil: they have.
+	// Synced says whether the informers behind the listers have synced;
+	// nil: they have. Until then nothing is evaluated (an empty list is
+	// not evidence).
 	Synced func() bool
 }
 
@@ -109,6 +119,21 @@ func (l *Live) Evaluator(ctx context.Context) (*Evaluator, error) {
 	if !l.HasSynced() {
 		return nil, fmt.Errorf("the scheduler's informers have not synced yet")
 	}
+	pods, err := l.Pods.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	cluster, err := l.cluster(pods)
+	if err != nil {
+		return nil, err
+	}
+	policies := Policies{Snapshot: l.Policies(), Params: l.Inputs.Params, Converter: l.Inputs.Converter}
+	return New(ctx, cluster, policies, Options{Config: l.Config})
+}
+
+// cluster is the cluster the informers hold now, with the pods of pods
+// that are on nodes and have not terminated.
+func (l *Live) cluster(pods []*corev1.Pod) (*Cluster, error) {
 	nodes, err := l.Nodes.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
@@ -117,22 +142,22 @@ func (l *Live) Evaluator(ctx context.Context) (*Evaluator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
-	pods, err := l.Pods.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
 	var objects []runtime.Object
 	if l.Objects != nil {
 		if objects, err = l.Objects(); err != nil {
 			return nil, fmt.Errorf("listing the objects built-in plugins read: %w", err)
 		}
 	}
-	bound := slices.DeleteFunc(pods, func(p *corev1.Pod) bool {
+	var groups []*schedulingv1beta1.PodGroup
+	if l.PodGroups != nil {
+		if groups, err = l.PodGroups(); err != nil {
+			return nil, fmt.Errorf("listing PodGroups: %w", err)
+		}
+	}
+	bound := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
 		return p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 	})
-	cluster := NewLiveCluster(namespaces, nodes, bound, objects)
-	policies := Policies{Snapshot: l.Policies(), Params: l.Inputs.Params, Converter: l.Inputs.Converter}
-	return New(ctx, cluster, policies, Options{Config: l.Config})
+	return NewLiveCluster(namespaces, nodes, bound, objects).WithPodGroups(groups), nil
 }
 
 // ReplacingControllers are the kinds of controllers whose pods

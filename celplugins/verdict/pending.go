@@ -9,10 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
-	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -26,21 +23,10 @@ import (
 // scheduler's own informers, policies, converter and params, outside any
 // scheduling cycle.
 type PendingPods struct {
-	// Inputs are the scheduler's CEL plugins' inputs: its policies, its
-	// converter (and the results remembered on its nodes), its params.
-	Inputs     *celplugins.Inputs
-	Pods       corelisters.PodLister
-	Nodes      corelisters.NodeLister
-	Namespaces corelisters.NamespaceLister
-	// Objects lists the other objects built-in plugins read (volumes,
-	// storage classes, CSI nodes); nil means none.
-	Objects func() ([]runtime.Object, error)
-	// Config is the scheduler's configuration (defaulted): the pods of its
-	// profiles are counted, each with its profile's framework.
-	Config *schedulerconfig.KubeSchedulerConfiguration
-	// Synced says whether the informers behind the listers have synced:
-	// until then nothing is counted (an empty list is not evidence).
-	Synced func() bool
+	// Live is the scheduler's informers and inputs; the pods of its
+	// configuration's profiles are counted, each with its profile's
+	// framework.
+	Live
 }
 
 // WouldStrand counts the pending pods of wave (an index in
@@ -54,11 +40,12 @@ type PendingPods struct {
 // time budget, as a scheduling cycle; a rule cut off under enforcement
 // rejects, so it counts. Pods of one class (equal in everything but their
 // identity, see Class) are evaluated once. It fails when the informers
-// have not synced or the scheduler has not compiled that generation of
-// the policy.
+// have not synced, the scheduler has not compiled that generation of
+// the policy, or the cluster cannot be listed or evaluated: a gate is
+// never passed on a count that could not be made.
 func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error) {
 	var out audit.Stranded
-	if pp.Synced != nil && !pp.Synced() {
+	if !pp.HasSynced() {
 		return out, fmt.Errorf("the scheduler's informers have not synced yet")
 	}
 	snapshot := pp.Inputs.Policies.Snapshot()
@@ -79,6 +66,12 @@ func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generatio
 	for _, pod := range pods {
 		if celplugins.ProfilePod(pod, profiles) != celplugins.PodPending || !pp.inWave(snapshot, pod, policy, wave) {
 			continue
+		}
+		// The cluster and its evaluators, once: without them nothing
+		// can be counted, and the count fails (a pod's own error below
+		// only leaves that pod out).
+		if err := c.evaluators(ctx); err != nil {
+			return out, err
 		}
 		stranded, err := c.strands(ctx, pod)
 		if err != nil {
@@ -129,24 +122,10 @@ func (c *count) evaluators(ctx context.Context) error {
 	if c.now != nil {
 		return nil
 	}
-	nodes, err := c.pp.Nodes.List(labels.Everything())
+	cluster, err := c.pp.cluster(c.pods)
 	if err != nil {
-		return fmt.Errorf("listing nodes: %w", err)
+		return err
 	}
-	namespaces, err := c.pp.Namespaces.List(labels.Everything())
-	if err != nil {
-		return fmt.Errorf("listing namespaces: %w", err)
-	}
-	var objects []runtime.Object
-	if c.pp.Objects != nil {
-		if objects, err = c.pp.Objects(); err != nil {
-			return fmt.Errorf("listing the objects built-in plugins read: %w", err)
-		}
-	}
-	bound := slices.DeleteFunc(slices.Clone(c.pods), func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	})
-	cluster := NewLiveCluster(namespaces, nodes, bound, objects)
 	policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
 	opts := Options{Config: c.pp.Config}
 	if c.now, err = New(ctx, cluster, policies, opts); err != nil {
@@ -170,14 +149,11 @@ func (c *count) close() {
 
 // strands says whether enforcing the wave is what leaves the pod without
 // a node: the answer of its class when an earlier pod of the class had
-// one.
+// one. The count's evaluators are built (evaluators).
 func (c *count) strands(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	class, classed := Class(c.snapshot, pod)
 	if stranded, ok := c.classes[class]; classed && ok {
 		return stranded, nil
-	}
-	if err := c.evaluators(ctx); err != nil {
-		return false, err
 	}
 	next, err := c.next.AnyFeasible(ctx, pod)
 	if err != nil {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -69,8 +71,8 @@ func (f *fixture) pending(tb testing.TB) *PendingPods {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return &PendingPods{Inputs: f.inputs, Config: cfg,
-		Pods: corelisters.NewPodLister(f.pods), Nodes: corelisters.NewNodeLister(f.nodes), Namespaces: corelisters.NewNamespaceLister(f.namespaceList)}
+	return &PendingPods{Live: Live{Inputs: f.inputs, Config: cfg,
+		Pods: corelisters.NewPodLister(f.pods), Nodes: corelisters.NewNodeLister(f.nodes), Namespaces: corelisters.NewNamespaceLister(f.namespaceList)}}
 }
 
 func namespace(name string, labels map[string]string) *corev1.Namespace {
@@ -297,5 +299,53 @@ func BenchmarkWouldStrand(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPendingPodsPodGroups: the gate's evaluations read a pod's group
+// from Live.PodGroups, as the scheduler does: a filter on podGroup.minCount
+// strands the pods of a big gang and not those of a small one; without
+// the PodGroups (GenericWorkload off) a group has its name alone (minCount
+// 0), and no pod is stranded. A list that fails fails the count: a gate
+// is not passed on a count of 0 that was never made.
+func TestPendingPodsPodGroups(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, namespace("ml", map[string]string{"wave": "1"}))
+	f.registry.Upsert(builder.MakePolicy("small-gangs-on-spot").UID("policy-gangs").Generation(1, "1").
+		Audit().Wave("first", map[string]string{"wave": "1"}, time.Minute).
+		Filter("big-gangs-off-spot", "podGroup.minCount <= 2 || node.metadata.labels['pool'] != 'spot'").Obj())
+	f.add(t, f.nodes, node("spot-1", map[string]string{"pool": "spot"}), node("spot-2", map[string]string{"pool": "spot"}))
+	member := func(name, group string) *corev1.Pod {
+		p := pod("ml", name, map[string]string{"app": "trainer"})
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &group}
+		return p
+	}
+	f.add(t, f.pods, member("big-0", "big"), member("big-1", "big"), member("small-0", "small"))
+	groups := []*schedulingv1beta1.PodGroup{podGroup("ml", "big", 4, ""), podGroup("ml", "small", 2, "")}
+
+	for _, tc := range []struct {
+		name      string
+		podGroups func() ([]*schedulingv1beta1.PodGroup, error)
+		want      audit.Stranded
+	}{
+		{"podgroups", func() ([]*schedulingv1beta1.PodGroup, error) { return groups, nil }, audit.Stranded{Count: 2, Pods: []string{"ml/big-0", "ml/big-1"}}},
+		{"gate-off", nil, audit.Stranded{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pp := f.pending(t)
+			pp.PodGroups = tc.podGroups
+			got, err := pp.WouldStrand(context.Background(), "small-gangs-on-spot", 1, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Count != tc.want.Count || !slices.Equal(got.Pods, tc.want.Pods) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	pp := f.pending(t)
+	pp.PodGroups = func() ([]*schedulingv1beta1.PodGroup, error) { return nil, fmt.Errorf("the informer is gone") }
+	if _, err := pp.WouldStrand(context.Background(), "small-gangs-on-spot", 1, 0); err == nil || !strings.Contains(err.Error(), "listing PodGroups: the informer is gone") {
+		t.Errorf("WouldStrand with a failing PodGroup list: %v, want the listing error", err)
 	}
 }

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,27 +11,30 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 )
 
-// TestWaitForSyncBounded: an informer that never syncs (its list never
-// answers) fails the wait within syncTimeout, naming its type, instead of
+// TestWaitForSyncBounded: an informer that never syncs (its list always
+// fails) fails the wait within syncTimeout, naming its type, instead of
 // hanging the dry run.
 func TestWaitForSyncBounded(t *testing.T) {
 	defer func(d time.Duration) { syncTimeout = d }(syncTimeout)
 	syncTimeout = 200 * time.Millisecond
 	client := fake.NewSimpleClientset() //nolint:staticcheck // as the Evaluator's
-	block := make(chan struct{})
-	defer close(block)
+	// A reactor that blocked would hold the fake clientset's lock, and
+	// every other informer's list with it: this one fails at once.
 	client.PrependReactor("list", "nodes", func(clienttesting.Action) (bool, runtime.Object, error) {
-		<-block
-		return false, nil, nil
+		return true, nil, errors.New("unavailable")
 	})
 	factory := informers.NewSharedInformerFactory(client, 0)
 	factory.Core().V1().Nodes().Informer()
-	factory.Core().V1().Namespaces().Informer()
+	namespaces := factory.Core().V1().Namespaces().Informer()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), namespaces.HasSynced) {
+		t.Fatal("the namespace informer did not sync")
+	}
 	start := time.Now()
 	err := waitForSync(ctx, factory)
 	if err == nil || !strings.Contains(err.Error(), "not synced within 200ms: *v1.Node") || strings.Contains(err.Error(), "Namespace") {

@@ -487,8 +487,8 @@ func (v *verdictRun) wouldStrand(policy *schedv1alpha1.SchedulingPolicy, wave in
 	}
 	nsLister := corelisters.NewNamespaceLister(indexer(namespaces...))
 	inputs.UseNamespaces(nsLister)
-	pp := &verdict.PendingPods{Inputs: inputs, Config: v.cfg, Pods: corelisters.NewPodLister(indexer(pods...)),
-		Nodes: corelisters.NewNodeLister(indexer(nodes...)), Namespaces: nsLister}
+	pp := &verdict.PendingPods{Live: verdict.Live{Inputs: inputs, Config: v.cfg, Pods: corelisters.NewPodLister(indexer(pods...)),
+		Nodes: corelisters.NewNodeLister(indexer(nodes...)), Namespaces: nsLister}}
 	stranded, err := pp.WouldStrand(t.Context(), policy.Name, policy.Generation, wave)
 	if err != nil {
 		t.Fatal(err)

@@ -22,12 +22,14 @@ import (
 	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -39,6 +41,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -299,10 +302,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	// The rollouts' gates count pending pods with the one evaluator, over
 	// the scheduler's own informers, policies, converter and params.
-	pending := &verdict.PendingPods{Inputs: p.rt.Inputs, Config: schedCfg,
-		Pods: runner.factory.Core().V1().Pods().Lister(), Nodes: runner.factory.Core().V1().Nodes().Lister(),
-		Namespaces: runner.factory.Core().V1().Namespaces().Lister(), Objects: runner.volumeObjects(),
-		Synced: func() bool { return runner.readyz(nil) == nil }}
+	pending := &verdict.PendingPods{Live: runner.live(p.rt.Inputs, schedCfg)}
 	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
 		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
@@ -330,9 +330,7 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 	podInformer := runner.factory.Core().V1().Pods()
 	nodeInformer := runner.factory.Core().V1().Nodes()
 	nsInformer := runner.factory.Core().V1().Namespaces()
-	live := &verdict.Live{Inputs: p.rt.Inputs, Config: schedCfg,
-		Pods: podInformer.Lister(), Nodes: nodeInformer.Lister(), Namespaces: nsInformer.Lister(),
-		Objects: runner.volumeObjects(), Synced: func() bool { return runner.readyz(nil) == nil }}
+	live := runner.live(p.rt.Inputs, schedCfg)
 	evictCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-remediation")
 	if fence != nil {
 		evictCfg.Wrap(fence.wrap)
@@ -341,7 +339,7 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 	if err != nil {
 		return nil, fmt.Errorf("creating the remediation's client: %w", err)
 	}
-	d := &controllers.DriftController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Live: live, Pods: podInformer.Lister(),
+	d := &controllers.DriftController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Live: &live, Pods: podInformer.Lister(),
 		Recorder: mgr.GetEventRecorder("celsched-drift"), Remediation: o.Remediation, WriteInterval: o.AuditStatusInterval,
 		Evict: func(ctx context.Context, pod *corev1.Pod) error {
 			return evictions.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
@@ -700,6 +698,23 @@ func (r *schedulerRunner) informers() ctrlRunnable {
 // the built-in volume plugins read (claims, volumes, storage classes, CSI
 // nodes and drivers), for an evaluation outside the scheduling loop. The
 // listers are requested now, before the informers start.
+// live is the cluster as the scheduler's informers hold it, for the one
+// evaluator outside scheduling cycles (the rollouts' gates, drift): the
+// listers kube-scheduler's framework reads, and the PodGroups when
+// GenericWorkload is on (kube-scheduler has their informer then; without
+// the gate, the API may not be served, and no informer is started).
+func (r *schedulerRunner) live(inputs *celplugins.Inputs, cfg *schedulerconfig.KubeSchedulerConfiguration) verdict.Live {
+	live := verdict.Live{Inputs: inputs, Config: cfg,
+		Pods: r.factory.Core().V1().Pods().Lister(), Nodes: r.factory.Core().V1().Nodes().Lister(),
+		Namespaces: r.factory.Core().V1().Namespaces().Lister(), Objects: r.volumeObjects(),
+		Synced: func() bool { return r.readyz(nil) == nil }}
+	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+		groups := r.factory.Scheduling().V1beta1().PodGroups().Lister()
+		live.PodGroups = func() ([]*schedulingv1beta1.PodGroup, error) { return groups.List(labels.Everything()) }
+	}
+	return live
+}
+
 func (r *schedulerRunner) volumeObjects() func() ([]runtime.Object, error) {
 	pvcs := r.factory.Core().V1().PersistentVolumeClaims().Lister()
 	pvs := r.factory.Core().V1().PersistentVolumes().Lister()
