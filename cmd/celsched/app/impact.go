@@ -251,7 +251,7 @@ func printGroups(w io.Writer, r *impact.Report) error {
 	fmt.Fprintln(tw, "  GROUP\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
 	for i := range r.Groups {
 		g := &r.Groups[i]
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Group, g.Change, impact.GroupOutcome(g.Now), impact.GroupOutcome(g.Draft), strings.Join(g.Policies, ", "))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Group, g.Change, g.Now.Outcome(), g.Draft.Outcome(), strings.Join(g.Policies, ", "))
 	}
 	return tw.Flush()
 }
