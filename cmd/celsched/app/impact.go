@@ -31,7 +31,7 @@ type impactOptions struct {
 func newImpactCommand(s *streams) *cobra.Command {
 	o := impactOptions{source: source.Source{Stdin: s.in, Kube: genericclioptions.NewConfigFlags(true)}}
 	cmd := &cobra.Command{
-		Use:   "impact -f DRAFTS... [--delete NAME]... [--delete-params KIND/NAMESPACE/NAME]... [--nodes F --pods F --namespaces F --policies F --params F | --dump F]",
+		Use:   "impact -f DRAFTS... [--delete NAME]... [--delete-params KIND/NAMESPACE/NAME]... [--nodes F --pods F --namespaces F --pod-groups F --policies F --params F | --dump F]",
 		Short: "What a change of policies or of their params does to every pending and bound pod of a cluster",
 		Long: `impact evaluates every pod of the scheduler's profiles with the live
 SchedulingPolicies and their params objects, and with the draft applied,
