@@ -4,7 +4,8 @@
 // policies that select nothing, params that fit no node or are missing,
 // pods running where the policies in force refuse them, classes of pods
 // with few feasible nodes, the inputs of the policies that a tenant
-// writes, and pod groups the policies keep from a placement. `celsched analyze` is built on it.
+// writes, and pod groups the policies keep from a placement. `celsched
+// analyze` is built on it.
 package analyze
 
 import (
