@@ -57,6 +57,11 @@ type RefusedPlacement struct {
 	// Refusal names the policy and rule, with the rule's message
 	// (engine.PlacementRejection).
 	Refusal string `json:"refusal"`
+	// Policy is the SchedulingPolicy that refused it, and Rule the rule
+	// of its spec.placement.filters (empty when the policy does not
+	// compile): Refusal's names, for a report to count by.
+	Policy string `json:"policy"`
+	Rule   string `json:"rule,omitempty"`
 }
 
 // NoteErrors records the errors of a decision of the cycle: the last one

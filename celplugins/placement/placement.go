@@ -108,7 +108,7 @@ func (pl *Placement) GeneratePlacements(ctx context.Context, state fwk.PodGroupC
 		}
 		refusals = append(refusals, engine.PlacementRejection(in.Name, d))
 		if pl.rt.Report.RefusedPlacements != nil {
-			refused = append(refused, celplugins.RefusedPlacement{Placement: in.Name, Refusal: refusals[len(refusals)-1]})
+			refused = append(refused, celplugins.RefusedPlacement{Placement: in.Name, Refusal: refusals[len(refusals)-1], Policy: d.Policy.Name, Rule: d.Rule})
 		}
 	}
 	if len(refused) > 0 {

@@ -101,6 +101,19 @@ type GroupResult struct {
 	Refused []celplugins.RefusedPlacement `json:"refused,omitempty"`
 }
 
+// Outcome says the group's outcome in a few words: "placed in b2",
+// "placed", or the state and the reason.
+func (r *GroupResult) Outcome() string {
+	switch {
+	case r.State == GroupPlaced && r.Placement != "":
+		return "placed in " + r.Placement
+	case r.State == GroupPlaced:
+		return "placed"
+	default:
+		return fmt.Sprintf("%s: %s", r.State, r.Reason)
+	}
+}
+
 // GroupsSettleTimeout bounds how long PlaceGroups waits for the scheduler
 // to have tried every group: long enough for thousands of pods on
 // thousands of nodes on a small machine, short enough that a dry run that

@@ -142,7 +142,8 @@ func TestPlaceGroups(t *testing.T) {
 		t.Errorf("ml/train placed in %q, want block b2", train.Placement)
 	}
 	wantRefused := []celplugins.RefusedPlacement{{Placement: "b1",
-		Refusal: "placement b1 rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack"}}
+		Refusal: "placement b1 rejected by SchedulingPolicy one-rack, rule placement.filters/one-rack: a gang stays in one rack",
+		Policy:  "one-rack", Rule: "one-rack"}}
 	if diff := cmp.Diff(wantRefused, train.Refused); diff != "" {
 		t.Errorf("ml/train refused placements (-want +got):\n%s", diff)
 	}

@@ -72,7 +72,7 @@ func TestDryRunGroupsLive(t *testing.T) {
 	for i := range r.Groups {
 		g := &r.Groups[i]
 		got[g.Group] = g
-		t.Logf("impact: %s %s: now %s %+v, draft %s %+v", g.Group, g.Change, impact.GroupOutcome(g.Now), g.Now.Members, impact.GroupOutcome(g.Draft), g.Draft.Members)
+		t.Logf("impact: %s %s: now %s %+v, draft %s %+v", g.Group, g.Change, g.Now.Outcome(), g.Now.Members, g.Draft.Outcome(), g.Draft.Members)
 	}
 	t.Logf("impact notes %v, summary %+v", r.Notes, r.Summary.Groups)
 	trainImpact, wideImpact := got[ns+"/train"], got[ns+"/wide"]

@@ -3,8 +3,9 @@
 // true or false on every node, scores that are the same everywhere,
 // policies that select nothing, params that fit no node or are missing,
 // pods running where the policies in force refuse them, classes of pods
-// with few feasible nodes, and the inputs of the policies that a tenant
-// writes. `celsched analyze` is built on it.
+// with few feasible nodes, the inputs of the policies that a tenant
+// writes, and pod groups the policies keep from a placement. `celsched
+// analyze` is built on it.
 package analyze
 
 import (
@@ -27,6 +28,7 @@ import (
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/pool"
@@ -62,6 +64,15 @@ const (
 	// big, or selecting and tolerating no node): about the pods and the
 	// cluster, not the policies, so it names none.
 	NoNodeFits Kind = "no-node-fits"
+	// GroupUnplaceable: a pod group that the policies keep from being
+	// placed, which kube-scheduler places without them: held by a
+	// preEnqueue rule, or left no placement by placement filters or
+	// filters. It names the policies and rules.
+	GroupUnplaceable Kind = "group-unplaceable"
+	// GroupNoPlacement: a pod group that kube-scheduler places neither
+	// with the policies nor without any: about the group and the
+	// cluster, so it names no policy.
+	GroupNoPlacement Kind = "group-no-placement"
 	// TenantWritableInput: an input a tenant writes that moves a fence:
 	// a params object that subjects bound in its namespace may write
 	// (live only), or a rule that a pod's author can widen by setting
@@ -70,16 +81,19 @@ const (
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, TenantWritableInput}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, GroupUnplaceable, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, GroupNoPlacement, TenantWritableInput}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
 	Kind Kind `json:"kind"`
-	// Policies and Rules (policy/rule) involved.
+	// Policies and Rules involved: policy/rule for a filter or score
+	// rule; for a pod group, the rule's field too
+	// (policy/placement.filters/rule, policy/preEnqueue/rule,
+	// policy/filters/rule).
 	Policies []string `json:"policies"`
 	Rules    []string `json:"rules,omitempty"`
 	// Subject is what the finding is about: a class of pods (a namespace
-	// and an example pod), a namespace, a params object.
+	// and an example pod), a namespace, a params object, a pod group.
 	Subject string `json:"subject,omitempty"`
 	// Pods counts the pods concerned.
 	Pods int `json:"pods,omitempty"`
@@ -98,8 +112,17 @@ type Finding struct {
 	WouldEvict []string `json:"wouldEvict,omitempty"`
 	NotEvicted []string `json:"notEvicted,omitempty"`
 	Budget     string   `json:"budget,omitempty"`
-	Evidence   string   `json:"evidence"`
-	Suggestion string   `json:"suggestion"`
+	// GroupState (group-unplaceable, group-no-placement) is what
+	// kube-scheduler does with the pod group: with the policies
+	// (group-unplaceable), without any (group-no-placement). Placement
+	// (group-unplaceable) is the topology domain it gets without the
+	// policies, and Refused the candidate placements the policies'
+	// placement filters refused, each with the policy and rule.
+	GroupState verdict.GroupState            `json:"groupState,omitempty"`
+	Placement  string                        `json:"placement,omitempty"`
+	Refused    []celplugins.RefusedPlacement `json:"refused,omitempty"`
+	Evidence   string                        `json:"evidence"`
+	Suggestion string                        `json:"suggestion"`
 }
 
 // Report is what analyze found.
@@ -117,8 +140,11 @@ type Summary struct {
 	// Classes counts the classes of pods evaluated: pods every policy
 	// treats alike, and each namespace's plain pod that a policy applies
 	// to.
-	Classes int          `json:"classes"`
-	ByKind  map[Kind]int `json:"byKind"`
+	Classes int `json:"classes"`
+	// Groups counts the pod groups with pending members that
+	// kube-scheduler placed, as groups (GenericWorkload on).
+	Groups int          `json:"groups,omitempty"`
+	ByKind map[Kind]int `json:"byKind"`
 }
 
 // EvaluationBudget is the CEL time budget of one class's evaluation: a
@@ -199,6 +225,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 	}
 	r.Findings = append(r.Findings, unusedOverrides(s.Policies(), namespaces)...)
+	if err := r.groups(ctx, s, base, in.PodGroups, pods); err != nil {
+		return nil, err
+	}
 	tenant, notes, err := tenantFindings(ctx, in, s.Policies())
 	if err != nil {
 		return nil, err
@@ -654,14 +683,7 @@ func nodeList(nodes []*corev1.Node, idx []int) string {
 // naming the policies that refuse a node the built-in plugins admit
 // (removing one of them would widen the class's nodes).
 func (a *analysis) capacity(c *class, v *dryrun.Verdicts, feasible, builtin []int, subject string) Finding {
-	policies := sets.New[string]()
-	for _, pv := range v.Filters {
-		for _, n := range builtin {
-			if !pv.Pass[n] {
-				policies.Insert(pv.Policy)
-			}
-		}
-	}
+	policies, _ := refusing(v, builtin)
 	f := Finding{Kind: Capacity, Policies: sets.List(policies), Subject: subject, Pods: c.pods,
 		Evidence: fmt.Sprintf("%s feasible (the minimum is %d); without the policies, %s",
 			nodeList(v.Nodes, feasible), max(a.in.MinFeasible, 1), nodeList(v.Nodes, builtin)),
@@ -670,6 +692,27 @@ func (a *analysis) capacity(c *class, v *dryrun.Verdicts, feasible, builtin []in
 		f.Suggestion = "no policy narrows these pods' nodes: add nodes that fit them"
 	}
 	return f
+}
+
+// refusing names the enforced policies whose filters refuse one of the
+// nodes (indexes in v.Nodes), and their rules that are false or fail
+// there (policy/filters/rule).
+func refusing(v *dryrun.Verdicts, nodes []int) (policies, rules sets.Set[string]) {
+	policies, rules = sets.New[string](), sets.New[string]()
+	for _, pv := range v.Filters {
+		for _, n := range nodes {
+			if pv.Pass[n] {
+				continue
+			}
+			policies.Insert(pv.Policy)
+			for rule, verdicts := range pv.Rules {
+				if verdicts[n] != 1 {
+					rules.Insert(pv.Policy + "/filters/" + rule)
+				}
+			}
+		}
+	}
+	return policies, rules
 }
 
 // addScores records the score rules' values on the class's feasible

@@ -25,7 +25,7 @@ type analyzeOptions struct {
 func newAnalyzeCommand(s *streams) *cobra.Command {
 	o := analyzeOptions{source: source.Source{Stdin: s.in, Kube: genericclioptions.NewConfigFlags(true)}}
 	cmd := &cobra.Command{
-		Use:   "analyze [--nodes F --pods F --namespaces F --policies F --params F | --dump F] [--fail-on KINDS] [-o table|json|yaml|markdown]",
+		Use:   "analyze [--nodes F --pods F --namespaces F --pod-groups F --policies F --params F | --dump F] [--fail-on KINDS] [-o table|json|yaml|markdown]",
 		Short: "What the policy set in force means as a whole for the cluster",
 		Long: `analyze checks the SchedulingPolicies in force against the cluster, the
 kubeconfig's or a dump in files, params objects included.
@@ -39,6 +39,11 @@ to), evaluates every policy on every node for each class, and reports:
                         of pods no node
   params-mismatch       a parameterized policy whose params (or their
                         absence, under Deny) leave a class no node
+  group-unplaceable     a pod group the policies keep from being placed,
+                        which kube-scheduler places without them: held
+                        by a preEnqueue rule, or its placements refused
+                        by placement filters or its members' nodes by
+                        filters (it names the policies and rules)
   running-in-violation  bound pods on nodes the policies in force refuse
   always-false          a filter rule false on every node for every class
   always-true           a filter rule true on every node (it filters nothing)
@@ -49,6 +54,8 @@ to), evaluates every policy on every node for each class, and reports:
                         built-in plugins admit
   no-node-fits          a class of pods no node fits even without any
                         policy (it names none)
+  group-no-placement    a pod group kube-scheduler places neither with
+                        the policies nor without any (it names none)
   tenant-writable-input an input a tenant writes that moves a fence: a
                         params object that subjects bound in its
                         namespace may update (asked of a live cluster
@@ -58,7 +65,12 @@ to), evaluates every policy on every node for each class, and reports:
 
 Feasibility is kube-scheduler's framework for the pods' profile, as the
 scheduler runs it: a policy is named only when removing it would change
-the answer.
+the answer. With the feature gate GenericWorkload on (--feature-gates, as
+the manager's), the PodGroups with pending members are placed by
+kube-scheduler itself, all or nothing, once with the policies in force and
+once with none (each time all groups in one run: they compete for nodes as
+in the scheduler's queue); with it off, a note says they are not analyzed
+as groups. The per-class findings take their pods one by one either way.
 
 --fail-on exits 1 when a finding of one of the kinds given is found.`,
 		Example: `  celsched analyze
@@ -142,8 +154,7 @@ func printAnalyze(w io.Writer, r *analyze.Report, format string) error {
 	default:
 		return printStructured(w, r, format)
 	}
-	sum := r.Summary
-	fmt.Fprintf(w, "Analyzed %d nodes, %d pods in %d classes, %d SchedulingPolicies: %s\n", sum.Nodes, sum.Pods, sum.Classes, sum.Policies, findingCounts(r))
+	fmt.Fprintf(w, "Analyzed %s: %s\n", analyzed(&r.Summary), findingCounts(r))
 	printNotes(w, r.Notes)
 	if len(r.Findings) == 0 {
 		return nil
@@ -161,9 +172,8 @@ func printAnalyze(w io.Writer, r *analyze.Report, format string) error {
 
 func printAnalyzeMarkdown(w io.Writer, r *analyze.Report) error {
 	var b strings.Builder
-	sum := r.Summary
 	fmt.Fprintf(&b, "### celsched analyze: %s\n\n", findingCounts(r))
-	fmt.Fprintf(&b, "%d nodes, %d pods in %d classes, %d SchedulingPolicies.\n", sum.Nodes, sum.Pods, sum.Classes, sum.Policies)
+	fmt.Fprintf(&b, "%s.\n", analyzed(&r.Summary))
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "\n> **Note:** %s\n", mdText(n))
 	}
@@ -177,6 +187,16 @@ func printAnalyzeMarkdown(w io.Writer, r *analyze.Report) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// analyzed says what analyze evaluated: nodes, pods in classes, pod
+// groups (when placed as groups) and policies.
+func analyzed(sum *analyze.Summary) string {
+	groups := ""
+	if sum.Groups > 0 {
+		groups = fmt.Sprintf(", %d pod groups", sum.Groups)
+	}
+	return fmt.Sprintf("%d nodes, %d pods in %d classes%s, %d SchedulingPolicies", sum.Nodes, sum.Pods, sum.Classes, groups, sum.Policies)
 }
 
 // findingCounts says how many findings of each kind, in report order.

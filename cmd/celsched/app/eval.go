@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/impact"
 	"github.com/celsched/celsched/cmd/celsched/source"
 )
 
@@ -30,13 +29,21 @@ type evalOptions struct {
 func newEvalCommand(s *streams) *cobra.Command {
 	o := evalOptions{source: source.Source{Stdin: s.in, Files: source.Files{Scenario: true}}}
 	cmd := &cobra.Command{
-		Use:   "eval -f POLICIES --pod POD.yaml --nodes NODES.yaml [--namespace NS.yaml] [--pods-on-nodes PODS.yaml] [--params PARAMS.yaml]",
+		Use:   "eval -f POLICIES --pod POD.yaml --nodes NODES.yaml [--namespace NS.yaml] [--pods-on-nodes PODS.yaml] [--params PARAMS.yaml] [--pod-groups PODGROUPS.yaml --group-pods PODS.yaml]",
 		Short: "Evaluate a pod against policies and nodes, offline",
 		Long: `eval places one pod as the scheduler would, without a cluster: it runs
 kube-scheduler's framework in-process with the profile's built-in plugins and
 the CEL plugins (no binding), and reports which policies match and why, the
 preEnqueue verdict, each node's verdict and the plugin that rejected it, every
-CEL filter and score rule per node, the feasible nodes and the ranking.`,
+CEL filter and score rule per node, the feasible nodes and the ranking.
+
+A pod of a pod group (spec.schedulingGroup.podGroupName) is placed with its
+group when its PodGroup is given (--pod-groups) and the feature gate
+GenericWorkload is on (--feature-gates): kube-scheduler itself places the
+pod and the group's other pending members (--group-pods) all or nothing,
+and the report says where, or which policy and rule refused each candidate
+placement. A pod whose PodGroup is not given is held by kube-scheduler
+until it exists; a note says so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.source.Pod == "" || len(o.source.Files.Nodes) == 0 {
@@ -56,6 +63,8 @@ CEL filter and score rule per node, the feasible nodes and the ranking.`,
 	f.StringSliceVar(&o.source.Files.Namespaces, "namespace", nil, "namespace files (the pod's namespace; default: one with only its name label)")
 	f.StringSliceVar(&o.source.Files.Pods, "pods-on-nodes", nil, "files of pods already on the nodes (spec.nodeName set)")
 	f.StringSliceVar(&o.source.Files.Params, "params", nil, "files of params objects of parameterized policies (ConfigMaps, custom resources)")
+	f.StringSliceVar(&o.source.Files.PodGroups, "pod-groups", nil, "files of PodGroups (scheduling.k8s.io/v1beta1): the pod's, when it is in one (default namespace: the pod's)")
+	f.StringSliceVar(&o.source.GroupPods, "group-pods", nil, "files of the other pending members of the pod's group (spec.schedulingGroup.podGroupName, no spec.nodeName)")
 	f.StringVar(&o.source.Config, "config", "", "KubeSchedulerConfiguration (default: the manager's built-in one)")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
 	f.BoolVar(&o.why, "why", false, whyUsage)
@@ -73,12 +82,16 @@ func runEval(ctx context.Context, o *evalOptions) (*dryrun.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	report, err := dryrun.Run(ctx, dryrun.Input{Policies: in.Policies, Pod: in.Pod, Namespaces: in.Namespaces, Nodes: in.Nodes, Pods: in.Pods,
-		PodGroups: in.PodGroups, Config: in.Config, Params: in.Params, Why: o.why})
+	report, err := dryrun.Run(ctx, dryrun.Input{Policies: in.Policies, Pod: in.Pod, Namespaces: in.Namespaces, Nodes: in.Nodes,
+		Pods: append(slices.Clone(in.Pods), in.GroupPods...), PodGroups: in.PodGroups, Config: in.Config, Params: in.Params, Why: o.why})
 	if err != nil {
 		return nil, err
 	}
 	report.Notes = append(in.Notes, report.Notes...)
+	// What is not placed as a group: the pod's PodGroup not given, or
+	// the gate off.
+	pending, _ := dryrun.SplitGroups(in.PodGroups, append([]*corev1.Pod{in.Pod}, in.GroupPods...))
+	report.Notes = append(report.Notes, pending.Notes("placed")...)
 	if off := offNodes(in.Pods, in.Nodes); len(off) > 0 {
 		report.Notes = append(report.Notes, fmt.Sprintf("ignored pods of --pods-on-nodes that are on none of the nodes: %s", strings.Join(off, ", ")))
 	}
@@ -204,7 +217,7 @@ func printGroup(out io.Writer, g *dryrun.GroupResult) {
 	if g == nil {
 		return
 	}
-	fmt.Fprintf(out, "\nPod group %s (minCount %d, %d pending): %s\n", g.Group, g.MinCount, len(g.Members), impact.GroupOutcome(g))
+	fmt.Fprintf(out, "\nPod group %s (minCount %d, %d pending): %s\n", g.Group, g.MinCount, len(g.Members), g.Outcome())
 	for _, m := range g.Members {
 		fmt.Fprintf(out, "  %s: %s\n", m.Pod, cmp.Or(m.Node, m.Reason))
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -161,23 +162,40 @@ func evalNodes(t *testing.T, args ...string) map[string]string {
 // in the table and the pull-request comment; --fail-on counts groups.
 // The gates off, a note says the groups are not evaluated as groups.
 func TestImpactGroups(t *testing.T) {
+	dir := filepath.Join("testdata", "impact", "groups")
+	runGroupGoldens(t, dir, []string{"impact", "--dump", filepath.Join("..", "impact", "testdata", "groups-cluster.yaml"),
+		"--policies", filepath.Join(dir, "live.yaml"), "-f", filepath.Join(dir, "draft.yaml"), "--delete", "freeze"}, []groupGolden{
+		{name: "table", args: []string{workloadGatesOn}},
+		{name: "markdown", args: []string{workloadGatesOn, "-o", "markdown"}},
+		{name: "fail-on", args: []string{workloadGatesOn, "--fail-on", "held,stranded"}, wantCode: 1},
+		{name: "gates-off", args: []string{workloadGatesOff}},
+	})
+}
+
+// The workload gates, as the manager's --feature-gates set them.
+const (
+	workloadGatesOn  = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+	workloadGatesOff = "--feature-gates=GenericWorkload=false,TopologyAwareWorkloadScheduling=false"
+)
+
+// groupGolden is a command line's last arguments, its exit code and its
+// golden file's name.
+type groupGolden struct {
+	name     string
+	args     []string
+	wantCode int
+}
+
+// runGroupGoldens runs base and each case's arguments in-process, and
+// compares the output (stdout, then stderr) with dir/NAME.golden. The
+// workload gates, which the CLI sets in the process, are back at their
+// defaults after the test.
+func runGroupGoldens(t *testing.T, dir string, base []string, cases []groupGolden) {
+	t.Helper()
 	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
 		features.GenericWorkload: false, features.TopologyAwareWorkloadScheduling: false,
 	})
-	dir := filepath.Join("testdata", "impact", "groups")
-	base := []string{"impact", "--dump", filepath.Join("..", "impact", "testdata", "groups-cluster.yaml"),
-		"--policies", filepath.Join(dir, "live.yaml"), "-f", filepath.Join(dir, "draft.yaml"), "--delete", "freeze"}
-	gates := "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
-	for _, tc := range []struct {
-		name     string
-		args     []string
-		wantCode int
-	}{
-		{name: "table", args: []string{gates}},
-		{name: "markdown", args: []string{gates, "-o", "markdown"}},
-		{name: "fail-on", args: []string{gates, "--fail-on", "held,stranded"}, wantCode: 1},
-		{name: "gates-off", args: []string{"--feature-gates=GenericWorkload=false,TopologyAwareWorkloadScheduling=false"}},
-	} {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
 			code := Run(append(slices.Clone(base), tc.args...), strings.NewReader(""), &out, &errOut)
@@ -221,3 +239,80 @@ func TestCheckGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestEvalGroups: with the workload gates on, eval places the pod's group
+// (--pod-groups, the other pending members in --group-pods) with
+// kube-scheduler: a gang of two placed in the rack that takes it, the
+// same gang left unschedulable by a placement filter that names its rule,
+// in the table and JSON. Without the pod's PodGroup, or with the gates
+// off, a note says so. A member that is in another group, or bound, or
+// --group-pods for a pod in no group, is bad input that names the file
+// and the field.
+func TestEvalGroups(t *testing.T) {
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload: false, features.TopologyAwareWorkloadScheduling: false,
+	})
+	dir := filepath.Join("testdata", "eval", "groups")
+	file := func(name string) string { return filepath.Join(dir, name) }
+	gates := workloadGatesOn
+	base := []string{"eval", "--pod", file("pod.yaml"), "--nodes", file("nodes.yaml")}
+	gang := []string{"--pod-groups", file("podgroup.yaml"), "--group-pods", file("group-pods.yaml")}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		wantCode int
+		want     string // in the output
+	}{
+		{name: "placed", args: append([]string{gates}, gang...), want: "Pod group ml/train (minCount 2, 2 pending): placed in a\n"},
+		{name: "refused", args: append([]string{gates, "-f", file("rack-b.yaml")}, gang...),
+			want: "placement a rejected by SchedulingPolicy trainers-in-rack-b, rule placement.filters/rack-b: trainer gangs go to rack b"},
+		{name: "refused-json", args: append([]string{gates, "-f", file("rack-b.yaml"), "-o", "json"}, gang...), want: `"rule": "rack-b"`},
+		{name: "no-podgroup", args: []string{gates, "--group-pods", file("group-pods.yaml")},
+			want: "Note: 2 pending pod(s) name a PodGroup that is not in the input (ml/train): kube-scheduler holds them until it exists\n"},
+		{name: "gates-off", args: append([]string{workloadGatesOff}, gang...), want: "Note: 1 pod group(s) with pending members are not placed as groups, their pods one by one: the feature gate GenericWorkload is off"},
+		{name: "other-group", args: []string{gates, "--pod-groups", file("podgroup.yaml"), "--group-pods", file("other-group.yaml")}, wantCode: 2,
+			want: `other-group.yaml: pod ml/serve-0: spec.schedulingGroup.podGroupName: "serve", want the pod's group "train"`},
+		{name: "bound", args: []string{gates, "--pod-groups", file("podgroup.yaml"), "--group-pods", file("bound.yaml")}, wantCode: 2,
+			want: "bound.yaml: pod ml/train-1: spec.nodeName: bound to a1, not pending"},
+		{name: "no-group", args: []string{"--pod", filepath.Join("testdata", "eval", "pod-trainer.yaml"), "--group-pods", file("group-pods.yaml")}, wantCode: 2,
+			want: "--group-pods: the pod is in no pod group"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runCLI(t, append(slices.Clone(base), tc.args...)...)
+			if code != tc.wantCode {
+				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+			if tc.wantCode != 0 && strings.Count(out, "\n") != 1 {
+				t.Errorf("want one error line, got:\n%s", out)
+			}
+			golden.Compare(t, filepath.Join(dir, tc.name+".golden"), out)
+		})
+	}
+}
+
+// TestAnalyzeGroups: analyze on a dump with pod groups (analyze's
+// testdata/groups-cluster.yaml), the workload gates on: three groups the
+// policies keep from a placement (group-unplaceable, naming the rule) and
+// one no placement fits (group-no-placement), in the table, Markdown and
+// JSON; --fail-on counts them. The gates off, a note says the groups are
+// not analyzed as groups.
+func TestAnalyzeGroups(t *testing.T) {
+	dir := filepath.Join("testdata", "analyze")
+	runGroupGoldens(t, dir, []string{"analyze", "--dump", filepath.Join("..", "analyze", "testdata", "groups-cluster.yaml"),
+		"--policies", filepath.Join(dir, "groups-policies.yaml")}, []groupGolden{
+		{name: "groups", args: []string{workloadGatesOn}},
+		{name: "groups-markdown", args: []string{workloadGatesOn, "-o", "markdown"}},
+		{name: "groups-json", args: []string{workloadGatesOn, "-o", "json"}},
+		{name: "groups-fail-on", args: []string{workloadGatesOn, "--fail-on", "group-unplaceable,group-no-placement"}, wantCode: 1},
+		{name: "groups-gates-off", args: []string{workloadGatesOff, "--fail-on", "group-unplaceable"}},
+	})
+}
+
+// A run of kube-scheduler over the groups of these tiny clusters settles
+// in milliseconds: one that does not fails the test with the settle
+// error (which pods are not settled, and where) rather than the
+// package's timeout.
+func init() { celverdict.GroupsSettleTimeout = 20 * time.Second }

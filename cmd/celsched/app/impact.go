@@ -31,7 +31,7 @@ type impactOptions struct {
 func newImpactCommand(s *streams) *cobra.Command {
 	o := impactOptions{source: source.Source{Stdin: s.in, Kube: genericclioptions.NewConfigFlags(true)}}
 	cmd := &cobra.Command{
-		Use:   "impact -f DRAFTS... [--delete NAME]... [--delete-params KIND/NAMESPACE/NAME]... [--nodes F --pods F --namespaces F --policies F --params F | --dump F]",
+		Use:   "impact -f DRAFTS... [--delete NAME]... [--delete-params KIND/NAMESPACE/NAME]... [--nodes F --pods F --namespaces F --pod-groups F --policies F --params F | --dump F]",
 		Short: "What a change of policies or of their params does to every pending and bound pod of a cluster",
 		Long: `impact evaluates every pod of the scheduler's profiles with the live
 SchedulingPolicies and their params objects, and with the draft applied,
@@ -251,7 +251,7 @@ func printGroups(w io.Writer, r *impact.Report) error {
 	fmt.Fprintln(tw, "  GROUP\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
 	for i := range r.Groups {
 		g := &r.Groups[i]
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Group, g.Change, impact.GroupOutcome(g.Now), impact.GroupOutcome(g.Draft), strings.Join(g.Policies, ", "))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Group, g.Change, g.Now.Outcome(), g.Draft.Outcome(), strings.Join(g.Policies, ", "))
 	}
 	return tw.Flush()
 }

@@ -58,7 +58,7 @@ func printImpactMarkdown(w io.Writer, r *impact.Report, maxPods int) error {
 		for i := range r.Groups {
 			g := &r.Groups[i]
 			fmt.Fprintf(&b, "| %s | **%s** | %s | %s | %s |\n", mdCode(g.Group), g.Change,
-				mdText(impact.GroupOutcome(g.Now)), mdText(impact.GroupOutcome(g.Draft)), mdText(strings.Join(g.Policies, ", ")))
+				mdText(g.Now.Outcome()), mdText(g.Draft.Outcome()), mdText(strings.Join(g.Policies, ", ")))
 		}
 	}
 	if changed > 0 {

@@ -18,10 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/features"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -93,12 +91,12 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	return r, nil
 }
 
-// placeGroup places the pod's group, with its pending members among pods,
-// with kube-scheduler (verdict.Evaluator.PlaceGroups); nil when the pod
-// is in no group of podGroups, or GenericWorkload is off.
+// placeGroup places the pod's group, with its pending members among pods
+// (SplitGroups), with kube-scheduler (verdict.Evaluator.PlaceGroups); nil
+// when the pod is in no group of podGroups, or GenericWorkload is off.
 func placeGroup(ctx context.Context, s *Scheduler, pod *corev1.Pod, podGroups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod) (*verdict.GroupResult, error) {
 	group := engine.GroupName(pod)
-	if group == "" || !utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
+	if group == "" || !GroupsOn() {
 		return nil, nil
 	}
 	i := slices.IndexFunc(podGroups, func(pg *schedulingv1beta1.PodGroup) bool {
@@ -107,13 +105,12 @@ func placeGroup(ctx context.Context, s *Scheduler, pod *corev1.Pod, podGroups []
 	if i < 0 {
 		return nil, nil
 	}
-	members := []*corev1.Pod{pod}
-	for _, p := range pods {
-		if p.Spec.NodeName == "" && p.Namespace == pod.Namespace && p.Name != pod.Name && engine.GroupName(p) == group {
-			members = append(members, p)
-		}
+	others := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.Namespace == pod.Namespace && p.Name == pod.Name })
+	pending, _ := SplitGroups(podGroups[i:i+1], append([]*corev1.Pod{pod}, others...))
+	if len(pending.Groups) == 0 { // the pod is bound: no member is pending
+		return nil, nil
 	}
-	results, err := s.PlaceGroups(ctx, []verdict.Group{{PodGroup: podGroups[i], Pods: members}})
+	results, err := s.PlaceGroups(ctx, pending.Groups)
 	if err != nil {
 		return nil, err
 	}

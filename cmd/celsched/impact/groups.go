@@ -9,12 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/util/sets"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
-	"k8s.io/kubernetes/pkg/features"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/cmd/celsched/dryrun"
 )
 
 // GroupImpact is what the draft does to a pod group: where kube-scheduler
@@ -45,71 +43,31 @@ type GroupSummary struct {
 }
 
 // groupMembers takes out of pods the pending members of the PodGroups of
-// the input, by group (namespace/name), when kube-scheduler places pod
-// groups (GenericWorkload on): they are evaluated with their group, not
-// one by one. Pods naming a PodGroup that is not in the input stay, and a
-// note counts them.
-func (r *Report) groupMembers(podGroups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod) (rest []*corev1.Pod, members map[string][]*corev1.Pod) {
-	members = map[string][]*corev1.Pod{}
-	known := sets.New[string]()
-	for _, pg := range podGroups {
-		known.Insert(pg.Namespace + "/" + pg.Name)
+// the input (dryrun.SplitGroups), when kube-scheduler places pod groups
+// (GenericWorkload on): they are evaluated with their group, not one by
+// one. Pods naming a PodGroup that is not in the input stay, and a note
+// counts them.
+func (r *Report) groupMembers(podGroups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod) (rest []*corev1.Pod, groups []verdict.Group) {
+	pending, others := dryrun.SplitGroups(podGroups, pods)
+	r.Notes = append(r.Notes, pending.Notes("evaluated")...)
+	if len(pending.Groups) == 0 || !dryrun.GroupsOn() {
+		return pods, nil
 	}
-	on := utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
-	orphans := 0
-	for _, p := range pods {
-		group := engine.GroupName(p)
-		if p.Spec.NodeName != "" || group == "" {
-			rest = append(rest, p)
-			continue
-		}
-		key := p.Namespace + "/" + group
-		switch {
-		case !known.Has(key):
-			orphans++
-			rest = append(rest, p)
-		case on:
-			members[key] = append(members[key], p)
-		default:
-			rest = append(rest, p)
-			members[key] = nil
-		}
-	}
-	if orphans > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d pending pod(s) name a PodGroup that is not in the input: kube-scheduler holds them", orphans))
-	}
-	if len(members) == 0 {
-		return rest, nil
-	}
-	if !on {
-		r.Notes = append(r.Notes, fmt.Sprintf("%d pod group(s) with pending members are not evaluated as groups, their pods one by one: the feature gate GenericWorkload is off (give the manager's --feature-gates)", len(members)))
-		return rest, nil
-	}
-	r.Summary.Groups = &GroupSummary{Pending: len(members), ByChange: map[Change]int{}}
-	for _, pods := range members {
-		r.Summary.GroupMembers += len(pods)
-	}
-	return rest, members
+	r.Summary.Groups = &GroupSummary{Pending: len(pending.Groups), ByChange: map[Change]int{}}
+	r.Summary.GroupMembers = pending.Members()
+	return others, pending.Groups
 }
 
-// groups evaluates the pod groups with their pending members (by
-// namespace/name): those a changed policy applies to are placed by
-// kube-scheduler with each policy set, all in one run per set (groups
-// compete for nodes as in the scheduler's queue), and those whose outcome
-// changes are listed.
-func (r *Report) groups(ctx context.Context, c *change, podGroups []*schedulingv1beta1.PodGroup, members map[string][]*corev1.Pod) error {
-	if len(members) == 0 {
-		return nil
-	}
+// groups evaluates the pod groups with their pending members: those a
+// changed policy applies to are placed by kube-scheduler with each policy
+// set, all in one run per set (groups compete for nodes as in the
+// scheduler's queue), and those whose outcome changes are listed.
+func (r *Report) groups(ctx context.Context, c *change, pending []verdict.Group) error {
 	var groups []verdict.Group
 	var relevant []sets.Set[string]
-	for _, pg := range podGroups {
-		pods := members[pg.Namespace+"/"+pg.Name]
-		if len(pods) == 0 {
-			continue
-		}
+	for _, g := range pending {
 		policies := sets.New[string]()
-		for _, p := range pods {
+		for _, p := range g.Pods {
 			rel, _, err := c.relevant(ctx, p)
 			if err != nil {
 				return err
@@ -120,7 +78,7 @@ func (r *Report) groups(ctx context.Context, c *change, podGroups []*schedulingv
 			r.Summary.Groups.NotAffected++
 			continue
 		}
-		groups = append(groups, verdict.Group{PodGroup: pg, Pods: pods})
+		groups = append(groups, g)
 		relevant = append(relevant, policies)
 	}
 	if len(groups) == 0 {
@@ -174,19 +132,6 @@ func classifyGroup(now, draft *verdict.GroupResult) Change {
 		return Stranded
 	default: // held now, unschedulable with the draft
 		return Released
-	}
-}
-
-// GroupOutcome says a group's outcome in a few words: "placed in b2",
-// "placed", or the state and the reason.
-func GroupOutcome(r *verdict.GroupResult) string {
-	switch {
-	case r.State == verdict.GroupPlaced && r.Placement != "":
-		return "placed in " + r.Placement
-	case r.State == verdict.GroupPlaced:
-		return "placed"
-	default:
-		return fmt.Sprintf("%s: %s", r.State, r.Reason)
 	}
 }
 

@@ -58,7 +58,7 @@ func TestRunGroups(t *testing.T) {
 	got := map[string]Change{}
 	for _, g := range r.Groups {
 		got[g.Group] = g.Change
-		t.Logf("%s %s: now %s, draft %s", g.Group, g.Change, GroupOutcome(g.Now), GroupOutcome(g.Draft))
+		t.Logf("%s %s: now %s, draft %s", g.Group, g.Change, g.Now.Outcome(), g.Draft.Outcome())
 	}
 	want := map[string]Change{"ml/train": Moved, "ml/batch": Held, "ml/frozen": Placed}
 	if diff := cmp.Diff(want, got); diff != "" {

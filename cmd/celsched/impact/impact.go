@@ -287,7 +287,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	r.add(results)
-	if err := r.groups(ctx, &c, in.PodGroups, members); err != nil {
+	if err := r.groups(ctx, &c, members); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/celsched/celsched/api/manifest"
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine"
 )
 
 // readDrafts reads the draft files into in.Drafts, and returns their other
@@ -59,6 +60,19 @@ func (s *Source) readFiles(in *Input, drafts []*unstructured.Unstructured) error
 	if s.Pod != "" {
 		if in.Pod, err = readPod(s.Stdin, s.Pod); err != nil {
 			return inputError(err)
+		}
+	}
+	if in.GroupPods, err = readGroupPods(s.Stdin, s.GroupPods, in.Pod); err != nil {
+		return inputError(err)
+	}
+	if in.PodGroups, err = manifest.ReadObjects[*schedulingv1beta1.PodGroup](s.Stdin, f.PodGroups, "PodGroup"); err != nil {
+		return inputError(err)
+	}
+	if in.Pod != nil { // a scenario's PodGroups are in the pod's namespace unless they say otherwise
+		for _, pg := range in.PodGroups {
+			if pg.Namespace == "" {
+				pg.Namespace = in.Pod.Namespace
+			}
 		}
 	}
 	if in.Nodes, err = manifest.ReadObjects[*corev1.Node](s.Stdin, f.Nodes, "Node"); err != nil {
@@ -173,6 +187,49 @@ func readPod(stdin io.Reader, file string) (*corev1.Pod, error) {
 		pods[0].Namespace = corev1.NamespaceDefault
 	}
 	return pods[0], nil
+}
+
+// readGroupPods reads the files of the other pending members of pod's
+// pod group, each in the pod's namespace (an empty namespace is the
+// pod's), naming the pod's group (spec.schedulingGroup.podGroupName), and
+// pending (no spec.nodeName: a bound member takes room on its node, and
+// is given with the pods on nodes).
+func readGroupPods(stdin io.Reader, files []string, pod *corev1.Pod) ([]*corev1.Pod, error) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	group := ""
+	if pod != nil {
+		group = engine.GroupName(pod)
+	}
+	if group == "" {
+		return nil, fmt.Errorf("--group-pods: the pod is in no pod group (its spec.schedulingGroup.podGroupName is not set)")
+	}
+	var out []*corev1.Pod
+	for _, file := range files {
+		pods, err := manifest.ReadObjects[*corev1.Pod](stdin, []string{file}, "Pod")
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pods {
+			if p.Namespace == "" {
+				p.Namespace = pod.Namespace
+			}
+			where := fmt.Sprintf("--group-pods %s: pod %s/%s", file, p.Namespace, p.Name)
+			switch {
+			case p.Namespace != pod.Namespace:
+				return nil, fmt.Errorf("%s: metadata.namespace: a member of the pod's group %s is in its namespace %s", where, group, pod.Namespace)
+			case engine.GroupName(p) != group:
+				return nil, fmt.Errorf("%s: spec.schedulingGroup.podGroupName: %q, want the pod's group %q", where, engine.GroupName(p), group)
+			case p.Spec.NodeName != "":
+				return nil, fmt.Errorf("%s: spec.nodeName: bound to %s, not pending (give the group's bound members with --pods-on-nodes)", where, p.Spec.NodeName)
+			case p.Name == pod.Name || slices.ContainsFunc(out, func(o *corev1.Pod) bool { return o.Name == p.Name }):
+				return nil, fmt.Errorf("%s: metadata.name: given twice", where)
+			}
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // readPolicies reads files of SchedulingPolicies: the policies, and the

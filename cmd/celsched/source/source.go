@@ -39,6 +39,9 @@ type Input struct {
 	// Pod is the pod the report is about (Source.Pod); it is not among
 	// Pods.
 	Pod *corev1.Pod
+	// GroupPods are the other pending members of Pod's pod group
+	// (Source.GroupPods); they are not among Pods.
+	GroupPods []*corev1.Pod
 	// PodGroups are the cluster's PodGroups (scheduling.k8s.io/v1beta1):
 	// the groups whose pending members kube-scheduler places all or
 	// nothing. Read live only where the API server serves them.
@@ -83,12 +86,17 @@ type Source struct {
 	// Pod is the pod the report is about: a file offline, a name in the
 	// kubeconfig's namespace live.
 	Pod string
+	// GroupPods are files of the other pending members of Pod's pod
+	// group (offline): Input.GroupPods.
+	GroupPods []string
 }
 
 // Files are a cluster in files: a dump (`kubectl get -o yaml` of every
 // kind), or files of each kind.
 type Files struct {
 	Nodes, Pods, Namespaces []string
+	// PodGroups are files of PodGroups (scheduling.k8s.io/v1beta1).
+	PodGroups []string
 	// Policies are the SchedulingPolicies in force (instead of those of
 	// Dump); their directories may hold the CustomResourceDefinitions of
 	// params kinds.
@@ -106,7 +114,7 @@ type Files struct {
 }
 
 func (f *Files) any() bool {
-	return len(f.Nodes)+len(f.Pods)+len(f.Namespaces)+len(f.Policies)+len(f.Params)+len(f.Dump) > 0
+	return len(f.Nodes)+len(f.Pods)+len(f.Namespaces)+len(f.PodGroups)+len(f.Policies)+len(f.Params)+len(f.Dump) > 0
 }
 
 // Read reads the input: the configuration, the drafts, and the cluster
