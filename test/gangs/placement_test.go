@@ -172,7 +172,7 @@ func TestGangPlacementScore(t *testing.T) {
 
 	const allGold = "placement.nodes.all(n, n.metadata.labels[?'tier'].orValue('') == 'gold')"
 	policy := builder.MakePolicy("gold-racks").PodLabels(map[string]string{"app": "trainer"}).
-		PlacementScore("gold", allGold+" ? 100 : 0", 1).Obj()
+		PlacementScore("gold", allGold+" ? 100 : 0", 1, "").Obj()
 	applyPolicy(t, policy)
 	trainer := withLabels(map[string]string{"app": "trainer"})
 	inRack := func(group string, pods []*corev1.Pod, rack string) {
@@ -206,6 +206,6 @@ func TestGangPlacementScore(t *testing.T) {
 // TestPlacementScoreTypeError: a placement score that does not evaluate
 // to a number is refused at apply, with its field path.
 func TestPlacementScoreTypeError(t *testing.T) {
-	wantRefused(t, builder.MakePolicy("bad-placement-score").PlacementScore("gold", "placement.count > 1", 1).Obj(),
+	wantRefused(t, builder.MakePolicy("bad-placement-score").PlacementScore("gold", "placement.count > 1", 1, "").Obj(),
 		"spec.placement.scores[0].expression", "must evaluate to int, uint or double, but evaluates to bool")
 }
