@@ -245,7 +245,7 @@ func (pl *Placement) PlacementScoreExtensions() fwk.PlacementScoreExtensions { r
 // placement they would have preferred is logged, but they change no
 // score.
 func (pl *Placement) NormalizePlacementScore(ctx context.Context, state fwk.PodGroupCycleState, group fwk.PodGroupInfo, scores []fwk.PlacementScore) *fwk.Status {
-	t, err := readTable(state)
+	t, err := celplugins.ReadState[*scoreTable](state, stateKey)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
@@ -339,12 +339,12 @@ func (pl *Placement) table(ctx context.Context, state fwk.PodGroupCycleState, gr
 	if state == nil {
 		return nil, fmt.Errorf("pod group %s/%s: ScorePlacement without a pod group cycle state", group.GetNamespace(), group.GetName())
 	}
-	if t, err := readTable(state); err == nil {
+	if t, err := celplugins.ReadState[*scoreTable](state, stateKey); err == nil {
 		return t, nil
 	}
 	pl.tableMu.Lock()
 	defer pl.tableMu.Unlock()
-	if t, err := readTable(state); err == nil {
+	if t, err := celplugins.ReadState[*scoreTable](state, stateKey); err == nil {
 		return t, nil
 	}
 	policies, err := pl.matching(ctx, group, (*engine.CompiledPolicy).HasPlacementScores)
@@ -359,19 +359,6 @@ func (pl *Placement) table(ctx context.Context, state fwk.PodGroupCycleState, gr
 		t.pod = group.GetUnscheduledPods()[0]
 	}
 	state.Write(stateKey, t)
-	return t, nil
-}
-
-// readTable returns the scoreTable of the group's cycle.
-func readTable(state fwk.PodGroupCycleState) (*scoreTable, error) {
-	data, err := state.Read(stateKey)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", stateKey, err)
-	}
-	t, ok := data.(*scoreTable)
-	if !ok {
-		return nil, fmt.Errorf("%s holds %T", stateKey, data)
-	}
 	return t, nil
 }
 

@@ -398,17 +398,5 @@ func (pl *Score) stateOf(state fwk.CycleState) (*scoreState, error) {
 	if s, ok := pl.state.Get(state); ok {
 		return s, nil
 	}
-	return readState(state)
-}
-
-func readState(state fwk.CycleState) (*scoreState, error) {
-	data, err := state.Read(stateKey)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", stateKey, err)
-	}
-	s, ok := data.(*scoreState)
-	if !ok {
-		return nil, fmt.Errorf("%s holds %T", stateKey, data)
-	}
-	return s, nil
+	return celplugins.ReadState[*scoreState](state, stateKey)
 }

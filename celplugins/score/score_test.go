@@ -216,7 +216,7 @@ func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
-	s, err := readState(state)
+	s, err := celplugins.ReadState[*scoreState](state, stateKey)
 	if err != nil {
 		b.Fatal(err)
 	}
