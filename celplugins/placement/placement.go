@@ -245,6 +245,9 @@ func (pl *Placement) PlacementScoreExtensions() fwk.PlacementScoreExtensions { r
 // placement they would have preferred is logged, but they change no
 // score.
 func (pl *Placement) NormalizePlacementScore(ctx context.Context, state fwk.PodGroupCycleState, group fwk.PodGroupInfo, scores []fwk.PlacementScore) *fwk.Status {
+	if len(scores) == 0 {
+		return nil // no ScorePlacement call, so no table
+	}
 	t, err := celplugins.ReadState[*scoreTable](state, stateKey)
 	if err != nil {
 		return fwk.AsStatus(err)
