@@ -127,8 +127,10 @@ type CombineBuffers struct {
 // plugin the placements of a pod group's cycle.
 func CombineRows(out []int64, rows [][]float64, rules []WeightedRule, audit bool, b *CombineBuffers) []int64 {
 	var (
-		combiner ScoreCombiner
-		found    bool
+		combiner   ScoreCombiner
+		found      bool
+		raw        []float64
+		normalized []int64
 	)
 	for r, rl := range rules {
 		if rl.Audit != audit {
@@ -139,12 +141,13 @@ func CombineRows(out []int64, rows [][]float64, rules []WeightedRule, audit bool
 			combiner = ScoreCombinerInto(out)
 			b.raw = slices.Grow(b.raw[:0], len(rows))[:len(rows)]
 			b.normalized = slices.Grow(b.normalized[:0], len(rows))[:len(rows)]
+			raw, normalized = b.raw, b.normalized
 		}
 		for c, row := range rows {
-			b.raw[c] = row[r]
+			raw[c] = row[r]
 		}
-		NormalizeScoresInto(b.normalized, b.raw, rl.Normalization)
-		combiner.Add(b.normalized, rl.Weight)
+		NormalizeScoresInto(normalized, raw, rl.Normalization)
+		combiner.Add(normalized, rl.Weight)
 	}
 	if !found {
 		return nil
