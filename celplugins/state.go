@@ -221,6 +221,27 @@ func ReadCycle(state fwk.CycleState) *Cycle {
 	return c
 }
 
+// StateReader is what ReadState reads: a pod's CycleState, or a pod
+// group's or a placement's cycle state.
+type StateReader interface {
+	Read(key fwk.StateKey) (fwk.StateData, error)
+}
+
+// ReadState returns the data of type T that a plugin wrote at key, or an
+// error naming the key when there is none or it is of another type.
+func ReadState[T fwk.StateData](state StateReader, key fwk.StateKey) (T, error) {
+	var zero T
+	data, err := state.Read(key)
+	if err != nil {
+		return zero, fmt.Errorf("reading %s: %w", key, err)
+	}
+	t, ok := data.(T)
+	if !ok {
+		return zero, fmt.Errorf("%s holds %T", key, data)
+	}
+	return t, nil
+}
+
 // LastState is what a plugin last wrote in a CycleState, kept beside the
 // state, so that the per-node calls of the cycle (Filter, Score) find it
 // without CycleState.Read: a sync.Map lookup that hashes the key, per node

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common"
@@ -530,16 +531,32 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 		if e == nil {
 			continue
 		}
-		weight := s.Weight
-		if weight == 0 {
-			weight = 1 // not defaulted by an apiserver (files in dry-run)
-		}
-		normalization := s.Normalization
-		if normalization == "" {
-			normalization = schedv1alpha1.MinMax
-		}
+		weight, normalization := pc.scoring(path, s.Weight, s.Normalization)
 		out.scores = append(out.scores, &scoreRule{name: s.Name, expr: *e, weight: weight, normalization: normalization})
 	}
+}
+
+// normalizations are the values of a score rule's normalization.
+var normalizations = []string{string(schedv1alpha1.MinMax), string(schedv1alpha1.MinMaxReverse), string(schedv1alpha1.None)}
+
+// scoring returns the weight and normalization of the score rule (or
+// placement score) at path with their defaults, 1 and MinMax, which an
+// apiserver sets but files in dry-run may leave out. A normalization that
+// is not one of the values is an error at path.normalization (the CRD's
+// enum rejects it on the apiserver, nothing does for files), and the rule
+// takes MinMax so that compiling goes on.
+func (pc *policyCompiler) scoring(path *field.Path, weight int32, normalization schedv1alpha1.ScoreNormalization) (int32, schedv1alpha1.ScoreNormalization) {
+	if weight == 0 {
+		weight = 1
+	}
+	switch {
+	case normalization == "":
+		normalization = schedv1alpha1.MinMax
+	case !slices.Contains(normalizations, string(normalization)):
+		pc.out.Errors = append(pc.out.Errors, field.NotSupported(path.Child("normalization"), normalization, normalizations))
+		normalization = schedv1alpha1.MinMax
+	}
+	return weight, normalization
 }
 
 func (pc *policyCompiler) rules(listPath *field.Path, rules []schedv1alpha1.Rule, sc scope, scopeName string) []*boolRule {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
@@ -98,6 +99,62 @@ func CombineScores(normalized [][]int64, weights []int32) []int64 {
 	return c.Mean()
 }
 
+// WeightedRule is how a matching rule's raw values become its part of a
+// candidate's score: its normalization and weight, and whether only its
+// report counts (a rule of an Audit policy).
+type WeightedRule struct {
+	Weight        int32
+	Normalization schedv1alpha1.ScoreNormalization
+	Audit         bool
+}
+
+// CombineBuffers are the buffers of one rule's values that CombineRows
+// reuses across rules and calls; the zero value is ready to use. Not for
+// concurrent use.
+type CombineBuffers struct {
+	raw        []float64
+	normalized []int64
+}
+
+// CombineRows writes into out (one per candidate, len(rows)) and returns
+// each candidate's weighted mean, in 0..MaxScore, of the normalized scores
+// of the rules whose Audit is audit, or returns nil when there is none.
+// rows[c][r] is rule r's raw value on candidate c (NaN where the rule
+// failed and was ignored: the candidate takes no part in the rule's
+// normalization and scores 0 for it), rules[r] the rule. Each rule is
+// normalized across all the candidates with NormalizeScoresInto. The score
+// plugin combines the nodes of a pod's cycle with it, and the placement
+// plugin the placements of a pod group's cycle.
+func CombineRows(out []int64, rows [][]float64, rules []WeightedRule, audit bool, b *CombineBuffers) []int64 {
+	var (
+		combiner   ScoreCombiner
+		found      bool
+		raw        []float64
+		normalized []int64
+	)
+	for r, rl := range rules {
+		if rl.Audit != audit {
+			continue
+		}
+		if !found {
+			found = true
+			combiner = ScoreCombinerInto(out)
+			b.raw = slices.Grow(b.raw[:0], len(rows))[:len(rows)]
+			b.normalized = slices.Grow(b.normalized[:0], len(rows))[:len(rows)]
+			raw, normalized = b.raw, b.normalized
+		}
+		for c, row := range rows {
+			raw[c] = row[r]
+		}
+		NormalizeScoresInto(normalized, raw, rl.Normalization)
+		combiner.Add(normalized, rl.Weight)
+	}
+	if !found {
+		return nil
+	}
+	return combiner.Mean()
+}
+
 // ScoreCombiner computes CombineScores one rule at a time, so that the
 // normalized scores of a rule need not outlive it.
 type ScoreCombiner struct {
@@ -142,7 +199,7 @@ func (c *ScoreCombiner) Mean() []int64 {
 }
 
 // roundScore is a raw value as a score without normalization: rounded and
-// clamped to 0..MaxScore (normalization None, and placement scores).
+// clamped to 0..MaxScore (normalization None).
 func roundScore(v float64) int64 { return clampScore(math.Round(v)) }
 
 func clampScore(v float64) int64 {

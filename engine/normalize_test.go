@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -56,5 +57,36 @@ func TestCombineScores(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestCombineRows: each rule is normalized across the candidates (a NaN
+// candidate takes no part and scores 0 for it) and the rules of one kind
+// (enforced or Audit) are combined by weight; buffers that held another
+// call's values do not show, and no rule of the kind gives nil.
+func TestCombineRows(t *testing.T) {
+	t.Parallel()
+	// Rules 0 (None, weight 3) and 1 (MinMaxReverse, weight 1) are
+	// enforced, rule 2 (MinMax) Audit; rules 0 and 1 failed on candidate 2.
+	nan := math.NaN()
+	rows := [][]float64{{100, 4, 1}, {0, 2, 9}, {nan, nan, 5}}
+	rules := []WeightedRule{
+		{Weight: 3, Normalization: schedv1alpha1.None},
+		{Weight: 1, Normalization: schedv1alpha1.MinMaxReverse},
+		{Weight: 1, Normalization: schedv1alpha1.MinMax, Audit: true},
+	}
+	b := &CombineBuffers{raw: []float64{7, 7, 7, 7}, normalized: []int64{9, 9, 9, 9}}
+	for range 2 {
+		// Candidate 0: (100*3 + 0*1)/4 = 75; 1: (0*3 + 100*1)/4 = 25;
+		// 2: failed, 0.
+		if diff := cmp.Diff([]int64{75, 25, 0}, CombineRows([]int64{5, 5, 5}, rows, rules, false, b)); diff != "" {
+			t.Errorf("enforced (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]int64{0, 100, 50}, CombineRows(make([]int64, 3), rows, rules, true, b)); diff != "" {
+			t.Errorf("audit (-want +got):\n%s", diff)
+		}
+	}
+	if got := CombineRows(make([]int64, 3), rows, rules[2:], false, b); got != nil {
+		t.Errorf("no enforced rules: %v, want nil", got)
 	}
 }

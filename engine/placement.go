@@ -9,6 +9,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
@@ -124,9 +125,10 @@ type placementRule struct {
 	name string
 	path *field.Path
 	prg  celcost.Program
-	// message is a filter's message; weight a score's weight.
-	message string
-	weight  int32
+	// message is a filter's message; weight and normalization a score's.
+	message       string
+	weight        int32
+	normalization schedv1alpha1.ScoreNormalization
 }
 
 // HasPlacementFilters says whether the policy has placement filters.
@@ -134,6 +136,20 @@ func (p *Program) HasPlacementFilters() bool { return len(p.placementFilters) > 
 
 // HasPlacementScores says whether the policy has placement scores.
 func (p *Program) HasPlacementScores() bool { return len(p.placementScores) > 0 }
+
+// NumPlacementScores is the number of placement scores: the length of
+// PlacementScore's raw values.
+func (p *Program) NumPlacementScores() int { return len(p.placementScores) }
+
+// PlacementScoreRules returns how the placement scores' raw values become
+// scores, in order, for CombineRows across a group's placements.
+func (p *CompiledPolicy) PlacementScoreRules() []WeightedRule {
+	out := make([]WeightedRule, len(p.placementScores))
+	for i, r := range p.placementScores {
+		out[i] = WeightedRule{Weight: r.weight, Normalization: r.normalization, Audit: !p.Enforced()}
+	}
+	return out
+}
 
 // PlacementFilterRuleNames returns the names of the placement filters, in
 // order.
@@ -163,16 +179,13 @@ func (pc *policyCompiler) compilePlacement(spec *schedv1alpha1.SchedulingPolicyS
 		}
 	}
 	for i, r := range spec.Placement.Scores {
-		path := placementPath.Child("scores").Index(i).Child("expression")
-		prg := pc.placementProgram(envs.scores, path, r.Expression, outputNumber)
+		path := placementPath.Child("scores").Index(i)
+		prg := pc.placementProgram(envs.scores, path.Child("expression"), r.Expression, outputNumber)
 		if prg == nil {
 			continue
 		}
-		weight := r.Weight
-		if weight == 0 {
-			weight = 1 // not defaulted by an apiserver (files in dry-run)
-		}
-		pc.out.placementScores = append(pc.out.placementScores, &placementRule{name: r.Name, path: path, prg: prg, weight: weight})
+		weight, normalization := pc.scoring(path, r.Weight, r.Normalization)
+		pc.out.placementScores = append(pc.out.placementScores, &placementRule{name: r.Name, path: path.Child("expression"), prg: prg, weight: weight, normalization: normalization})
 	}
 }
 
@@ -306,21 +319,22 @@ func (p *CompiledPolicy) PlacementFilter(ctx context.Context, in *PlacementInput
 }
 
 // PlacementScore evaluates the placement scores on one candidate placement
-// (an input with the nodes assigned) and adds each rule's score, with its
-// weight, to scores (a combiner of one placement: NewScoreCombiner(1)). A
-// rule's score is its value rounded and clamped to 0..MaxScore, as an
-// ordinary score rule's with normalization None; one that fails under
-// Ignore scores 0, as an ordinary rule that failed scores 0 on the node.
-// Under Fail the first error decides Error and the policy adds nothing.
-// The policy must apply to the group's pods; the caller uses the scores of
-// enforced policies and reports the others'.
-func (p *CompiledPolicy) PlacementScore(ctx context.Context, in *PlacementInput, scores *ScoreCombiner) Decision {
+// (an input with the nodes assigned), writing their raw values into raw
+// (NumPlacementScores long, in order); the caller normalizes each rule
+// across the group's placements and combines them (CombineRows with
+// PlacementScoreRules), as a pod's score rules across the nodes. A rule
+// that fails under Ignore is skipped: its value is NaN, which takes no
+// part in the normalization and scores 0, as an ordinary rule that failed
+// on a node. Under Fail the first error decides Error, and every value is
+// NaN. The policy must apply to the group's pods; the caller uses the
+// scores of enforced policies and reports the others'.
+func (p *CompiledPolicy) PlacementScore(ctx context.Context, in *PlacementInput, raw []float64) Decision {
 	d := Decision{Policy: p, Point: PointPlacementScore}
+	noValues(raw)
 	if err := p.Err(); err != nil {
 		d.fail("", err)
 		return d
 	}
-	values := make([]int64, len(p.placementScores))
 	var spent uint64
 	for i, r := range p.placementScores {
 		v, err := p.evalPlacement(ctx, r, in, &spent)
@@ -330,16 +344,21 @@ func (p *CompiledPolicy) PlacementScore(ctx context.Context, in *PlacementInput,
 		}
 		if err != nil {
 			if d.fail(r.name, &EvalError{Policy: p.Name, Rule: r.name, Field: r.path.String(), Err: err}) {
+				noValues(raw)
 				return d
 			}
 			continue
 		}
-		values[i] = roundScore(f)
-	}
-	for i, r := range p.placementScores {
-		scores.Add(values[i:i+1], r.weight)
+		raw[i] = f
 	}
 	return d
+}
+
+// noValues sets every raw value to NaN: no value, a rule that failed.
+func noValues(raw []float64) {
+	for i := range raw {
+		raw[i] = math.NaN()
+	}
 }
 
 // evalPlacement evaluates one placement rule, adding what it cost to

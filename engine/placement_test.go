@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -168,6 +171,10 @@ func TestPlacementScoreCompileErrors(t *testing.T) {
 				Expression: "placement.nodes.filter(a, placement.nodes.exists(b, a.metadata.name != b.metadata.name && a.metadata.labels == b.metadata.labels)).size()"}),
 			want: "spec.placement.scores[0].expression: Forbidden: estimated cost",
 		},
+		"normalization not supported": {
+			policy: placementScorePolicy("", schedv1alpha1.PlacementScore{Name: "free", Expression: "placement.count", Normalization: "Log"}),
+			want:   `spec.placement.scores[0].normalization: Unsupported value: "Log": supported values: "MinMax", "MinMaxReverse", "None"`,
+		},
 		// Filters run before any pod is proposed for the placement.
 		"a filter reads assignedNodes": {
 			policy: placementPolicy("", schedv1alpha1.PlacementFilter{Name: "spread", Expression: "placement.assignedNodes.size() > 1"}),
@@ -191,11 +198,12 @@ func TestPlacementScore(t *testing.T) {
 	c := NewCompiler(testEnv(t))
 	const goldShare = "100 * placement.nodes.filter(n, n.metadata.labels[?'tier'] == optional.of('gold')).size() / placement.count"
 	type want struct {
-		Score   int64
+		Raw     []float64
 		Verdict Verdict
 		Rule    string
 		Ignored int
 	}
+	nan := math.NaN()
 	tests := map[string]struct {
 		failurePolicy schedv1alpha1.FailurePolicyType
 		scores        []schedv1alpha1.PlacementScore
@@ -207,52 +215,57 @@ func TestPlacementScore(t *testing.T) {
 		"an int": {
 			scores: []schedv1alpha1.PlacementScore{{Name: "gold", Expression: goldShare}},
 			nodes:  []*corev1.Node{makeNode("a", map[string]string{"tier": "gold"}), makeNode("b", nil), makeNode("c", nil), makeNode("d", map[string]string{"tier": "gold"})},
-			want:   want{Score: 50},
+			want:   want{Raw: []float64{50}},
 		},
-		"a double, rounded": {
+		// Raw values are not rounded or clamped: CombineRows normalizes
+		// them across the placements.
+		"a double": {
 			scores: []schedv1alpha1.PlacementScore{{Name: "d", Expression: "42.5"}},
-			want:   want{Score: 43},
+			want:   want{Raw: []float64{42.5}},
 		},
-		"clamped above": {
+		"above 100": {
 			scores: []schedv1alpha1.PlacementScore{{Name: "big", Expression: "250"}},
-			want:   want{Score: 100},
+			want:   want{Raw: []float64{250}},
 		},
-		"clamped below": {
+		"negative": {
 			scores: []schedv1alpha1.PlacementScore{{Name: "negative", Expression: "-5.0"}},
-			want:   want{Score: 0},
+			want:   want{Raw: []float64{-5}},
 		},
-		"weighted mean": {
-			scores: []schedv1alpha1.PlacementScore{{Name: "high", Expression: "100", Weight: 3}, {Name: "low", Expression: "0"}},
-			want:   want{Score: 75},
+		"two rules, in order": {
+			scores: []schedv1alpha1.PlacementScore{{Name: "high", Expression: "100", Weight: 3}, {Name: "low", Expression: "0u"}},
+			want:   want{Raw: []float64{100, 0}},
 		},
 		"the nodes assigned": {
 			scores: []schedv1alpha1.PlacementScore{{Name: "gold-pods",
 				Expression: "100 * placement.assignedNodes.filter(n, n.metadata.labels[?'tier'] == optional.of('gold')).size() / size(placement.assignedNodes)"}},
 			nodes:    []*corev1.Node{makeNode("a", map[string]string{"tier": "gold"}), makeNode("b", nil)},
 			assigned: []string{"a", "a", "a", "b"},
-			want:     want{Score: 75},
+			want:     want{Raw: []float64{75}},
 		},
 		"a node assigned outside the placement has its name": {
 			scores:   []schedv1alpha1.PlacementScore{{Name: "names", Expression: "placement.assignedNodes.exists(n, n.metadata.name == 'z' && n.metadata.labels.size() == 0) ? 100 : 0"}},
 			assigned: []string{"z"},
-			want:     want{Score: 100},
+			want:     want{Raw: []float64{100}},
 		},
+		// Under Fail no rule of the policy has a value.
 		"error under Fail": {
 			scores:  []schedv1alpha1.PlacementScore{{Name: "ok", Expression: "100"}, {Name: "zone", Expression: "int(placement.nodes[0].metadata.labels['zone'])"}},
 			nodes:   rackNodes("a"),
-			want:    want{Verdict: Error, Rule: "zone"},
+			want:    want{Raw: []float64{nan, nan}, Verdict: Error, Rule: "zone"},
 			wantErr: "SchedulingPolicy gangs, rule zone: spec.placement.scores[1].expression: no such key: zone",
 		},
-		"error under Ignore scores 0 with its weight": {
+		// Under Ignore the rule has no value (NaN: no part in the
+		// normalization, score 0), the others have theirs.
+		"error under Ignore": {
 			failurePolicy: schedv1alpha1.Ignore,
 			scores:        []schedv1alpha1.PlacementScore{{Name: "zone", Expression: "int(placement.nodes[0].metadata.labels['zone'])"}, {Name: "ok", Expression: "100"}},
 			nodes:         rackNodes("a"),
-			want:          want{Score: 50, Ignored: 1},
+			want:          want{Raw: []float64{nan, 100}, Ignored: 1},
 		},
 		"a dyn that is not a number": {
 			scores:  []schedv1alpha1.PlacementScore{{Name: "dyn", Expression: "dyn(placement.nodes[0].metadata.name)"}},
 			nodes:   rackNodes("a"),
-			want:    want{Verdict: Error, Rule: "dyn"},
+			want:    want{Raw: []float64{nan}, Verdict: Error, Rule: "dyn"},
 			wantErr: "SchedulingPolicy gangs, rule dyn: spec.placement.scores[0].expression: evaluated to string, want int, uint or double",
 		},
 	}
@@ -274,10 +287,12 @@ func TestPlacementScore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			scores := NewScoreCombiner(1)
-			d := p.PlacementScore(context.Background(), in, scores)
-			got := want{Score: scores.Mean()[0], Verdict: d.Verdict, Rule: d.Rule, Ignored: len(d.Ignored)}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			// The buffer holds another placement's values: they must not
+			// show.
+			raw := slices.Repeat([]float64{7}, p.NumPlacementScores())
+			d := p.PlacementScore(context.Background(), in, raw)
+			got := want{Raw: raw, Verdict: d.Verdict, Rule: d.Rule, Ignored: len(d.Ignored)}
+			if diff := cmp.Diff(tc.want, got, cmpopts.EquateNaNs()); diff != "" {
 				t.Errorf("score and decision (-want +got):\n%s", diff)
 			}
 			if tc.wantErr != "" {
@@ -289,6 +304,126 @@ func TestPlacementScore(t *testing.T) {
 				if got, want := d.RuleLabel(), "placement.scores/"+tc.want.Rule; got != want {
 					t.Errorf("rule label %s, want %s", got, want)
 				}
+			}
+		})
+	}
+}
+
+// freeGPUs is a placement score over 100: the free GPUs of the
+// placement's nodes, from their free-gpus label (an error where a node has
+// none).
+const freeGPUs = "placement.nodes.map(n, int(n.metadata.labels['free-gpus'])).sum()"
+
+// TestPlacementScoresAcrossPlacements: each placement score is normalized
+// across the group's placements as a score rule is across the nodes
+// (MinMax by default, MinMaxReverse, None clamping to 0..100), and the
+// rules of the enforced policies are combined by weight; an Audit
+// policy's rules are combined apart; a rule that failed under Ignore on a
+// placement takes no part there and scores 0 for it.
+func TestPlacementScoresAcrossPlacements(t *testing.T) {
+	c := NewCompiler(testEnv(t))
+	rack := func(name string, free ...string) *PlacementInput {
+		var nodes []*corev1.Node
+		for i, f := range free {
+			labels := map[string]string{"rack": name}
+			if f != "" {
+				labels["free-gpus"] = f
+			}
+			nodes = append(nodes, makeNode(fmt.Sprintf("%s-%d", name, i), labels))
+		}
+		in, err := NewPlacementInput(name, nodes, nil, "ml", "train", []string{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return in
+	}
+	// Free GPUs: rack a 120, b 300, c 480.
+	threeRacks := []*PlacementInput{rack("a", "64", "56"), rack("b", "150", "150"), rack("c", "240", "240")}
+	score := func(name string, normalization schedv1alpha1.ScoreNormalization, weight int32) schedv1alpha1.PlacementScore {
+		return schedv1alpha1.PlacementScore{Name: name, Expression: freeGPUs, Normalization: normalization, Weight: weight}
+	}
+	audit := func(p *schedv1alpha1.SchedulingPolicy) *schedv1alpha1.SchedulingPolicy {
+		p.Name, p.Spec.Enforcement = "audit", schedv1alpha1.Audit
+		return p
+	}
+	tests := map[string]struct {
+		policies   []*schedv1alpha1.SchedulingPolicy
+		placements []*PlacementInput
+		want       []int64
+		wantAudit  []int64
+	}{
+		"MinMax by default: the most free GPUs wins": {
+			policies: []*schedv1alpha1.SchedulingPolicy{placementScorePolicy("", score("free", "", 0))},
+			want:     []int64{0, 50, 100},
+		},
+		"MinMaxReverse: the fewest free GPUs wins": {
+			policies: []*schedv1alpha1.SchedulingPolicy{placementScorePolicy("", score("free", schedv1alpha1.MinMaxReverse, 0))},
+			want:     []int64{100, 50, 0},
+		},
+		"None clamps to 0..100": {
+			policies: []*schedv1alpha1.SchedulingPolicy{placementScorePolicy("", score("free", schedv1alpha1.None, 0))},
+			want:     []int64{100, 100, 100},
+		},
+		"weights": {
+			policies: []*schedv1alpha1.SchedulingPolicy{
+				placementScorePolicy("", score("most", schedv1alpha1.MinMax, 3)),
+				placementScorePolicy("", score("fewest", schedv1alpha1.MinMaxReverse, 1)),
+			},
+			want: []int64{25, 50, 75}, // (0*3 + 100)/4, (50*3 + 50)/4, (100*3 + 0)/4
+		},
+		"an Audit policy is combined apart": {
+			policies: []*schedv1alpha1.SchedulingPolicy{
+				placementScorePolicy("", score("most", "", 0)),
+				audit(placementScorePolicy("", score("fewest", schedv1alpha1.MinMaxReverse, 0))),
+			},
+			want:      []int64{0, 50, 100},
+			wantAudit: []int64{100, 50, 0},
+		},
+		"equal values all score 100": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{placementScorePolicy("", score("free", "", 0))},
+			placements: []*PlacementInput{rack("a", "150"), rack("b", "100", "50")},
+			want:       []int64{100, 100},
+		},
+		// Rack d has a node without the label: the rule fails there, and
+		// the others are normalized among themselves.
+		"an error under Ignore": {
+			policies:   []*schedv1alpha1.SchedulingPolicy{placementScorePolicy(schedv1alpha1.Ignore, score("free", "", 0))},
+			placements: []*PlacementInput{rack("a", "64", "56"), rack("d", "400", ""), rack("c", "240", "240")},
+			want:       []int64{0, 0, 100},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			placements := tc.placements
+			if placements == nil {
+				placements = threeRacks
+			}
+			var compiled []*CompiledPolicy
+			var rules []WeightedRule
+			for _, policy := range tc.policies {
+				p := c.Compile(policy, CompileOptions{})
+				if err := p.Err(); err != nil {
+					t.Fatal(err)
+				}
+				compiled = append(compiled, p)
+				rules = append(rules, p.PlacementScoreRules()...)
+			}
+			rows := make([][]float64, len(placements))
+			for i, in := range placements {
+				for _, p := range compiled {
+					raw := make([]float64, p.NumPlacementScores())
+					if d := p.PlacementScore(context.Background(), in, raw); d.Verdict != Pass {
+						t.Fatalf("placement %s: %v (%v)", in.Name, d.Verdict, d.Err)
+					}
+					rows[i] = append(rows[i], raw...)
+				}
+			}
+			var b CombineBuffers
+			if diff := cmp.Diff(tc.want, CombineRows(make([]int64, len(rows)), rows, rules, false, &b)); diff != "" {
+				t.Errorf("enforced (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantAudit, CombineRows(make([]int64, len(rows)), rows, rules, true, &b)); diff != "" {
+				t.Errorf("audit (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -326,9 +461,9 @@ func TestPlacementCostLimit(t *testing.T) {
 		"score": {
 			policy: placementScorePolicy("", schedv1alpha1.PlacementScore{Name: "labels", Expression: "placement.nodes.filter(n, n.metadata.labels.all(k, k != '')).size()"}),
 			decide: func(p *CompiledPolicy, in *PlacementInput) (Decision, int64) {
-				scores := NewScoreCombiner(1)
-				d := p.PlacementScore(context.Background(), in, scores)
-				return d, scores.Mean()[0]
+				raw := make([]float64, 1)
+				d := p.PlacementScore(context.Background(), in, raw)
+				return d, int64(raw[0])
 			},
 			wantSmall: 10,
 		},

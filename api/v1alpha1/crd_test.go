@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -67,6 +68,19 @@ func TestCRDLimitsMatchConstants(t *testing.T) {
 		weight := lists[path].Items.Schema.Properties["weight"]
 		if weight.Minimum == nil || *weight.Minimum != MinScoreWeight || weight.Maximum == nil || *weight.Maximum != MaxScoreWeight {
 			t.Errorf("%s[].weight: range %v..%v, want %d..%d", path, weight.Minimum, weight.Maximum, MinScoreWeight, MaxScoreWeight)
+		}
+		// Placement scores normalize as score rules do: the same values,
+		// the same default.
+		normalization := lists[path].Items.Schema.Properties["normalization"]
+		var values []string
+		for _, v := range normalization.Enum {
+			values = append(values, string(v.Raw))
+		}
+		if diff := cmp.Diff([]string{`"MinMax"`, `"MinMaxReverse"`, `"None"`}, values); diff != "" {
+			t.Errorf("%s[].normalization: enum (-want +got):\n%s", path, diff)
+		}
+		if normalization.Default == nil || string(normalization.Default.Raw) != `"MinMax"` {
+			t.Errorf("%s[].normalization: default %v, want MinMax", path, normalization.Default)
 		}
 	}
 	if got := spec.Properties["schedulerNames"].MaxItems; got == nil || *got != MaxSchedulerNames {

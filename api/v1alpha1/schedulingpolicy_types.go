@@ -54,13 +54,14 @@ const (
 )
 
 // ScoreNormalization says how the raw values of a score rule across the
-// candidate nodes are mapped to 0..100.
+// candidate nodes (of a placement score across the candidate placements)
+// are mapped to 0..100.
 // +kubebuilder:validation:Enum=MinMax;MinMaxReverse;None
 type ScoreNormalization string
 
 const (
-	// MinMax maps the lowest raw value among the nodes to 0 and the highest to
-	// 100, linearly.
+	// MinMax maps the lowest raw value among the candidates to 0 and the
+	// highest to 100, linearly.
 	MinMax ScoreNormalization = "MinMax"
 	// MinMaxReverse maps the lowest raw value to 100 and the highest to 0.
 	MinMaxReverse ScoreNormalization = "MinMaxReverse"
@@ -335,10 +336,12 @@ type PlacementRules struct {
 	// double) per candidate placement that a matching group fits, over
 	// placement (as for filters, plus placement.assignedNodes: the node
 	// proposed for each of the group's pods in this placement, with
-	// metadata.name and metadata.labels) and podGroup. Each value is rounded and clamped to 0..100 (as a score
-	// rule's with normalization None), and the placement's score is the
-	// weighted mean of the rules of every enforced matching policy, which
-	// kube-scheduler weighs against its own placement scores.
+	// metadata.name and metadata.labels) and podGroup. Each rule's values
+	// are normalized to 0..100 across the placements that kube-scheduler
+	// scores for the group, as a score rule's are across the nodes, and a
+	// placement's score is the weighted mean of the rules of every enforced
+	// matching policy, which kube-scheduler weighs against its own
+	// placement scores.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -358,7 +361,7 @@ type PlacementScore struct {
 	Name string `json:"name"`
 
 	// expression is a CEL expression that evaluates to an int, uint or
-	// double: the placement's score, rounded and clamped to 0..100.
+	// double: the rule's raw value for a placement.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=5120
@@ -372,6 +375,15 @@ type PlacementScore struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	Weight int32 `json:"weight,omitempty"`
+
+	// normalization maps the raw values across the placements that
+	// kube-scheduler scores for the group to 0..100, as a score rule's
+	// across the nodes: MinMax (lowest 0, highest 100), MinMaxReverse
+	// (lowest 100, highest 0) or None (the raw value clamped to 0..100).
+	// Defaults to MinMax.
+	// +optional
+	// +kubebuilder:default=MinMax
+	Normalization ScoreNormalization `json:"normalization,omitempty"`
 }
 
 // PlacementFilter is a named CEL expression over a candidate placement of a

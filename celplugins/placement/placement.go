@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -45,12 +46,17 @@ type Placement struct {
 	// candidates come from it, one per domain of the group's topology
 	// constraint (or every node, without one).
 	generator fwk.PlacementGeneratePlugin
+	// tableMu makes finding or writing a group cycle's scoreTable one
+	// step; only the calls that find no table yet take it, never per
+	// node.
+	tableMu sync.Mutex
 }
 
 var (
-	_ fwk.PlacementGeneratePlugin = &Placement{}
-	_ fwk.PlacementScorePlugin    = &Placement{}
-	_ fwk.EnqueueExtensions       = &Placement{}
+	_ fwk.PlacementGeneratePlugin  = &Placement{}
+	_ fwk.PlacementScorePlugin     = &Placement{}
+	_ fwk.PlacementScoreExtensions = &Placement{}
+	_ fwk.EnqueueExtensions        = &Placement{}
 )
 
 // New builds the plugin; use celplugins.Factory(rt, New) to register it.
@@ -185,21 +191,25 @@ func (pl *Placement) decide(ctx context.Context, policies []*engine.CompiledPoli
 	return nil
 }
 
-// ScorePlacement implements fwk.PlacementScorePlugin: the weighted mean
-// (0..100) of the placement scores of the enforced policies matching the
-// group's pods on the placement with the nodes kube-scheduler proposed for
-// them; 0 on every placement when none has any, so the other placement
-// scores decide. An enforced policy's error under failurePolicy Fail fails
-// the group's cycle (as a score rule's fails a pod's); Audit policies'
-// scores are logged and change nothing.
+// ScorePlacement implements fwk.PlacementScorePlugin: it evaluates the
+// placement scores of the policies matching the group's pods on the
+// placement, with the nodes kube-scheduler proposed for them, and keeps
+// their raw values in the group cycle's scoreTable; it returns the row it
+// wrote, which NormalizePlacementScore turns into the placement's score
+// once every placement has been scored. An enforced policy's error under
+// failurePolicy Fail fails the group's cycle (as a score rule's fails a
+// pod's).
 //
-// kube-scheduler scores the placements in parallel and gives each call one
-// placement, so each call matches the policies itself: a match per
-// placement, beside a scheduling cycle per pod per placement.
-func (pl *Placement) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleState, group fwk.PodGroupInfo, assignments *fwk.PodGroupAssignments) (int64, *fwk.Status) {
-	policies, err := pl.matching(ctx, group, (*engine.CompiledPolicy).HasPlacementScores)
-	if err != nil || len(policies) == 0 {
+// kube-scheduler scores the placements in parallel, one call per
+// placement, with the placement's cycle state, whose group cycle state
+// (the one NormalizePlacementScore gets) holds the table.
+func (pl *Placement) ScorePlacement(ctx context.Context, state fwk.PlacementCycleState, group fwk.PodGroupInfo, assignments *fwk.PodGroupAssignments) (int64, *fwk.Status) {
+	t, err := pl.table(ctx, state.GetPodGroupSchedulingCycle(), group)
+	if err != nil {
 		return 0, fwk.AsStatus(err)
+	}
+	if len(t.rules) == 0 {
+		return 0, nil
 	}
 	assigned := make([]string, len(assignments.ProposedAssignments))
 	for i, a := range assignments.ProposedAssignments {
@@ -209,29 +219,151 @@ func (pl *Placement) ScorePlacement(ctx context.Context, _ fwk.PlacementCycleSta
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	pod := group.GetUnscheduledPods()[0]
-	enforced, audit := engine.NewScoreCombiner(1), engine.NewScoreCombiner(1)
-	audited := false
-	for _, p := range policies {
-		scores := enforced
-		if !p.Enforced() {
-			scores, audited = audit, true
-		}
-		d := p.PlacementScore(ctx, in, scores)
-		pl.rt.Report.NoteErrors(ctx, 0, &d, pod, "")
+	raw := make([]float64, len(t.rules))
+	offset := 0
+	for _, p := range t.policies {
+		values := raw[offset : offset+p.NumPlacementScores()]
+		offset += len(values)
+		d := p.PlacementScore(ctx, in, values)
+		pl.rt.Report.NoteErrors(ctx, 0, &d, t.pod, "")
 		if d.Acts() {
 			return 0, celplugins.Status(&d, fmt.Sprintf("pod group %s/%s, placement %s: %s", group.GetNamespace(), group.GetName(), in.Name, d.String()))
 		}
 	}
-	if logger := klog.FromContext(ctx).V(4); audited && logger.Enabled() {
-		logger.Info("Audit placement scores", "podGroup", klog.KRef(group.GetNamespace(), group.GetName()), "placement", in.Name, "score", audit.Mean()[0])
-	}
-	return enforced.Mean()[0], nil
+	return t.add(raw), nil
 }
 
-// PlacementScoreExtensions implements fwk.PlacementScorePlugin: the
-// scores are in 0..100 already, and need no normalization.
-func (pl *Placement) PlacementScoreExtensions() fwk.PlacementScoreExtensions { return nil }
+// PlacementScoreExtensions implements fwk.PlacementScorePlugin.
+func (pl *Placement) PlacementScoreExtensions() fwk.PlacementScoreExtensions { return pl }
+
+// NormalizePlacementScore implements fwk.PlacementScoreExtensions: each
+// placement score is normalized across the placements scored (its
+// normalization, as a score rule's across the nodes) and a placement's
+// score is the weighted mean, 0..100, of the enforced policies' rules; 0
+// on every placement when no enforced policy has any, so the other
+// placement scores decide. Audit policies' rules are combined too, and the
+// placement they would have preferred is logged, but they change no
+// score.
+func (pl *Placement) NormalizePlacementScore(ctx context.Context, state fwk.PodGroupCycleState, group fwk.PodGroupInfo, scores []fwk.PlacementScore) *fwk.Status {
+	if len(scores) == 0 {
+		return nil // no ScorePlacement call, so no table
+	}
+	t, err := celplugins.ReadState[*scoreTable](state, stateKey)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	var rows [][]float64
+	if len(t.rules) > 0 {
+		if rows, err = t.rowsOf(scores); err != nil {
+			return fwk.AsStatus(fmt.Errorf("pod group %s/%s: %w", group.GetNamespace(), group.GetName(), err))
+		}
+	}
+	var b engine.CombineBuffers
+	enforced := engine.CombineRows(make([]int64, len(rows)), rows, t.rules, false, &b)
+	for i := range scores {
+		scores[i].Score = 0
+		if enforced != nil {
+			scores[i].Score = enforced[i]
+		}
+	}
+	if logger := klog.FromContext(ctx).V(2); logger.Enabled() {
+		if audit := engine.CombineRows(make([]int64, len(rows)), rows, t.rules, true, &b); audit != nil {
+			best := 0
+			for i, v := range audit {
+				if v > audit[best] {
+					best = i
+				}
+			}
+			logger.Info("Audit placement scores would prefer a placement", "podGroup", klog.KRef(group.GetNamespace(), group.GetName()),
+				"placement", scores[best].Placement.Name, "score", audit[best])
+		}
+	}
+	return nil
+}
+
+// scoreTable holds a pod group cycle's raw placement scores: the policies
+// with placement scores that match the group, matched once per cycle, and
+// a row of their rules' raw values per placement scored. Key: stateKey in
+// the group's PodGroupCycleState, so it lives as long as the group's
+// cycle; bound: one row of len(rules) values per candidate placement.
+// ScorePlacement creates it (Placement.table) and appends the rows under
+// mu; NormalizePlacementScore reads them after every ScorePlacement of the
+// cycle has returned.
+type scoreTable struct {
+	policies []*engine.CompiledPolicy
+	// rules are the policies' placement scores, in order: a row holds
+	// their raw values.
+	rules []engine.WeightedRule
+	// pod is the group's member whose errors are reported.
+	pod *corev1.Pod
+
+	mu   sync.Mutex
+	rows [][]float64
+}
+
+// stateKey is the scoreTable's key in the group's cycle state.
+const stateKey fwk.StateKey = Name + "/scores"
+
+// Clone implements fwk.StateData. The group's cycle state is not cloned
+// while the placements are scored.
+func (t *scoreTable) Clone() fwk.StateData { return t }
+
+// add appends a placement's raw values and returns their row.
+func (t *scoreTable) add(raw []float64) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.rows = append(t.rows, raw)
+	return int64(len(t.rows) - 1)
+}
+
+// rowsOf returns the raw values of the placements scored, from the rows
+// that ScorePlacement returned: each must be a row of the table, and no
+// row the score of two placements.
+func (t *scoreTable) rowsOf(scores []fwk.PlacementScore) ([][]float64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rows := make([][]float64, len(scores))
+	seen := make([]bool, len(t.rows))
+	for i, s := range scores {
+		if s.Score < 0 || s.Score >= int64(len(t.rows)) || seen[s.Score] {
+			return nil, fmt.Errorf("placement %s: its raw score (row %d of %d) was not written by ScorePlacement in this cycle", s.Placement.Name, s.Score, len(t.rows))
+		}
+		seen[s.Score] = true
+		rows[i] = t.rows[s.Score]
+	}
+	return rows, nil
+}
+
+// table returns the group cycle's scoreTable, matching the policies and
+// writing it on the first call of the cycle. The parallel calls of one
+// cycle wait for the first: tableMu makes reading and writing the key one
+// step (a cycle state has no load-or-store).
+func (pl *Placement) table(ctx context.Context, state fwk.PodGroupCycleState, group fwk.PodGroupInfo) (*scoreTable, error) {
+	if state == nil {
+		return nil, fmt.Errorf("pod group %s/%s: ScorePlacement without a pod group cycle state", group.GetNamespace(), group.GetName())
+	}
+	if t, err := celplugins.ReadState[*scoreTable](state, stateKey); err == nil {
+		return t, nil
+	}
+	pl.tableMu.Lock()
+	defer pl.tableMu.Unlock()
+	if t, err := celplugins.ReadState[*scoreTable](state, stateKey); err == nil {
+		return t, nil
+	}
+	policies, err := pl.matching(ctx, group, (*engine.CompiledPolicy).HasPlacementScores)
+	if err != nil {
+		return nil, err
+	}
+	t := &scoreTable{policies: policies}
+	for _, p := range policies {
+		t.rules = append(t.rules, p.PlacementScoreRules()...)
+	}
+	if len(policies) > 0 {
+		t.pod = group.GetUnscheduledPods()[0]
+	}
+	state.Write(stateKey, t)
+	return t, nil
+}
 
 // placementInput converts a placement and its group for the engine, with
 // the nodes assigned to the group's pods (nil when none are yet).

@@ -16,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/metrics"
@@ -106,7 +105,7 @@ type scoreState struct {
 	id    uint32
 	cycle *celplugins.Cycle
 	tally *metrics.Tally
-	rules []rule
+	rules []engine.WeightedRule
 	// raw holds a row of len(rules) raw values per node given to
 	// PreScore (raw[row*len(rules)+rule]), NaN where the rule failed and
 	// was ignored (it takes no part in the rule's normalization, and
@@ -182,14 +181,6 @@ func (s *scoreState) row(i int64) []float64 {
 	return s.raw[i*n : (i+1)*n : (i+1)*n]
 }
 
-// rule is one score rule of a matching policy.
-type rule struct {
-	name          string
-	weight        int32
-	normalization schedv1alpha1.ScoreNormalization
-	audit         bool
-}
-
 // Clone implements fwk.StateData. The state is only read after Score.
 func (s *scoreState) Clone() fwk.StateData { return s }
 
@@ -210,7 +201,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 	s := &scoreState{id: pl.tables.Add(1) & maxTableID, cycle: c, tally: pl.rt.Report.Tally(engine.PointScore, c.Scores)}
 	for _, p := range c.Scores {
 		for _, r := range p.ScoreRules() {
-			s.rules = append(s.rules, rule{name: r.Name, weight: r.Weight, normalization: r.Normalization, audit: !p.Enforced()})
+			s.rules = append(s.rules, engine.WeightedRule{Weight: r.Weight, Normalization: r.Normalization, Audit: !p.Enforced()})
 		}
 	}
 	s.raw, s.rows = pl.rawTable(len(nodes)*len(s.rules)), int64(len(nodes))
@@ -359,7 +350,8 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	}
 	pl.keep(s, earlier)
 	pl.mu.Unlock()
-	enforced, audit := s.combine(rows, false, b, &b.enforced), s.combine(rows, true, b, &b.audit)
+	enforced := engine.CombineRows(sized(&b.enforced, len(rows)), rows, s.rules, false, &b.combine)
+	audit := engine.CombineRows(sized(&b.audit, len(rows)), rows, s.rules, true, &b.combine)
 	for i := range scores {
 		scores[i].Score = 0
 		if enforced != nil {
@@ -380,42 +372,11 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 	return nil
 }
 
-// combine returns the weighted mean of the normalized scores of the
-// enforced (or the Audit) rules for the nodes whose raw values are rows,
-// in *out, or nil when there are none. b's buffers of raw values and of
-// normalized scores serve every rule.
-func (s *scoreState) combine(rows [][]float64, audit bool, b *normalizeBuffer, out *[]int64) []int64 {
-	var (
-		combiner engine.ScoreCombiner
-		found    bool
-	)
-	for r, rl := range s.rules {
-		if rl.audit != audit {
-			continue
-		}
-		if !found {
-			found = true
-			combiner = engine.ScoreCombinerInto(sized(out, len(rows)))
-		}
-		raw, normalized := sized(&b.raw, len(rows)), sized(&b.normalized, len(rows))
-		for i, row := range rows {
-			raw[i] = row[r]
-		}
-		engine.NormalizeScoresInto(normalized, raw, rl.normalization)
-		combiner.Add(normalized, rl.weight)
-	}
-	if !found {
-		return nil
-	}
-	return combiner.Mean()
-}
-
 // normalizeBuffer is what NormalizeScore needs per node.
 type normalizeBuffer struct {
 	rows            [][]float64
 	seen            []bool
-	raw             []float64
-	normalized      []int64
+	combine         engine.CombineBuffers
 	enforced, audit []int64
 }
 
@@ -437,17 +398,5 @@ func (pl *Score) stateOf(state fwk.CycleState) (*scoreState, error) {
 	if s, ok := pl.state.Get(state); ok {
 		return s, nil
 	}
-	return readState(state)
-}
-
-func readState(state fwk.CycleState) (*scoreState, error) {
-	data, err := state.Read(stateKey)
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", stateKey, err)
-	}
-	s, ok := data.(*scoreState)
-	if !ok {
-		return nil, fmt.Errorf("%s holds %T", stateKey, data)
-	}
-	return s, nil
+	return celplugins.ReadState[*scoreState](state, stateKey)
 }

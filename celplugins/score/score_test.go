@@ -3,7 +3,6 @@ package score
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"testing"
 	"time"
@@ -21,42 +20,6 @@ import (
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/test/builder"
 )
-
-func TestCombine(t *testing.T) {
-	t.Parallel()
-	// Policy 0 has two rules (spot: None, weight 3; pods: MinMaxReverse,
-	// weight 1); policy 1 (Audit) one rule. Both rules of policy 0 failed on
-	// node 2 (failurePolicy Ignore): NaN.
-	nan := math.NaN()
-	s := &scoreState{
-		cycle: &celplugins.Cycle{Match: &celplugins.Match{Scores: make([]*engine.CompiledPolicy, 2)}},
-		rules: []rule{
-			{weight: 3, normalization: schedv1alpha1.None},
-			{weight: 1, normalization: schedv1alpha1.MinMaxReverse},
-			{weight: 1, normalization: schedv1alpha1.MinMax, audit: true},
-		},
-		raw: []float64{100, 4, 1, 0, 2, 9, nan, nan, 5}, rows: 3,
-	}
-	rows := [][]float64{s.row(0), s.row(1), s.row(2)}
-	// The buffers hold another cycle's values, as when they come from the
-	// pool: they must not show.
-	b := &normalizeBuffer{raw: []float64{7, 7, 7, 7}, normalized: []int64{9, 9, 9, 9}}
-	out := []int64{5, 5, 5, 5}
-	for range 2 {
-		// Node 0: (100*3 + 0*1)/4 = 75; node 1: (0*3 + 100*1)/4 = 25;
-		// node 2: failed, 0.
-		if diff := cmp.Diff([]int64{75, 25, 0}, s.combine(rows, false, b, &out)); diff != "" {
-			t.Errorf("enforced (-want +got):\n%s", diff)
-		}
-		if diff := cmp.Diff([]int64{0, 100, 50}, s.combine(rows, true, b, &b.audit)); diff != "" {
-			t.Errorf("audit (-want +got):\n%s", diff)
-		}
-	}
-	s.rules = s.rules[2:]
-	if got := s.combine(rows, false, b, &out); got != nil {
-		t.Errorf("no enforced rules: %v, want nil", got)
-	}
-}
 
 // prepared is the state CELFilter's PreFilter leaves for the pod, with a
 // time budget that no load on the machine uses up: without it, PreScore
@@ -253,7 +216,7 @@ func BenchmarkScoreNodeOnlyPolicies(b *testing.B) {
 	}
 	ctx := context.Background()
 	b.ReportAllocs()
-	s, err := readState(state)
+	s, err := celplugins.ReadState[*scoreState](state, stateKey)
 	if err != nil {
 		b.Fatal(err)
 	}

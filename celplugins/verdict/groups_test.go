@@ -186,3 +186,56 @@ func TestPlaceGroups(t *testing.T) {
 		t.Errorf("ml/free %s in %q, want placed in one block", placedFree.State, placedFree.Placement)
 	}
 }
+
+// TestPlaceGroupsPlacementScore: the dry run's group placement is
+// kube-scheduler's, so a placement score is normalized across the
+// placements as in the scheduler. Rack a's nodes have 4 CPUs, rack b's 2:
+// kube-scheduler's own placement scores pack, and prefer rack b for a
+// 2-member gang. A rule over 100 (the free GPUs of the rack's nodes)
+// places the gang in rack a when rack a has the most and the rule is
+// MinMax (the default), or has the fewest and the rule is
+// MinMaxReverse; clamped to 0..100 (None), it scores both racks 100 and
+// kube-scheduler's preference stands.
+func TestPlaceGroupsPlacementScore(t *testing.T) {
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload: true, features.TopologyAwareWorkloadScheduling: true,
+	})
+	const freeGPUs = "placement.nodes.map(n, int(n.metadata.labels['free-gpus'])).sum()"
+	cases := map[string]struct {
+		normalization    schedv1alpha1.ScoreNormalization
+		freeInA, freeInB string
+		want             string
+	}{
+		"MinMax by default: the most free GPUs": {freeInA: "200", freeInB: "150", want: "a"},
+		"MinMaxReverse: the fewest free GPUs":   {normalization: schedv1alpha1.MinMaxReverse, freeInA: "150", freeInB: "200", want: "a"},
+		"None: both clamped to 100":             {normalization: schedv1alpha1.None, freeInA: "200", freeInB: "150", want: "b"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var nodes []*corev1.Node
+			for _, spec := range []struct{ name, rack, cpu, free string }{
+				{"a1", "a", "4", tc.freeInA}, {"a2", "a", "4", tc.freeInA},
+				{"b1", "b", "2", tc.freeInB}, {"b2", "b", "2", tc.freeInB},
+			} {
+				n := node(spec.name, map[string]string{rackLabel: spec.rack, "free-gpus": spec.free, corev1.LabelHostname: spec.name})
+				n.Status.Allocatable[corev1.ResourceCPU] = resourceQuantity(spec.cpu)
+				nodes = append(nodes, n)
+			}
+			policies := []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("free-gpus").PodLabels(map[string]string{"app": "trainer"}).
+				PlacementScore("free-gpus", freeGPUs, 1, tc.normalization).Obj()}
+			e := newEvaluatorWith(t, namespace("ml", nil), nodes, nil, policies, func(cfg *schedulerconfig.KubeSchedulerConfiguration) {
+				cfg.Profiles[0].SchedulerName = groupsProfile
+			})
+			got, err := e.PlaceGroups(context.Background(), []Group{gang(podGroup("ml", "train", 2, rackLabel), 2, "1", map[string]string{"app": "trainer"})})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0].State != GroupPlaced {
+				t.Fatalf("results %+v, want ml/train placed", got)
+			}
+			if got[0].Placement != tc.want {
+				t.Errorf("ml/train placed in rack %q, want %q", got[0].Placement, tc.want)
+			}
+		})
+	}
+}

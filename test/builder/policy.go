@@ -163,9 +163,10 @@ func (b *PolicyWrapper) PlacementFilter(name, expression, message string) *Polic
 	return b
 }
 
-// PlacementScore appends a placement score (spec.placement.scores).
-func (b *PolicyWrapper) PlacementScore(name, expression string, weight int32) *PolicyWrapper {
-	b.placement().Scores = append(b.placement().Scores, schedv1alpha1.PlacementScore{Name: name, Expression: expression, Weight: weight})
+// PlacementScore appends a placement score (spec.placement.scores); an
+// empty normalization is the default, MinMax.
+func (b *PolicyWrapper) PlacementScore(name, expression string, weight int32, n schedv1alpha1.ScoreNormalization) *PolicyWrapper {
+	b.placement().Scores = append(b.placement().Scores, schedv1alpha1.PlacementScore{Name: name, Expression: expression, Weight: weight, Normalization: n})
 	return b
 }
 

@@ -3,6 +3,7 @@ package gangs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -146,33 +147,56 @@ func wantRefused(t *testing.T, policy *schedv1alpha1.SchedulingPolicy, want ...s
 }
 
 // TestGangPlacementScore: a policy's placement score chooses between two
-// racks that both hold a 4-member gang (one placement per rack, from the
-// gang's topology constraint on the rack label). Rack g's nodes are
-// tier=gold, rack p's are not. kube-scheduler's own placement scores
-// (NodeResourcesFit packs: it prefers the placement left most allocated)
-// lean the other way each time, so only the policy's score can place the
-// gangs as asserted: a filler pod makes rack p the fuller one, yet the
-// first gang, with the policy preferring gold, lands wholly in rack g;
-// then rack g is the fuller one, and the second gang, with the preference
-// flipped, lands wholly in rack p.
+// racks that both hold a 4-member gang. Rack g's nodes are tier=gold, rack
+// p's are not; the rule prefers gold for the first gang, and the other
+// rack for the second.
 func TestGangPlacementScore(t *testing.T) {
-	node := func(name, r, tier string) nodeSpec {
+	const allGold = "placement.nodes.all(n, n.metadata.labels[?'tier'].orValue('') == 'gold')"
+	twoGangs(t, "placement-score", map[string]string{"tier": "gold"}, nil,
+		builder.MakePolicy("gold-racks").PodLabels(map[string]string{"app": "trainer"}).
+			PlacementScore("gold", allGold+" ? 100 : 0", 1, "").Obj(),
+		func(r *schedv1alpha1.PlacementRules) { r.Scores[0].Expression = allGold + " ? 0 : 100" })
+}
+
+// TestGangPlacementScoreNormalized: a placement score with values above
+// 100 (the free GPUs of the placement's nodes, from a label: 400 in rack
+// g, 300 in rack p) ranks the placements by its normalization across
+// them: MinMax, the default, places the first gang in rack g, the most
+// free GPUs; MinMaxReverse the second in rack p, the fewest. Clamped to
+// 0..100, both racks would score 100 and kube-scheduler's own scores
+// would place each gang in the other rack.
+func TestGangPlacementScoreNormalized(t *testing.T) {
+	twoGangs(t, "placement-normalized", map[string]string{"free-gpus": "200"}, map[string]string{"free-gpus": "150"},
+		builder.MakePolicy("free-gpus").PodLabels(map[string]string{"app": "trainer"}).
+			PlacementScore("most-free-gpus", "placement.nodes.map(n, int(n.metadata.labels['free-gpus'])).sum()", 1, "").Obj(),
+		func(r *schedv1alpha1.PlacementRules) { r.Scores[0].Normalization = schedv1alpha1.MinMaxReverse })
+}
+
+// twoGangs places two 4-member gangs (1 CPU each) that a policy's
+// placement score steers, on two racks of two 4-CPU nodes (one placement
+// per rack, from the gangs' topology constraint on the rack label): rack
+// g's nodes with gLabels, rack p's with pLabels. The first gang, under
+// policy, must land wholly in rack g; the second, under the policy as
+// change changes its placement rules, wholly in rack p. kube-scheduler's
+// own placement scores (NodeResourcesFit packs: it prefers the placement
+// left most allocated) lean the other way each time, so only the policy
+// can place the gangs so: a filler pod makes rack p the fuller one for the
+// first gang, and the first gang makes rack g the fuller one for the
+// second.
+func twoGangs(t *testing.T, namespace string, gLabels, pLabels map[string]string, policy *schedv1alpha1.SchedulingPolicy, change func(*schedv1alpha1.PlacementRules)) {
+	t.Helper()
+	node := func(name, r string, extra map[string]string) nodeSpec {
 		labels := map[string]string{rackLabel: r}
-		if tier != "" {
-			labels["tier"] = tier
-		}
+		maps.Copy(labels, extra)
 		return nodeSpec{name: name, cpu: "4", labels: labels}
 	}
-	createNodes(t, node("g1", "g", "gold"), node("g2", "g", "gold"), node("p1", "p", ""), node("p2", "p", ""))
-	ns := createNamespace(t, "placement-score", nil)
+	createNodes(t, node("g1", "g", gLabels), node("g2", "g", gLabels), node("p1", "p", pLabels), node("p2", "p", pLabels))
+	ns := createNamespace(t, namespace, nil)
 	filler := createPod(t, ns, "filler", withCPU("2"), onNode("p1"))
 	if got := waitForNode(t, filler); got != "p1" {
 		t.Fatalf("filler on %s, want p1", got)
 	}
 
-	const allGold = "placement.nodes.all(n, n.metadata.labels[?'tier'].orValue('') == 'gold')"
-	policy := builder.MakePolicy("gold-racks").PodLabels(map[string]string{"app": "trainer"}).
-		PlacementScore("gold", allGold+" ? 100 : 0", 1).Obj()
 	applyPolicy(t, policy)
 	trainer := withLabels(map[string]string{"app": "trainer"})
 	inRack := func(group string, pods []*corev1.Pod, rack string) {
@@ -191,14 +215,14 @@ func TestGangPlacementScore(t *testing.T) {
 	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: policy.Name}, current); err != nil {
 		t.Fatal(err)
 	}
-	current.Spec.Placement.Scores[0].Expression = allGold + " ? 0 : 100"
+	change(current.Spec.Placement)
 	if err := k8sClient.Update(t.Context(), current); err != nil {
 		t.Fatal(err)
 	}
 	waitReady(t, policy.Name)
 
 	// members names the pods of every gang alike: another namespace.
-	ns2 := createNamespace(t, "placement-score", nil)
+	ns2 := createNamespace(t, namespace, nil)
 	createGang(t, ns2, "second", 4, rackLabel)
 	inRack("second", members(t, ns2, "second", 4, nil, trainer, withCPU("1")), "p")
 }
@@ -206,6 +230,6 @@ func TestGangPlacementScore(t *testing.T) {
 // TestPlacementScoreTypeError: a placement score that does not evaluate
 // to a number is refused at apply, with its field path.
 func TestPlacementScoreTypeError(t *testing.T) {
-	wantRefused(t, builder.MakePolicy("bad-placement-score").PlacementScore("gold", "placement.count > 1", 1).Obj(),
+	wantRefused(t, builder.MakePolicy("bad-placement-score").PlacementScore("gold", "placement.count > 1", 1, "").Obj(),
 		"spec.placement.scores[0].expression", "must evaluate to int, uint or double, but evaluates to bool")
 }
