@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -141,10 +142,12 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	ctx, cancel := context.WithCancel(klog.NewContext(ctx, logr.Discard()))
 	defer cancel()
 	run := &groupRun{
-		bound:    map[ktypes.NamespacedName]string{},
-		tried:    map[ktypes.NamespacedName]bool{},
-		gated:    map[ktypes.NamespacedName]string{},
-		refusals: map[ktypes.NamespacedName][]celplugins.RefusedPlacement{},
+		records: records{
+			bound:    map[ktypes.NamespacedName]string{},
+			tried:    map[ktypes.NamespacedName]bool{},
+			refusals: map[ktypes.NamespacedName][]celplugins.RefusedPlacement{},
+		},
+		gated: map[ktypes.NamespacedName]string{},
 	}
 	objects := make([]runtime.Object, 0, len(e.cluster.nodes)+len(e.cluster.pods)+len(e.cluster.namespaces)+len(e.cluster.objects)+2*len(groups))
 	for _, n := range e.cluster.nodes {
@@ -241,21 +244,44 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 }
 
 // groupRun is what one PlaceGroups run records of its scheduler: the
-// bindings, the status writes and the placement refusals. Written by the
-// scheduler's goroutines, under mu.
+// bindings, the status writes and the placement refusals, written by the
+// scheduler's goroutines under mu; and the holds, PlaceGroups' own.
+//
+// mu is a leaf: the reactions take it inside the fake clientset's lock,
+// so whoever holds it calls nothing (no client, no queue, no plugin), and
+// PlaceGroups reads copies (recorded).
 type groupRun struct {
 	mu sync.Mutex
+	records
+	// gated are the pods a PreEnqueue plugin holds, to "by" the plugin's
+	// name and message (or "with its group, by" those of the plugin that
+	// holds another member). Written by settle only.
+	gated map[ktypes.NamespacedName]string
+}
+
+// records are what the scheduler's goroutines record.
+type records struct {
 	// bound are the pods bound, by namespace and name, to their node.
 	bound map[ktypes.NamespacedName]string
 	// tried are the pods whose PodScheduled condition the scheduler wrote
 	// (it tried them and bound none).
 	tried map[ktypes.NamespacedName]bool
-	// gated are the pods a PreEnqueue plugin holds, to "by" the plugin's
-	// name and message (or "with its group, by" those of the plugin that
-	// holds another member).
-	gated map[ktypes.NamespacedName]string
 	// refusals are the CEL placement filters' refusals by pod group.
 	refusals map[ktypes.NamespacedName][]celplugins.RefusedPlacement
+}
+
+// recorded returns a copy of the records.
+func (r *groupRun) recorded() records {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return records{bound: maps.Clone(r.bound), tried: maps.Clone(r.tried), refusals: maps.Clone(r.refusals)}
+}
+
+// done says whether the scheduler bound the pod or wrote its failure.
+func (rec *records) done(p *corev1.Pod) bool {
+	key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+	_, bound := rec.bound[key]
+	return bound || rec.tried[key]
 }
 
 // bind is the reaction to a binding: it is recorded, and the pod, bound in
@@ -335,14 +361,13 @@ func (r *groupRun) settle(ctx context.Context, sched *scheduler.Scheduler, pendi
 // unsettled says which pods the scheduler has not settled, and where they
 // are, for an error.
 func (r *groupRun) unsettled(sched *scheduler.Scheduler, pending []*corev1.Pod) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	rec := r.recorded()
 	var out []string
 	for _, p := range pending {
-		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		if _, ok := r.bound[key]; ok || r.tried[key] {
+		if rec.done(p) {
 			continue
 		}
+		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 		where := "not in the scheduling queue"
 		if qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok {
 			where = fmt.Sprintf("queued, %d attempts, unschedulable plugins %v", qp.Attempts, sets.List(qp.UnschedulablePlugins))
@@ -356,8 +381,7 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 	if len(sched.SchedulingQueue.InFlightPods()) > 0 {
 		return false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	rec := r.recorded()
 	// A hold the queue recorded may be passing (a gang's first members
 	// wait for the rest, which the queue has by now): a pod's hold is
 	// final when a PreEnqueue plugin holds it now, and a group member's
@@ -366,10 +390,10 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 	groupHolds := map[string]string{}
 	var passing []*corev1.Pod
 	for _, p := range pending {
-		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		if _, ok := r.bound[key]; ok || r.tried[key] {
+		if rec.done(p) {
 			continue
 		}
+		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 		if gatingPlugin(sched, p) == "" {
 			return false
 		}
@@ -460,12 +484,11 @@ func holdNow(sched *scheduler.Scheduler, p *corev1.Pod) string {
 // bindings and, for those not bound, their PodScheduled condition (or
 // that they were held).
 func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups []Group, c *Cluster) ([]*GroupResult, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	rec := r.recorded()
 	out := make([]*GroupResult, len(groups))
 	for i, g := range groups {
 		key := ktypes.NamespacedName{Namespace: g.PodGroup.Namespace, Name: g.PodGroup.Name}
-		res := &GroupResult{Group: key.String(), Members: make([]GroupMember, 0, len(g.Pods)), Refused: slices.Clone(r.refusals[key])}
+		res := &GroupResult{Group: key.String(), Members: make([]GroupMember, 0, len(g.Pods)), Refused: slices.Clone(rec.refusals[key])}
 		slices.SortFunc(res.Refused, func(a, b celplugins.RefusedPlacement) int {
 			return cmp.Or(strings.Compare(a.Placement, b.Placement), strings.Compare(a.Refusal, b.Refusal))
 		})
@@ -478,11 +501,11 @@ func (r *groupRun) results(ctx context.Context, client *fake.Clientset, groups [
 			m := GroupMember{Pod: p.Name}
 			pk := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 			switch {
-			case r.bound[pk] != "":
-				m.Node = r.bound[pk]
+			case rec.bound[pk] != "":
+				m.Node = rec.bound[pk]
 				nodes = append(nodes, m.Node)
 				held = false
-			case r.tried[pk]:
+			case rec.tried[pk]:
 				pod, err := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
 				if err != nil {
 					return nil, fmt.Errorf("reading the pod group member %s: %w", pk, err)
