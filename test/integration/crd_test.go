@@ -123,7 +123,7 @@ placement:
 		Scores: []schedv1alpha1.ScoreRule{{
 			Name: "pods", Expression: "nodeInfo.podCount", Weight: 1, Normalization: schedv1alpha1.MinMax,
 		}},
-		Placement: &schedv1alpha1.PlacementRules{Scores: []schedv1alpha1.PlacementScore{{Name: "gold", Expression: "100", Weight: 1}}},
+		Placement: &schedv1alpha1.PlacementRules{Scores: []schedv1alpha1.PlacementScore{{Name: "gold", Expression: "100", Weight: 1, Normalization: schedv1alpha1.MinMax}}},
 	}
 	if diff := cmp.Diff(want, got.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)
