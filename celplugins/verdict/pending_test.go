@@ -15,8 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ktypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
+	"k8s.io/kubernetes/pkg/features"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
@@ -302,14 +305,10 @@ func BenchmarkWouldStrand(b *testing.B) {
 	}
 }
 
-// TestPendingPodsPodGroups: the gate's evaluations read a pod's group
-// from Live.PodGroups, as the scheduler does: a filter on podGroup.minCount
-// strands the pods of a big gang and not those of a small one; without
-// the PodGroups (GenericWorkload off) a group has its name alone (minCount
-// 0), and no pod is stranded. A list that fails fails the count: a gate
-// is not passed on a count of 0 that was never made.
-func TestPendingPodsPodGroups(t *testing.T) {
-	t.Parallel()
+// gangFixture is a wave's policy that keeps the members of big gangs
+// (minCount above 2) off spot nodes, two spot nodes, and pending members
+// of a gang of 4 (big) and one of 2 (small), with their PodGroups.
+func gangFixture(t *testing.T) (*fixture, []*schedulingv1beta1.PodGroup) {
 	f := newFixture(t, namespace("ml", map[string]string{"wave": "1"}))
 	f.registry.Upsert(builder.MakePolicy("small-gangs-on-spot").UID("policy-gangs").Generation(1, "1").
 		Audit().Wave("first", map[string]string{"wave": "1"}, time.Minute).
@@ -321,15 +320,25 @@ func TestPendingPodsPodGroups(t *testing.T) {
 		return p
 	}
 	f.add(t, f.pods, member("big-0", "big"), member("big-1", "big"), member("small-0", "small"))
-	groups := []*schedulingv1beta1.PodGroup{podGroup("ml", "big", 4, ""), podGroup("ml", "small", 2, "")}
+	return f, []*schedulingv1beta1.PodGroup{podGroup("ml", "big", 4, ""), podGroup("ml", "small", 2, "")}
+}
 
+// TestPendingPodsPodGroups: the gate's evaluations read a pod's group
+// from Live.PodGroups, as the scheduler does: a filter on podGroup.minCount
+// strands the pods of a big gang and not those of a small one; without
+// the PodGroups (GenericWorkload off) a group has its name alone (minCount
+// 0), and no pod is stranded. A list that fails fails the count: a gate
+// is not passed on a count of 0 that was never made.
+func TestPendingPodsPodGroups(t *testing.T) {
+	t.Parallel()
+	f, groups := gangFixture(t)
 	for _, tc := range []struct {
 		name      string
 		podGroups func() ([]*schedulingv1beta1.PodGroup, error)
 		want      audit.Stranded
 	}{
 		{"podgroups", func() ([]*schedulingv1beta1.PodGroup, error) { return groups, nil }, audit.Stranded{Count: 2, Pods: []string{"ml/big-0", "ml/big-1"}}},
-		{"gate-off", nil, audit.Stranded{}},
+		{"no-podgroups", nil, audit.Stranded{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pp := f.pending(t)
@@ -347,5 +356,26 @@ func TestPendingPodsPodGroups(t *testing.T) {
 	pp.PodGroups = func() ([]*schedulingv1beta1.PodGroup, error) { return nil, fmt.Errorf("the informer is gone") }
 	if _, err := pp.WouldStrand(context.Background(), "small-gangs-on-spot", 1, 0); err == nil || !strings.Contains(err.Error(), "listing PodGroups: the informer is gone") {
 		t.Errorf("WouldStrand with a failing PodGroup list: %v, want the listing error", err)
+	}
+}
+
+// TestPendingPodsGangMembersGatesOn: with the workload gates on, the
+// profile runs GangScheduling, whose PreEnqueue holds a member until its
+// group's other members are in the queue, which a pod evaluated alone
+// never meets. The gate's count is still the policy's: the big gang's
+// members are stranded, not left uncounted as held either way.
+func TestPendingPodsGangMembersGatesOn(t *testing.T) {
+	featuregatetesting.SetFeatureGatesDuringTest(t, utilfeature.DefaultFeatureGate, featuregatetesting.FeatureOverrides{
+		features.GenericWorkload: true, features.TopologyAwareWorkloadScheduling: true,
+	})
+	f, groups := gangFixture(t)
+	pp := f.pending(t)
+	pp.PodGroups = func() ([]*schedulingv1beta1.PodGroup, error) { return groups, nil }
+	got, err := pp.WouldStrand(context.Background(), "small-gangs-on-spot", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (audit.Stranded{Count: 2, Pods: []string{"ml/big-0", "ml/big-1"}}); got.Count != want.Count || !slices.Equal(got.Pods, want.Pods) {
+		t.Errorf("got %+v, want %+v", got, want)
 	}
 }

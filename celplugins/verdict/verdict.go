@@ -126,6 +126,15 @@ func (c *Cluster) WithPodGroups(groups []*schedulingv1beta1.PodGroup) *Cluster {
 	return &out
 }
 
+// groupKnown says whether the pod is in a pod group whose PodGroup is in
+// the cluster.
+func (c *Cluster) groupKnown(pod *corev1.Pod) bool {
+	name := engine.GroupName(pod)
+	return name != "" && slices.ContainsFunc(c.podGroups, func(pg *schedulingv1beta1.PodGroup) bool {
+		return pg.Namespace == pod.Namespace && pg.Name == name
+	})
+}
+
 // NodeInfos are the scheduler's view of each node, in name order. They
 // must not be written.
 func (c *Cluster) NodeInfos() []fwk.NodeInfo { return c.nodeInfos }
@@ -499,7 +508,7 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 	pod.Spec.SchedulerName = name
 	r := &Result{}
 	e.sweeps.Add(1)
-	if _, err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until); err != nil {
+	if _, err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until, e.cluster.groupKnown(pod)); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -509,8 +518,17 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 // does, on the nodes in the order given. evicted, when set, is the pod as
 // bound: it is removed from its node first. It returns the cycle's state
 // once PreFilter admitted the pod (nil when held or rejected before).
-func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage) (fwk.CycleState, error) {
+// groupKnown says the pod's PodGroup is in the cluster (Cluster.groupKnown).
+func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage, groupKnown bool) (fwk.CycleState, error) {
 	for _, pl := range fw.PreEnqueuePlugins() {
+		if pl.Name() == names.GangScheduling && groupKnown {
+			// Its hold waits for the rest of the pod's group to reach
+			// the queue: a pod evaluated alone always meets it, so it
+			// says nothing of this pod. Where the group goes, all or
+			// nothing, is Evaluator.PlaceGroups' answer. (A pod whose
+			// PodGroup does not exist is held until it does, as here.)
+			continue
+		}
 		if st := pl.PreEnqueue(ctx, pod); !st.IsSuccess() {
 			// Held: nothing else runs, as in the scheduler.
 			r.PreEnqueue = &Rejection{Plugin: pl.Name(), Message: st.Message()}
