@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -228,6 +229,59 @@ func (d *DriftController) SetupWithManager(mgr ctrl.Manager, podInformer, nodeIn
 		return err
 	}
 	return mgr.Add(driftTracker{d})
+}
+
+// WatchPodGroups recomputes the drift of a PodGroup's running members
+// when what a policy reads of it as podGroup changes: the PodGroup
+// appears, goes, or changes its labels or minCount. Call it after
+// SetupWithManager, with kube-scheduler's PodGroup informer (GenericWorkload
+// on; without the gate a group has its name alone, which its pods carry).
+func (d *DriftController) WatchPodGroups(informer cache.SharedIndexInformer) error {
+	members := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if pg, ok := obj.(*schedulingv1beta1.PodGroup); ok {
+			for _, k := range d.groupMembers(pg) {
+				d.add(k)
+			}
+		}
+	}
+	_, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: members,
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*schedulingv1beta1.PodGroup)
+			pg, ok2 := newObj.(*schedulingv1beta1.PodGroup)
+			if ok1 && ok2 && podGroupChanged(old, pg) {
+				members(pg)
+			}
+		},
+		DeleteFunc: members,
+	})
+	return err
+}
+
+// groupMembers are the work items of the PodGroup's members on nodes.
+func (d *DriftController) groupMembers(pg *schedulingv1beta1.PodGroup) []driftKey {
+	pods, err := d.Pods.Pods(pg.Namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []driftKey
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" && engine.GroupName(pod) == pg.Name {
+			out = append(out, driftKey{kind: driftPod, namespace: pod.Namespace, name: pod.Name})
+		}
+	}
+	return out
+}
+
+// podGroupChanged says whether a PodGroup update can change what a
+// policy reads of it (podGroup.metadata.labels, podGroup.minCount); not
+// its status.
+func podGroupChanged(old, pg *schedulingv1beta1.PodGroup) bool {
+	was, is := engine.NewPodGroup(old.Namespace, old.Name, old, nil), engine.NewPodGroup(pg.Namespace, pg.Name, pg, nil)
+	return !maps.Equal(was.Labels, is.Labels) || was.MinCount != is.MinCount
 }
 
 // ParamsChanged recomputes drift after a params object changed: the

@@ -2,12 +2,16 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -109,5 +113,44 @@ func TestRemediationActive(t *testing.T) {
 				t.Errorf("remediationActive = %v, %q; want %v, %q", got, reason, tc.want, tc.wantReason)
 			}
 		})
+	}
+}
+
+// TestDriftPodGroupEvents: a PodGroup's change recomputes the drift of its
+// members on nodes when it changes what podGroup reads (labels, minCount),
+// not its status; the members are the group's bound pods of its
+// namespace.
+func TestDriftPodGroupEvents(t *testing.T) {
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train", Labels: map[string]string{"tier": "gpu"}},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 4}}}}
+	status := pg.DeepCopy()
+	status.Status.Conditions = []metav1.Condition{{Type: "PodGroupScheduled", Status: metav1.ConditionTrue}}
+	relabelled := pg.DeepCopy()
+	relabelled.Labels["tier"] = "cpu"
+	shrunk := pg.DeepCopy()
+	shrunk.Spec.SchedulingPolicy.Gang.MinCount = 2
+	for name, tc := range map[string]struct {
+		pg   *schedulingv1beta1.PodGroup
+		want bool
+	}{"status": {status, false}, "relabelled": {relabelled, true}, "minCount": {shrunk, true}} {
+		if got := podGroupChanged(pg, tc.pg); got != tc.want {
+			t.Errorf("podGroupChanged(%s) = %v, want %v", name, got, tc.want)
+		}
+	}
+
+	pods := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	member := func(ns, name, group, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PodSpec{NodeName: node, SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: &group}}}
+	}
+	for _, p := range []*corev1.Pod{member("ml", "train-0", "train", "n1"), member("ml", "train-1", "train", ""),
+		member("ml", "other-0", "other", "n1"), member("web", "train-0", "train", "n1")} {
+		if err := pods.Add(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := &DriftController{Pods: corelisters.NewPodLister(pods)}
+	if got, want := d.groupMembers(pg), []driftKey{{kind: driftPod, namespace: "ml", name: "train-0"}}; !slices.Equal(got, want) {
+		t.Errorf("groupMembers = %v, want %v", got, want)
 	}
 }

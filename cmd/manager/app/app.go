@@ -357,6 +357,11 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 	if err := d.SetupWithManager(mgr, podInformer.Informer(), nodeInformer.Informer(), nsInformer.Informer()); err != nil {
 		return nil, fmt.Errorf("setting up drift detection: %w", err)
 	}
+	if live.PodGroups != nil { // GenericWorkload on: kube-scheduler has the informer
+		if err := d.WatchPodGroups(runner.factory.Scheduling().V1beta1().PodGroups().Informer()); err != nil {
+			return nil, fmt.Errorf("setting up drift detection: %w", err)
+		}
+	}
 	return d, mgr.Add(&controllers.DriftMetrics{Reader: mgr.GetCache()})
 }
 
