@@ -171,6 +171,13 @@ func NewStaticPodGroups(groups []*schedulingv1beta1.PodGroup, pods []*corev1.Pod
 	return s
 }
 
+// Known says whether the pod is in a pod group whose PodGroup object is
+// among the groups.
+func (s *StaticPodGroups) Known(pod *corev1.Pod) bool {
+	name := GroupName(pod)
+	return name != "" && s.groups[groupKey{pod.Namespace, name}] != nil
+}
+
 // PodGroup implements PodGroupResolver. The pod itself is not a placed
 // member: a bound pod is evaluated as if it were created again.
 func (s *StaticPodGroups) PodGroup(pod *corev1.Pod) *PodGroup {

@@ -126,15 +126,6 @@ func (c *Cluster) WithPodGroups(groups []*schedulingv1beta1.PodGroup) *Cluster {
 	return &out
 }
 
-// groupKnown says whether the pod is in a pod group whose PodGroup is in
-// the cluster.
-func (c *Cluster) groupKnown(pod *corev1.Pod) bool {
-	name := engine.GroupName(pod)
-	return name != "" && slices.ContainsFunc(c.podGroups, func(pg *schedulingv1beta1.PodGroup) bool {
-		return pg.Namespace == pod.Namespace && pg.Name == name
-	})
-}
-
 // NodeInfos are the scheduler's view of each node, in name order. They
 // must not be written.
 func (c *Cluster) NodeInfos() []fwk.NodeInfo { return c.nodeInfos }
@@ -191,7 +182,10 @@ type Options struct {
 // scheduler's parallel filters do); Close releases it.
 type Evaluator struct {
 	cluster *Cluster
-	rt      *celplugins.Runtime
+	// groups are the cluster's PodGroups and their placed members, which
+	// the policies read as podGroup.
+	groups *engine.StaticPodGroups
+	rt     *celplugins.Runtime
 	// policies are what the CEL plugins read, for the scheduler of
 	// PlaceGroups.
 	policies   Policies
@@ -243,7 +237,8 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	e.rt.Inputs.Params = policies.Params
 	// podGroup reads the cluster's groups, and its pods as the members
 	// placed, as the scheduler reads its pod group state.
-	e.rt.Inputs.PodGroups = engine.NewStaticPodGroups(c.podGroups, c.pods)
+	e.groups = engine.NewStaticPodGroups(c.podGroups, c.pods)
+	e.rt.Inputs.PodGroups = e.groups
 	// An evaluation is not the scheduler's: it counts in no metric, and
 	// leaves no error or audited rejection for status.
 	e.rt.Report.Dry = true
@@ -508,7 +503,7 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 	pod.Spec.SchedulerName = name
 	r := &Result{}
 	e.sweeps.Add(1)
-	if _, err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until, e.cluster.groupKnown(pod)); err != nil {
+	if _, err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until, e.groups.Known(pod)); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -518,7 +513,7 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 // does, on the nodes in the order given. evicted, when set, is the pod as
 // bound: it is removed from its node first. It returns the cycle's state
 // once PreFilter admitted the pod (nil when held or rejected before).
-// groupKnown says the pod's PodGroup is in the cluster (Cluster.groupKnown).
+// groupKnown says the pod's PodGroup is in the cluster (StaticPodGroups.Known).
 func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage, groupKnown bool) (fwk.CycleState, error) {
 	for _, pl := range fw.PreEnqueuePlugins() {
 		if pl.Name() == names.GangScheduling && groupKnown {
