@@ -16,16 +16,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/features"
 	"k8s.io/kubernetes/pkg/scheduler"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"github.com/celsched/celsched/celplugins"
@@ -211,6 +210,9 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	if err != nil {
 		return nil, fmt.Errorf("building the scheduler of the pod groups: %w", err)
 	}
+	if _, ok := sched.SchedulingQueue.(*queue.PriorityQueue); !ok {
+		return nil, fmt.Errorf("building the scheduler of the pod groups: its queue is a %T, not kube-scheduler's PriorityQueue", sched.SchedulingQueue)
+	}
 	factory.Start(ctx.Done())
 	if err := waitForSync(ctx, factory); err != nil {
 		return nil, err
@@ -362,19 +364,61 @@ func (r *groupRun) settle(ctx context.Context, sched *scheduler.Scheduler, pendi
 // are, for an error.
 func (r *groupRun) unsettled(sched *scheduler.Scheduler, pending []*corev1.Pod) string {
 	rec := r.recorded()
+	where := queuePlaces(sched)
 	var out []string
 	for _, p := range pending {
 		if rec.done(p) {
 			continue
 		}
 		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		where := "not in the scheduling queue"
-		if qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok {
-			where = fmt.Sprintf("queued, %d attempts, unschedulable plugins %v", qp.Attempts, sets.List(qp.UnschedulablePlugins))
+		place := where[key]
+		if place == "" {
+			place = "not in the scheduling queue"
 		}
-		out = append(out, key.String()+": "+where)
+		out = append(out, key.String()+": "+place)
 	}
 	return fmt.Sprintf("%d in flight; %s", len(sched.SchedulingQueue.InFlightPods()), strings.Join(out, "; "))
+}
+
+// Where the scheduling queue keeps a pod (queuePlaces). A pod the queue
+// parks is one it will not pop until an event moves it: held by a
+// PreEnqueue plugin or unschedulable after an attempt, waiting for its
+// PodGroup to exist, or waiting for the rest of its group.
+const (
+	inActiveQ           = "in activeQ"
+	inBackoffQ          = "in backoffQ"
+	parkedUnschedulable = "parked: held at PreEnqueue or unschedulable"
+	parkedNoPodGroup    = "parked: its PodGroup is not in the queue"
+	parkedIncomplete    = "parked: its group is incomplete"
+)
+
+// queuePlaces says where the scheduler's queue keeps each pod it holds.
+// It reads the queue's lists, which copy under the queue's locks: the
+// entries GetPod and GetPodGroup return are the queue's own, written by
+// its handlers while they are read.
+func queuePlaces(sched *scheduler.Scheduler) map[ktypes.NamespacedName]string {
+	q, ok := sched.SchedulingQueue.(*queue.PriorityQueue)
+	if !ok {
+		return nil
+	}
+	places := map[ktypes.NamespacedName]string{}
+	for place, pods := range map[string][]*corev1.Pod{
+		inActiveQ:           q.PodsInActiveQ(),
+		inBackoffQ:          q.PodsInBackoffQ(),
+		parkedUnschedulable: q.UnschedulablePods(),
+		parkedNoPodGroup:    q.PendingPodGroupPods(),
+		parkedIncomplete:    q.IncompletePodGroupPodsPods(),
+	} {
+		for _, p := range pods {
+			places[ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = place
+		}
+	}
+	return places
+}
+
+// parked says whether the queue keeps a pod where it will not pop it.
+func parked(place string) bool {
+	return strings.HasPrefix(place, "parked:")
 }
 
 func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bool {
@@ -382,6 +426,7 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 		return false
 	}
 	rec := r.recorded()
+	where := queuePlaces(sched)
 	// A hold the queue recorded may be passing (a gang's first members
 	// wait for the rest, which the queue has by now): a pod's hold is
 	// final when a PreEnqueue plugin holds it now, and a group member's
@@ -394,7 +439,7 @@ func (r *groupRun) settled(sched *scheduler.Scheduler, pending []*corev1.Pod) bo
 			continue
 		}
 		key := ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}
-		if gatingPlugin(sched, p) == "" {
+		if !parked(where[key]) {
 			return false
 		}
 		hold := holdNow(sched, p)
@@ -428,37 +473,23 @@ func groupOf(p *corev1.Pod) string {
 // waitQueued waits until the scheduler's queue holds every pod.
 func waitQueued(ctx context.Context, sched *scheduler.Scheduler, pods []*corev1.Pod) error {
 	deadline := time.Now().Add(GroupsSettleTimeout)
-	for _, p := range pods {
-		for {
-			if _, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", p.Namespace, p.Name, GroupsSettleTimeout)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("placing the pod groups: %w", context.Cause(ctx))
-			case <-time.After(time.Millisecond):
-			}
+	for {
+		where := queuePlaces(sched)
+		missing := slices.IndexFunc(pods, func(p *corev1.Pod) bool {
+			return where[ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}] == ""
+		})
+		if missing < 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", pods[missing].Namespace, pods[missing].Name, GroupsSettleTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("placing the pod groups: %w", context.Cause(ctx))
+		case <-time.After(time.Millisecond):
 		}
 	}
-	return nil
-}
-
-// gatingPlugin names the PreEnqueue plugin that holds a pod in the
-// scheduler's queue: the pod's own, or its group's (a group is held
-// whole while a PreEnqueue plugin holds any member); "" when none does.
-func gatingPlugin(sched *scheduler.Scheduler, p *corev1.Pod) string {
-	if qp, ok := sched.SchedulingQueue.GetPod(p.Name, p.Namespace, p.Spec.SchedulingGroup); ok && qp.Gated() {
-		return qp.GatingPlugin
-	}
-	if g := p.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
-		if gi, ok := sched.SchedulingQueue.GetPodGroup(*g.PodGroupName, p.Namespace, fwk.PodGroupKeyType); ok && gi.Gated() {
-			return gi.GatingPlugin
-		}
-	}
-	return ""
 }
 
 // holdNow runs the PreEnqueue plugins of the pod's profile on the pod, in
