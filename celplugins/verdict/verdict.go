@@ -516,12 +516,7 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 // groupKnown says the pod's PodGroup is in the cluster (StaticPodGroups.Known).
 func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage, groupKnown bool) (fwk.CycleState, error) {
 	for _, pl := range fw.PreEnqueuePlugins() {
-		if pl.Name() == names.GangScheduling && groupKnown {
-			// Its hold waits for the rest of the pod's group to reach
-			// the queue: a pod evaluated alone always meets it, so it
-			// says nothing of this pod. Where the group goes, all or
-			// nothing, is Evaluator.PlaceGroups' answer. (A pod whose
-			// PodGroup does not exist is held until it does, as here.)
+		if leftOutAlone(pl.Name(), groupKnown) {
 			continue
 		}
 		if st := pl.PreEnqueue(ctx, pod); !st.IsSuccess() {
@@ -684,9 +679,44 @@ type Plugins struct {
 	NotEvaluated []string `json:"notEvaluated,omitempty"`
 }
 
-// PluginsOf lists the plugins a framework evaluates, per extension point,
+// leftOutAlone says whether a PreEnqueue plugin is left out when a pod
+// is evaluated alone: GangScheduling, for a pod whose PodGroup is in the
+// cluster (groupKnown, StaticPodGroups.Known). Its hold waits for the
+// rest of the pod's group to reach the queue: a pod evaluated alone
+// always meets it, so it says nothing of this pod. Where the group goes,
+// all or nothing, is Evaluator.PlaceGroups' answer. (A pod whose
+// PodGroup does not exist is held until it does, as in the scheduler.)
+func leftOutAlone(plugin string, groupKnown bool) bool {
+	return plugin == names.GangScheduling && groupKnown
+}
+
+// leftOutAloneReason is why leftOutAlone left a plugin out, for Plugins.
+const leftOutAloneReason = "PreEnqueue: a member of a known PodGroup evaluated alone; its group is placed as a group"
+
+// PluginsFor lists the plugins the evaluation of a pod runs, per
+// extension point, and those it does not run: pluginsOf the pod's
+// profile, less the PreEnqueue plugins a pod evaluated alone is not held
+// by (leftOutAlone).
+func (e *Evaluator) PluginsFor(pod *corev1.Pod) (Plugins, error) {
+	fw, err := e.Framework(pod)
+	if err != nil {
+		return Plugins{}, err
+	}
+	p := pluginsOf(fw)
+	known := e.groups.Known(pod)
+	p.PreEnqueue = slices.DeleteFunc(p.PreEnqueue, func(name string) bool {
+		if leftOutAlone(name, known) {
+			p.NotEvaluated = append(p.NotEvaluated, name+" ("+leftOutAloneReason+")")
+			return true
+		}
+		return false
+	})
+	return p, nil
+}
+
+// pluginsOf lists the plugins a framework evaluates, per extension point,
 // and those an evaluation cannot run.
-func PluginsOf(fw framework.Framework) Plugins {
+func pluginsOf(fw framework.Framework) Plugins {
 	list := fw.ListPlugins()
 	enabled := func(set schedulerconfig.PluginSet) []string {
 		out := make([]string, len(set.Enabled))

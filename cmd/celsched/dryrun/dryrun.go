@@ -274,7 +274,7 @@ func (s *Scheduler) Reschedule(ctx context.Context, pod *corev1.Pod) (*Report, e
 }
 
 func (s *Scheduler) report(ctx context.Context, pod *corev1.Pod, evaluate func(context.Context, *corev1.Pod) (*verdict.Result, error)) (*Report, error) {
-	fw, err := s.Framework(pod)
+	plugins, err := s.PluginsFor(pod)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +286,7 @@ func (s *Scheduler) report(ctx context.Context, pod *corev1.Pod, evaluate func(c
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Pod: pod.Namespace + "/" + pod.Name, SchedulerName: name, Plugins: verdict.PluginsOf(fw), Result: *res}, nil
+	return &Report{Pod: pod.Namespace + "/" + pod.Name, SchedulerName: name, Plugins: plugins, Result: *res}, nil
 }
 
 // Why explains what holds a pod, or refuses it a node: of the policies
