@@ -4,14 +4,18 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -153,4 +157,65 @@ func TestDriftPodGroupEvents(t *testing.T) {
 	if got, want := d.groupMembers(pg), []driftKey{{kind: driftPod, namespace: "ml", name: "train-0"}}; !slices.Equal(got, want) {
 		t.Errorf("groupMembers = %v, want %v", got, want)
 	}
+}
+
+// TestWatchPodGroups: on kube-scheduler's PodGroup informer, a PodGroup
+// created or relabelled queues its members on nodes; a status change
+// queues nothing (the next item is another group's member, and the
+// informer delivers events in order).
+func TestWatchPodGroups(t *testing.T) {
+	member := func(name, group, node string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: name},
+			Spec: corev1.PodSpec{NodeName: node, SchedulingGroup: &corev1.PodSchedulingGroup{PodGroupName: &group}}}
+	}
+	client := fake.NewClientset(member("train-0", "train", "n1"), member("train-1", "train", ""), member("other-0", "other", "n2"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	d := &DriftController{Pods: factory.Core().V1().Pods().Lister(),
+		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[driftKey]())}
+	defer d.queue.ShutDown()
+	if err := d.WatchPodGroups(factory.Scheduling().V1beta1().PodGroups().Informer()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+
+	next := func(want string) {
+		t.Helper()
+		got := make(chan driftKey, 1)
+		go func() {
+			if k, shutdown := d.queue.Get(); !shutdown {
+				d.queue.Done(k)
+				got <- k
+			}
+		}()
+		select {
+		case k := <-got:
+			if want := (driftKey{kind: driftPod, namespace: "ml", name: want}); k != want {
+				t.Fatalf("queued %v, want %v", k, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("nothing queued within 10s, want ml/%s", want)
+		}
+	}
+	pgs := client.SchedulingV1beta1().PodGroups("ml")
+	pg, err := pgs.Create(ctx, &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "train", Labels: map[string]string{"tier": "gpu"}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next("train-0") // created: its one member on a node
+	pg.Status.Conditions = []metav1.Condition{{Type: "PodGroupScheduled", Status: metav1.ConditionTrue, Reason: "Scheduled", LastTransitionTime: metav1.Now()}}
+	if pg, err = pgs.UpdateStatus(ctx, pg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgs.Create(ctx, &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "ml", Name: "other"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next("other-0") // not train-0: the status change queued nothing
+	pg.Labels["tier"] = "cpu"
+	if _, err := pgs.Update(ctx, pg, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	next("train-0") // relabelled
 }
