@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -214,7 +215,10 @@ func newEvaluatorOver(t *testing.T, c *Cluster, policies []*schedv1alpha1.Schedu
 		t.Fatal(err)
 	}
 	edit(cfg)
-	e, err := New(context.Background(), c, Policies{Snapshot: engine.NewSnapshot(compiled...), Converter: engine.NewConverter(env, 0)}, Options{Config: cfg})
+	// No test here is about the CEL time budget: a minute, as impact's and
+	// analyze's, keeps a loaded machine (-race, packages in parallel) from
+	// spending the profile's 100 ms on a descheduled goroutine.
+	e, err := New(context.Background(), c, Policies{Snapshot: engine.NewSnapshot(compiled...), Converter: engine.NewConverter(env, 0)}, Options{Config: cfg, Budget: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
