@@ -473,16 +473,17 @@ func groupOf(p *corev1.Pod) string {
 // waitQueued waits until the scheduler's queue holds every pod.
 func waitQueued(ctx context.Context, sched *scheduler.Scheduler, pods []*corev1.Pod) error {
 	deadline := time.Now().Add(GroupsSettleTimeout)
+	missing := slices.Clone(pods)
 	for {
 		where := queuePlaces(sched)
-		missing := slices.IndexFunc(pods, func(p *corev1.Pod) bool {
-			return where[ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}] == ""
+		missing = slices.DeleteFunc(missing, func(p *corev1.Pod) bool {
+			return where[ktypes.NamespacedName{Namespace: p.Namespace, Name: p.Name}] != ""
 		})
-		if missing < 0 {
+		if len(missing) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", pods[missing].Namespace, pods[missing].Name, GroupsSettleTimeout)
+			return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", missing[0].Namespace, missing[0].Name, GroupsSettleTimeout)
 		}
 		select {
 		case <-ctx.Done():
