@@ -81,6 +81,37 @@ func (q *Requeuer) PodGroupEvents() fwk.ClusterEventWithHint {
 	}
 }
 
+// GroupMemberEvents requeues a held member of a pod group when another
+// member of its group is added, unscheduled or placed. kube-scheduler
+// gates a pod group as a whole and remembers one gating plugin for it,
+// that of the last member held: when one member is held by a preEnqueue
+// rule and another, seen earlier, by GangScheduling (its quorum not met
+// yet), the member that completes the quorum reaches GangScheduling's hint
+// only if GangScheduling is the group's gating plugin. Without this event
+// the members GangScheduling held would stay unreported, PreEnqueue never
+// run for them again, until the rule's own event; with it the group's
+// PreEnqueue runs again and every member is held by the rule, and says so.
+func (q *Requeuer) GroupMemberEvents() []fwk.ClusterEventWithHint {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.UnscheduledPod, ActionType: fwk.Add}, QueueingHintFn: SameGroupHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.AssignedPod, ActionType: fwk.Add}, QueueingHintFn: SameGroupHint},
+	}
+}
+
+// SameGroupHint requeues a pod of a pod group when the added pod is
+// another member of the same group.
+func SameGroupHint(_ klog.Logger, pod *corev1.Pod, _, newObj any) (fwk.QueueingHint, error) {
+	added, ok := newObj.(*corev1.Pod)
+	if !ok {
+		return fwk.Queue, fmt.Errorf("pod add event with %T", newObj)
+	}
+	group := engine.GroupName(pod)
+	if group == "" || added.UID == pod.UID || added.Namespace != pod.Namespace || engine.GroupName(added) != group {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
 // PodGroupHint requeues a pod when the PodGroup it names is created or
 // what podGroup reads of it (labels, minCount) changes, and a policy reads
 // podGroup. kube-scheduler's pod group state has the new version before

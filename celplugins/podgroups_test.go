@@ -198,3 +198,45 @@ func TestMatchFollowsTheGroup(t *testing.T) {
 type podGroupsFunc func(pod *corev1.Pod) *engine.PodGroup
 
 func (f podGroupsFunc) PodGroup(pod *corev1.Pod) *engine.PodGroup { return f(pod) }
+
+// TestSameGroupHint: a held member of a pod group is requeued when another
+// member of its group is added, and for no other pod.
+func TestSameGroupHint(t *testing.T) {
+	t.Parallel()
+	p := member("train-0", "train", "")
+	p.UID = "train-0"
+	other := func(name, group, node string) *corev1.Pod {
+		o := member(name, group, node)
+		o.UID = ktypes.UID(name)
+		return o
+	}
+	elsewhere := other("train-1", "train", "")
+	elsewhere.Namespace = "dev"
+	cases := map[string]struct {
+		pod, added *corev1.Pod
+		want       fwk.QueueingHint
+	}{
+		"a member added":                {pod: p, added: other("train-1", "train", ""), want: fwk.Queue},
+		"a member added, placed":        {pod: p, added: other("train-1", "train", "n1"), want: fwk.Queue},
+		"another group's member":        {pod: p, added: other("eval-1", "eval", ""), want: fwk.QueueSkip},
+		"a pod in no group":             {pod: p, added: pod("ml", "web", nil), want: fwk.QueueSkip},
+		"the same group name elsewhere": {pod: p, added: elsewhere, want: fwk.QueueSkip},
+		"the pod itself":                {pod: p, added: p, want: fwk.QueueSkip},
+		"a held pod in no group":        {pod: pod("ml", "web", nil), added: other("train-1", "train", ""), want: fwk.QueueSkip},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			got, err := SameGroupHint(klog.Background(), tc.pod, nil, tc.added)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("hint %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if _, err := SameGroupHint(klog.Background(), p, nil, "not a pod"); err == nil {
+		t.Error("no error for an event without a pod")
+	}
+}

@@ -135,15 +135,16 @@ func anyPreEnqueue(s *engine.Snapshot) bool {
 
 // EventsToRegister implements fwk.EnqueueExtensions: a held pod is
 // re-evaluated when a policy that may apply to it changes, when the
-// labels of the pod or its namespace change, and when its PodGroup is
-// created or changes.
+// labels of the pod or its namespace change, when its PodGroup is
+// created or changes, and when another member of its group is added
+// (GroupMemberEvents says why).
 func (pl *PreEnqueue) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
-	return []fwk.ClusterEventWithHint{
+	return append([]fwk.ClusterEventWithHint{
 		pl.rt.Requeue.PolicyEvents(),
 		pl.rt.Requeue.NamespaceEvents(),
 		pl.rt.Requeue.PodLabelEvents(),
 		pl.rt.Requeue.PodGroupEvents(),
-	}, nil
+	}, pl.rt.Requeue.GroupMemberEvents()...), nil
 }
 
 // enqueueReport queues a report unless this hold of the pod was reported.
