@@ -61,7 +61,27 @@ func TestGroupMembersAllReported(t *testing.T) {
 		features.GenericWorkload: true,
 	})
 	schedmetrics.Register() // the queue records into kube-scheduler's metrics
-	ctx := t.Context()
+	// kube-scheduler runs a pod's PreEnqueue plugins in a map's order: the
+	// case arises when the quorum plugin comes first for the first member,
+	// about one attempt in two.
+	arose := 0
+	for attempt := 0; attempt < 20; attempt++ {
+		if heldAcrossGatingPlugins(t) {
+			arose++
+		}
+	}
+	if arose == 0 {
+		t.Fatal("in 20 attempts the quorum plugin never held the first member first")
+	}
+}
+
+// heldAcrossGatingPlugins adds the group's three members one by one to
+// kube-scheduler's queue, with the quorum plugin and CELPreEnqueue under a
+// policy that holds them all; it says whether the quorum plugin held the
+// first member (the case), and then checks that each member is reported.
+func heldAcrossGatingPlugins(t *testing.T) bool {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	logger := klog.FromContext(ctx)
 	pl := &PreEnqueue{
 		rt: plugintest.Runtime(t, []*schedv1alpha1.SchedulingPolicy{
@@ -96,10 +116,8 @@ func TestGroupMembersAllReported(t *testing.T) {
 		q.added = i + 1
 		pq.Add(ctx, p)
 		pq.MoveAllToActiveOrBackoffQueue(logger, framework.EventUnscheduledPodAdd, nil, p, nil)
-		if i == 1 {
-			if _, ok := pl.reported.Get(members[0].UID); ok {
-				t.Fatalf("%s reported held by the policy while the quorum plugin holds it", members[0].Name)
-			}
+		if _, ok := pl.reported.Get(members[0].UID); i < 2 && ok {
+			return false // CELPreEnqueue came first for m-0: not the case
 		}
 	}
 	for _, p := range members {
@@ -110,4 +128,5 @@ func TestGroupMembersAllReported(t *testing.T) {
 	if got := len(pq.PodsInActiveQ()); got != 0 {
 		t.Errorf("%d members in the active queue, want the group held", got)
 	}
+	return true
 }
