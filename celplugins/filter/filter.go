@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/utils/lru"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -35,9 +34,6 @@ type Filter struct {
 	// cycle is the Cycle PreFilter last wrote, for Filter to find
 	// without reading the CycleState per node.
 	cycle celplugins.LastState[*celplugins.Cycle]
-	// narrowed are the nodes the filters admit, per class of pods
-	// (narrow.go; newNarrowed says how it is kept).
-	narrowed *lru.Cache
 }
 
 var (
@@ -58,7 +54,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 	if err := rt.Attach(h); err != nil {
 		return nil, err
 	}
-	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args, narrowed: newNarrowed()}
+	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args}
 	if args.ExplainRejections {
 		pl.why = &engine.Why{}
 		if r, ok := rt.Inputs.Policies.(interface{ ExplainRules() }); ok {
@@ -72,9 +68,8 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 func (pl *Filter) Name() string { return Name }
 
 // PreFilter matches the policies and converts the pod once for the cycle.
-// Pods that no policy with filters matches skip Filter entirely; for the
-// others it may name the nodes the filters admit (narrow).
-func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// Pods that no policy with filters matches skip Filter entirely.
+func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	c, err := pl.rt.Prepare(ctx, pod, pl.args.EvaluationBudget.Duration)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
@@ -88,7 +83,7 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if len(c.Filters) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return pl.narrow(ctx, c, pod, nodes), nil
+	return nil, nil
 }
 
 // SignPod implements fwk.SignPlugin (see celplugins.Inputs.SignPod).
