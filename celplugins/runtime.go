@@ -43,6 +43,11 @@ type Runtime struct {
 	Inputs  *Inputs
 	Report  *Reporter
 	Requeue *Requeuer
+	// EveryNode has CELFilter's PreFilter leave every node to Filter, so
+	// that each node a policy refuses gets the policy's reason: the dry
+	// run's evaluators set it. The scheduler's PreFilter may hand
+	// kube-scheduler only the nodes the policies admit (filter.narrow).
+	EveryNode bool
 
 	once sync.Once
 	// lastCause is the error the cycles' contexts end with at their

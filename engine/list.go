@@ -156,6 +156,31 @@ func (l *PolicyList) key(pod *PodInput, node *NodeInput) (key uint64, gen int64,
 	return key, gen, true
 }
 
+// ClassKey identifies a list and what its policies read of a pod: pods
+// with one ClassKey get one outcome on each node version (Cached), so
+// that what the list admits of a set of nodes is theirs alike. Comparable.
+type ClassKey struct {
+	list *PolicyList
+	pod  uint64
+}
+
+// ClassKey returns the pod's ClassKey, or false when the list's outcomes
+// are not kept or depend on the NodeInfo (the pods on the node), which a
+// node's version does not identify.
+func (l *PolicyList) ClassKey(pod *PodInput) (ClassKey, bool) {
+	if l == nil || l.memo == nil || l.nodeInfo {
+		return ClassKey{}, false
+	}
+	var key uint64
+	if l.readsPod {
+		var ok bool
+		if key, ok = pod.key(&l.reads); !ok {
+			return ClassKey{}, false
+		}
+	}
+	return ClassKey{list: l, pod: key}, true
+}
+
 // Cached returns the list's outcome for the pod on the node, or nil when it
 // is not known.
 func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {

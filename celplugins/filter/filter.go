@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/utils/lru"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -34,6 +35,12 @@ type Filter struct {
 	// cycle is the Cycle PreFilter last wrote, for Filter to find
 	// without reading the CycleState per node.
 	cycle celplugins.LastState[*celplugins.Cycle]
+	// narrowed are the nodes the filters admit, per class of pods
+	// (narrow.go; newNarrowed says how it is kept).
+	narrowed *lru.Cache
+	// narrowedPods are the pods whose last cycle PreFilter narrowed
+	// (narrow.go; newNarrowedPods says how it is kept).
+	narrowedPods *lru.Cache
 }
 
 var (
@@ -54,7 +61,7 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 	if err := rt.Attach(h); err != nil {
 		return nil, err
 	}
-	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args}
+	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args, narrowed: newNarrowed(), narrowedPods: newNarrowedPods()}
 	if args.ExplainRejections {
 		pl.why = &engine.Why{}
 		if r, ok := rt.Inputs.Policies.(interface{ ExplainRules() }); ok {
@@ -68,8 +75,9 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 func (pl *Filter) Name() string { return Name }
 
 // PreFilter matches the policies and converts the pod once for the cycle.
-// Pods that no policy with filters matches skip Filter entirely.
-func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// Pods that no policy with filters matches skip Filter entirely; for the
+// others it may name the nodes the filters admit (narrow).
+func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	c, err := pl.rt.Prepare(ctx, pod, pl.args.EvaluationBudget.Duration)
 	if err != nil {
 		return nil, fwk.AsStatus(err)
@@ -83,7 +91,7 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if len(c.Filters) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return nil, nil
+	return pl.narrow(ctx, c, pod, nodes), nil
 }
 
 // SignPod implements fwk.SignPlugin (see celplugins.Inputs.SignPod).
@@ -211,9 +219,12 @@ const maxEventNote = 1024
 
 // Reserve implements fwk.ReservePlugin: the cycle's filters are done, and
 // their counts go to celsched_policy_evaluations_total.
-func (pl *Filter) Reserve(_ context.Context, state fwk.CycleState, _ *corev1.Pod, _ string) *fwk.Status {
+func (pl *Filter) Reserve(_ context.Context, state fwk.CycleState, pod *corev1.Pod, _ string) *fwk.Status {
 	if c := celplugins.ReadCycle(state); c != nil {
 		c.FilterTally.Flush()
+	}
+	if pl.narrowedPods != nil {
+		pl.narrowedPods.Remove(pod.UID) // placed
 	}
 	return nil
 }
@@ -233,9 +244,11 @@ func (pl *Filter) PostBind(ctx context.Context, state fwk.CycleState, pod *corev
 // policy filter is retried when the policy changes, when a node may pass
 // now, when the pods on a node change (for nodeInfo rules and the members
 // of its group), when its PodGroup changes, and when the labels of the pod
-// or its namespace change.
+// or its namespace change; and a pod whose narrowed cycle found no node
+// once kube-scheduler has written so (narrow.go).
 func (pl *Filter) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
+		pl.narrowedEvents(),
 		pl.rt.Requeue.PolicyEvents(),
 		pl.rt.Requeue.NamespaceEvents(),
 		pl.rt.Requeue.PodGroupEvents(),

@@ -184,6 +184,7 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	rt := celplugins.NewRuntime(fixed{e.policies.Snapshot}, e.policies.Converter)
 	rt.Inputs.Params = e.policies.Params
 	rt.Report.Dry = true
+	rt.EveryNode = true // each member's nodes get their own reasons
 	rt.Report.RefusedPlacements = run.refused
 	registry := frameworkruntime.Registry{
 		preenqueue.Name: celplugins.Factory(rt, preenqueue.New),

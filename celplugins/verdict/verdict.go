@@ -242,6 +242,8 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	// An evaluation is not the scheduler's: it counts in no metric, and
 	// leaves no error or audited rejection for status.
 	e.rt.Report.Dry = true
+	// Each node gets its own reason: no node is left out in PreFilter.
+	e.rt.EveryNode = true
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {
