@@ -91,7 +91,7 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if len(c.Filters) == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	return pl.narrow(ctx, c, pod, nodes), nil
+	return pl.narrow(c, pod, nodes), nil
 }
 
 // SignPod implements fwk.SignPlugin (see celplugins.Inputs.SignPod).

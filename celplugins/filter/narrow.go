@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -35,27 +34,21 @@ type narrowed struct {
 	// PreFilter leaves the nodes to Filter (the filters admit more than
 	// half of them; or none: then Filter gives each node its reason).
 	admit sets.Set[string]
-	// refused are the nodes refused and the outcome that refused each.
-	refused []refusal
+	// refused are the outcomes of the nodes refused.
+	refused []*engine.ListOutcome
 	// missing is the index of the first node whose outcome was not
 	// remembered (admit is nil then), or -1: the next pod of the class
 	// looks at that node alone until its outcome is known.
 	missing int
 }
 
-type refusal struct {
-	node    *corev1.Node
-	outcome *engine.ListOutcome
-}
-
 // narrow returns the nodes the pod's filter policies admit, as a
 // PreFilterResult, when every node's outcome for the pod's class is
 // remembered (engine.PolicyList.Cached) and they refuse at least half of
 // the nodes but not all: kube-scheduler then walks those nodes only,
-// instead of every node with
-// its per-node work for the ones the policies refuse (a rule that admits
-// one rack in ten walks ten times the nodes it needs). The refused nodes'
-// decisions are counted, and logged, as Filter counts them.
+// instead of every node with its per-node work for the ones the policies
+// refuse (a rule that admits one rack in ten walks ten times the nodes it
+// needs). The refused nodes' decisions are counted as Filter counts them.
 //
 // It returns nil, and the nodes are Filter's as before, when the
 // outcomes are not all known (the first pods of a class; a node's new
@@ -65,8 +58,8 @@ type refusal struct {
 // the nodes PreFilter left out as "didn't satisfy plugin(s) [CELFilter]",
 // so a pod whose narrowed cycle found no node is retried (narrowedHint)
 // over every node, and its status names each rule that refused a node.
-func (pl *Filter) narrow(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
-	res := pl.narrowFor(ctx, c, pod, nodes)
+func (pl *Filter) narrow(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
+	res := pl.narrowFor(c, pod, nodes)
 	if pl.narrowedPods != nil {
 		if res != nil {
 			pl.narrowedPods.Add(pod.UID, struct{}{})
@@ -77,7 +70,8 @@ func (pl *Filter) narrow(ctx context.Context, c *celplugins.Cycle, pod *corev1.P
 	return res
 }
 
-func (pl *Filter) narrowFor(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
+// narrowFor is narrow, but for the pods it narrowed.
+func (pl *Filter) narrowFor(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
 	if pl.narrowed == nil || pl.rt.EveryNode || pl.why != nil || len(nodes) == 0 || unschedulableBefore(pod) {
 		return nil
 	}
@@ -99,13 +93,18 @@ func (pl *Filter) narrowFor(ctx context.Context, c *celplugins.Cycle, pod *corev
 	if n.admit == nil {
 		return nil
 	}
+	// The refused nodes' decisions are counted as Filter counts them
+	// (decided): the policies before each that passed plainly, then it.
+	// Nothing else of Filter's applies: the outcomes remembered have no
+	// errors, and an Audit denial on a node the pod cannot have is never
+	// reported.
 	for _, r := range n.refused {
-		in := engine.NodeInput{Node: r.node}
 		passing := 0
-		for _, d := range r.outcome.Decisions {
-			if _, done := pl.decided(ctx, c, pod, &in, &passing, d.Index, d.Decision); done {
-				break
-			}
+		for i := range r.Decisions {
+			d := &r.Decisions[i]
+			c.FilterTally.Passed(passing, d.Index)
+			c.FilterTally.Add(d.Index, &d.Decision)
+			passing = d.Index + 1
 		}
 	}
 	return &fwk.PreFilterResult{NodeNames: n.admit}
@@ -127,7 +126,7 @@ func (pl *Filter) narrowOver(c *celplugins.Cycle, nodes []fwk.NodeInfo) *narrowe
 			return n
 		}
 		if k := len(o.Decisions); k > 0 && o.Decisions[k-1].Acts() {
-			n.refused = append(n.refused, refusal{node: node, outcome: o})
+			n.refused = append(n.refused, o)
 			continue
 		}
 		admit.Insert(node.Name)
