@@ -271,13 +271,21 @@ func prepare(tCtx ktesting.TContext) error {
 // phase that started and did not end fails the workload.
 func meterPhases(tCtx ktesting.TContext, w *workloadRuntime, testCase, workload string) error {
 	if *phasesFile == "" {
+		if *profilesDir != "" {
+			return errors.New("-celsched-cpuprofiles needs -celsched-phases: the phases' meter takes the profiles")
+		}
 		return nil
 	}
 	if w == nil || w.pods.Load() == nil {
 		return errors.New("measuring the phases: no profile runs the CEL plugins, so the harness has no pod informer of the scheduler's")
 	}
 	informer := *w.pods.Load()
-	meter := newPhaseMeter(testCase, workload, w.measurePods)
+	if *profilesDir != "" {
+		if err := os.MkdirAll(*profilesDir, 0o755); err != nil {
+			return fmt.Errorf("measuring the phases: %w", err)
+		}
+	}
+	meter := newPhaseMeter(testCase, workload, w.measurePods, *profilesDir)
 	reg, err := informer.AddEventHandler(meter.handler())
 	if err != nil {
 		return fmt.Errorf("measuring the phases: %w", err)

@@ -3,7 +3,10 @@ package performance
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -18,6 +21,12 @@ import (
 // phases cost the process, one perfdata.Phase per JSON line (`make perf`
 // writes DIR/phases.jsonl beside the DataItems file, which perftable reads).
 var phasesFile = flag.String("celsched-phases", "", "append a JSON line per measured phase with the process's CPU time and heap allocations over it (perfdata.Phase)")
+
+// profilesDir, when set, is where the meter writes a CPU profile of each
+// measured phase, <test case>_<workload>_<namespace>.pprof. Profiling
+// costs the process some CPU, the same for every profile: a run with
+// profiles is for reading where the time goes, not for the ratios.
+var profilesDir = flag.String("celsched-cpuprofiles", "", "write a CPU profile of each measured phase into this directory (needs -celsched-phases)")
 
 // phaseMeter measures what each measured phase of one workload costs the
 // test process: CPU time (getrusage) and heap allocations (runtime/metrics)
@@ -44,6 +53,8 @@ type phaseMeter struct {
 	// pods is the number of pods per measured phase (the workload's
 	// measurePods).
 	pods int
+	// profiles is the directory of the phases' CPU profiles, or "".
+	profiles string
 
 	mu     sync.Mutex
 	phases map[string]*meteredPhase // by namespace
@@ -55,6 +66,8 @@ type meteredPhase struct {
 	created, bound int
 	// err is why the phase cannot be measured.
 	err error
+	// profile is the file of the phase's CPU profile, while it runs.
+	profile *os.File
 }
 
 // costSample is the process's counters at one moment.
@@ -100,9 +113,10 @@ func takeSample() (costSample, error) {
 }
 
 // newPhaseMeter returns a meter of the phases of one workload with pods
-// pods each.
-func newPhaseMeter(testCase, workload string, pods int) *phaseMeter {
-	return &phaseMeter{testCase: testCase, workload: workload, pods: pods, phases: map[string]*meteredPhase{}}
+// pods each, writing CPU profiles into the directory profiles unless it is
+// "".
+func newPhaseMeter(testCase, workload string, pods int, profiles string) *phaseMeter {
+	return &phaseMeter{testCase: testCase, workload: workload, pods: pods, profiles: profiles, phases: map[string]*meteredPhase{}}
 }
 
 // handler is the meter's pod event handler.
@@ -136,6 +150,9 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 		s, err := takeSample()
 		p = &meteredPhase{start: s, err: err} // finish reports err
 		m.phases[ns] = p
+		if err == nil && m.profiles != "" {
+			p.profile = startProfile(filepath.Join(m.profiles, fmt.Sprintf("%s_%s_%s.pprof", m.testCase, m.workload, ns)))
+		}
 	}
 	if p.err != nil {
 		return
@@ -151,11 +168,34 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 		return
 	}
 	end, err := takeSample()
+	if p.profile != nil {
+		pprof.StopCPUProfile()
+		_ = p.profile.Close()
+		p.profile = nil
+	}
 	if err != nil {
 		p.err = err
 		return
 	}
 	m.done = append(m.done, phaseCost(m.testCase, m.workload, ns, p.bound, p.start, end))
+}
+
+// startProfile starts a CPU profile into a new file at path, and returns
+// the file, or nil if it could not: a process has one CPU profile at a
+// time, so a phase that starts while another's runs (the workloads'
+// phases follow one another) has none. The profiles are a diagnostic:
+// no profile fails no phase.
+func startProfile(path string) *os.File {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return nil
+	}
+	return f
 }
 
 // phaseCost is the cost of a phase of pods pods between two samples.
@@ -185,6 +225,11 @@ func (m *phaseMeter) finish() ([]perfdata.Phase, error) {
 	}
 	var unfinished []string
 	for ns, p := range m.phases {
+		if p.profile != nil {
+			pprof.StopCPUProfile()
+			_ = p.profile.Close()
+			p.profile = nil
+		}
 		switch {
 		case p.err != nil:
 			unfinished = append(unfinished, fmt.Sprintf("%s (%v)", ns, p.err))

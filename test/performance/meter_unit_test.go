@@ -1,6 +1,8 @@
 package performance
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,7 +19,8 @@ var sink []byte
 // pods of namespaces that name no profile (init) are not measured; a
 // phase that did not end is reported by finish.
 func TestPhaseMeter(t *testing.T) {
-	m := newPhaseMeter("NodeOnly10", "1000Nodes_Batching", 2)
+	profiles := t.TempDir()
+	m := newPhaseMeter("NodeOnly10", "1000Nodes_Batching", 2, profiles)
 	h := m.handler()
 	pod := func(ns, name, node string) *corev1.Pod {
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{NodeName: node}}
@@ -50,5 +53,15 @@ func TestPhaseMeter(t *testing.T) {
 	}
 	if p.WallSeconds < 0 || p.CPUSeconds < 0 || p.GCCPUSeconds < 0 {
 		t.Errorf("phase %+v: a counter went backwards", p)
+	}
+	// A CPU profile of stock-1, a complete pprof file (gzip); none of
+	// celsched-1, which started while stock-1's ran (a process has one),
+	// nor of init, which is not a phase.
+	b, err := os.ReadFile(filepath.Join(profiles, "NodeOnly10_1000Nodes_Batching_stock-1.pprof"))
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("CPU profile of stock-1: %d bytes, %v; want a gzipped pprof file", len(b), err)
+	}
+	if entries, _ := os.ReadDir(profiles); len(entries) != 1 {
+		t.Errorf("%d CPU profiles, want stock-1's only", len(entries))
 	}
 }
