@@ -48,6 +48,12 @@ type Runtime struct {
 	// run's evaluators set it. The scheduler's PreFilter may hand
 	// kube-scheduler only the nodes the policies admit (filter.narrow).
 	EveryNode bool
+	// PercentageOfNodesToScore is the scheduler's (its configuration's;
+	// 0: adaptive), for profiles without one: CELFilter's PreFilter
+	// narrows the nodes when that saves kube-scheduler work
+	// (filter.worthNarrowing), which depends on how many feasible nodes
+	// it looks for.
+	PercentageOfNodesToScore int32
 
 	once sync.Once
 	// lastCause is the error the cycles' contexts end with at their

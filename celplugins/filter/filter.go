@@ -41,6 +41,9 @@ type Filter struct {
 	// narrowedPods are the pods whose last cycle PreFilter narrowed
 	// (narrow.go; newNarrowedPods says how it is kept).
 	narrowedPods *lru.Cache
+	// percentage is the profile's percentageOfNodesToScore, if it has one
+	// (worthNarrowing).
+	percentage *int32
 }
 
 var (
@@ -62,6 +65,10 @@ func New(_ context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Run
 		return nil, err
 	}
 	pl := &Filter{rt: rt, recorder: h.EventRecorder(), args: args, narrowed: newNarrowed(), narrowedPods: newNarrowedPods()}
+	// kube-scheduler's framework, the handle, has its profile's percentage.
+	if f, ok := h.(interface{ PercentageOfNodesToScore() *int32 }); ok {
+		pl.percentage = f.PercentageOfNodesToScore()
+	}
 	if args.ExplainRejections {
 		pl.why = &engine.Why{}
 		if r, ok := rt.Inputs.Policies.(interface{ ExplainRules() }); ok {

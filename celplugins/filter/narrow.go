@@ -31,15 +31,39 @@ type narrowed struct {
 	// version is a new object; a pod bound to a node is not).
 	nodes []*corev1.Node
 	// admit are the names of the nodes the filters admit; nil when
-	// PreFilter leaves the nodes to Filter (the filters admit more than
-	// half of them; or none: then Filter gives each node its reason).
+	// PreFilter leaves the nodes to Filter (worthNarrowing says it would
+	// cost more than it saves; or the filters admit no node: then Filter
+	// gives each node its reason).
 	admit sets.Set[string]
-	// refused are the outcomes of the nodes refused.
-	refused []*engine.ListOutcome
+	// refused are the refused nodes' decisions, equal ones once with
+	// their count: what Filter would have counted on them.
+	refused []refusedRun
 	// missing is the index of the first node whose outcome was not
 	// remembered (admit is nil then), or -1: the next pod of the class
 	// looks at that node alone until its outcome is known.
 	missing int
+	// uses counts the pods an entry that does not narrow (admit nil,
+	// missing -1) answered: it is not checked against the nodes per pod
+	// (holds: a walk over every node), as it leaves them to Filter
+	// anyway; it is made again after recheckAfter pods, or when the
+	// number of nodes changes, so that a class the nodes' new versions
+	// make worth narrowing is narrowed. Written by the scheduling cycle.
+	uses int
+}
+
+// recheckAfter is how many pods an entry that does not narrow answers
+// before it is made again (narrowed.uses): its making reads every node's
+// outcome, which over that many pods costs about what checking it against
+// the nodes per pod would.
+const recheckAfter = 64
+
+// refusedRun is n refused nodes on which the same decision of the same
+// policy refused the pod, the policies from `from` up to it having passed
+// plainly.
+type refusedRun struct {
+	from int
+	d    *engine.IndexedDecision
+	n    int64
 }
 
 // narrow returns the nodes the pod's filter policies admit, as a
@@ -80,9 +104,17 @@ func (pl *Filter) narrowFor(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.No
 		return nil
 	}
 	var n *narrowed
-	if v, ok := pl.narrowed.Get(key); ok && v.(*narrowed).holds(nodes) {
+	if v, ok := pl.narrowed.Get(key); ok {
 		n = v.(*narrowed)
-		if n.missing >= 0 && pl.known(c, nodes[n.missing]) {
+		switch {
+		case n.admit == nil && n.missing < 0:
+			n.uses++
+			if n.uses > recheckAfter || len(n.nodes) != len(nodes) {
+				n = nil
+			}
+		case !n.holds(nodes):
+			n = nil
+		case n.missing >= 0 && pl.known(c, nodes[n.missing]):
 			n = nil // the node it missed is known now: read them all again
 		}
 	}
@@ -99,13 +131,8 @@ func (pl *Filter) narrowFor(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.No
 	// errors, and an Audit denial on a node the pod cannot have is never
 	// reported.
 	for _, r := range n.refused {
-		passing := 0
-		for i := range r.Decisions {
-			d := &r.Decisions[i]
-			c.FilterTally.Passed(passing, d.Index)
-			c.FilterTally.Add(d.Index, &d.Decision)
-			passing = d.Index + 1
-		}
+		c.FilterTally.PassedN(r.from, r.d.Index, r.n)
+		c.FilterTally.AddN(r.d.Index, &r.d.Decision, r.n)
 	}
 	return &fwk.PreFilterResult{NodeNames: n.admit}
 }
@@ -118,6 +145,15 @@ func (pl *Filter) narrowOver(c *celplugins.Cycle, nodes []fwk.NodeInfo) *narrowe
 		n.nodes[i] = ni.Node()
 	}
 	admit := sets.New[string]()
+	refused := 0
+	// The refused nodes' decisions, equal ones counted once (refusedRun).
+	type runKey struct {
+		from, index int
+		policy      *engine.CompiledPolicy
+		verdict     engine.Verdict
+		rule        string
+	}
+	runs := map[runKey]int{}
 	for i, ni := range nodes {
 		node := ni.Node()
 		o := pl.outcome(c, ni)
@@ -125,23 +161,95 @@ func (pl *Filter) narrowOver(c *celplugins.Cycle, nodes []fwk.NodeInfo) *narrowe
 			n.missing, n.refused = i, nil
 			return n
 		}
-		if k := len(o.Decisions); k > 0 && o.Decisions[k-1].Acts() {
-			n.refused = append(n.refused, o)
+		if k := len(o.Decisions); k == 0 || !o.Decisions[k-1].Acts() {
+			admit.Insert(node.Name)
 			continue
 		}
-		admit.Insert(node.Name)
+		refused++
+		passing := 0
+		for j := range o.Decisions {
+			d := &o.Decisions[j]
+			from := passing
+			passing = d.Index + 1
+			if len(d.Ignored) > 0 || d.Err != nil {
+				n.refused = append(n.refused, refusedRun{from: from, d: d, n: 1})
+				continue
+			}
+			k := runKey{from: from, index: d.Index, policy: d.Policy, verdict: d.Verdict, rule: d.Rule}
+			if r, ok := runs[k]; ok {
+				n.refused[r].n++
+				continue
+			}
+			runs[k] = len(n.refused)
+			n.refused = append(n.refused, refusedRun{from: from, d: d, n: 1})
+		}
 	}
-	// Narrowed when the filters refuse at least half of the nodes: the
-	// walk kube-scheduler saves is over the refused nodes it would meet
-	// before finding enough feasible ones, and the set it is handed costs
-	// a copy per pod of every admitted name. A rule that refuses a few
-	// nodes is met rarely and leaves them to Filter.
-	if len(admit) > 0 && len(n.refused) >= len(admit) {
+	if worthNarrowing(len(admit), refused, pl.percentageOfNodesToScore()) {
 		n.admit = admit
 	} else {
 		n.refused = nil
 	}
 	return n
+}
+
+// Relative costs per node of what narrowing changes in a scheduling
+// cycle, from a CPU profile of the scheduler (RequiredAffinity at 5000
+// nodes, docs/performance.md): kube-scheduler's walk of a node through
+// the Filter plugins (about 3 us), its Score plugins on a feasible node
+// (about 4 us), and a name of the PreFilterResult, which kube-scheduler
+// copies (PreFilterResult.Merge) and looks up in its snapshot (about
+// 1.2 us).
+const (
+	walkCost  = 3
+	scoreCost = 4
+	nameCost  = 1
+)
+
+// worthNarrowing says whether handing kube-scheduler the admitted nodes
+// costs less than leaving every node to Filter. kube-scheduler looks for
+// a number of feasible nodes that depends on the number of nodes it is
+// given (feasibleToFind), walking the nodes from where the last pod
+// stopped, and scores those it finds. Over every node it walks about
+// toFind/(admitted/all) nodes, the refused ones among them, and scores
+// toFind; over the admitted nodes it walks and scores the number found
+// for that many nodes, and pays for the set's names. So a rule that admits
+// one node in ten is narrowed at any size; one that admits half of the
+// nodes is narrowed at 1000 nodes (420 found over all, 230 over the
+// half) and not at 5000 (500 over all, 750 over the half: more to score).
+func worthNarrowing(admitted, refused int, percentage int32) bool {
+	if admitted == 0 || refused == 0 {
+		return false
+	}
+	all := admitted + refused
+	toFind := feasibleToFind(percentage, all)
+	walked := min(all, toFind*all/admitted)
+	scored := min(toFind, admitted)
+	found := feasibleToFind(percentage, admitted)
+	over := walkCost*found + scoreCost*found + nameCost*admitted
+	return over < walkCost*walked+scoreCost*scored
+}
+
+// feasibleToFind is how many feasible nodes kube-scheduler looks for
+// among all nodes, at a profile's percentageOfNodesToScore (0: adaptive):
+// kube-scheduler's numFeasibleNodesToFind, which it does not export.
+func feasibleToFind(percentage int32, all int) int {
+	const minFeasible, minPercentage = 100, 5
+	if all < minFeasible {
+		return all
+	}
+	if percentage == 0 {
+		percentage = max(int32(50-all/125), minPercentage)
+	}
+	return max(all*int(percentage)/100, minFeasible)
+}
+
+// percentageOfNodesToScore is the percentage of the plugin's profile, or
+// else the scheduler's (0: adaptive).
+func (pl *Filter) percentageOfNodesToScore() int32 {
+	if pl.percentage != nil {
+		return *pl.percentage
+	}
+	return pl.rt.PercentageOfNodesToScore
 }
 
 // outcome is the class's remembered outcome on a node, or nil.

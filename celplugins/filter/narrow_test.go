@@ -36,6 +36,50 @@ func rackNodes() []fwk.NodeInfo {
 	return nodes
 }
 
+// relabel returns a node's new version with a label set.
+func relabel(ni fwk.NodeInfo, key, value string) fwk.NodeInfo {
+	node := ni.Node().DeepCopy()
+	node.ResourceVersion += "1"
+	node.Labels[key] = value
+	out := framework.NewNodeInfo()
+	out.SetNode(node)
+	return out
+}
+
+// TestWorthNarrowing: the cost model's verdicts on the cases
+// worthNarrowing's comment names, and kube-scheduler's number of
+// feasible nodes to find.
+func TestWorthNarrowing(t *testing.T) {
+	for _, c := range []struct {
+		percentage int32
+		all, want  int
+	}{{0, 50, 50}, {0, 1000, 420}, {0, 5000, 500}, {0, 15000, 750}, {10, 500, 100}, {100, 5000, 5000}} {
+		if got := feasibleToFind(c.percentage, c.all); got != c.want {
+			t.Errorf("feasibleToFind(%d, %d) = %d, want %d", c.percentage, c.all, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		admitted, refused int
+		percentage        int32
+		want              bool
+	}{
+		{500, 500, 0, true},     // half of 1000 nodes
+		{2500, 2500, 0, false},  // half of 5000: 750 to score instead of 500
+		{2500, 2500, 100, true}, // ... unless every feasible node is scored
+		{500, 4500, 0, true},    // a rack in ten of 5000
+		{100, 900, 0, true},     // a rack in ten of 1000
+		{900, 100, 0, false},    // NodeOnly10's rules
+		{5, 1, 0, false},        // one node in six
+		{2, 4, 0, true},
+		{0, 1000, 0, false}, // Filter gives each node its reason
+		{1000, 0, 0, false},
+	} {
+		if got := worthNarrowing(c.admitted, c.refused, c.percentage); got != c.want {
+			t.Errorf("worthNarrowing(%d admitted, %d refused, %d%%) = %v, want %v", c.admitted, c.refused, c.percentage, got, c.want)
+		}
+	}
+}
+
 func rackPod(name, rack string) *corev1.Pod {
 	return st.MakePod().Namespace("ns").Name(name).UID(name).Label("rack", rack).Obj()
 }
@@ -184,10 +228,11 @@ func TestNarrow(t *testing.T) {
 			t.Errorf("a filter reading nodeInfo, %s: selected %v, want every node", name, sets.List(sel))
 		}
 	}
-	// Filters that admit every node, or refuse fewer than half of them.
+	// Filters that admit every node, or refuse too few to be worth it
+	// (worthNarrowing).
 	for _, policy := range []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("narrow-all").Filter("any", "node.metadata.name != ''").Obj(),
-		builder.MakePolicy("narrow-not-c").Filter("not-c", "node.metadata.labels['rack'] != 'c'").Obj(),
+		builder.MakePolicy("narrow-not-c1").Filter("not-c1", "node.metadata.name != 'c1'").Obj(),
 	} {
 		pl := newPlugin(policy)
 		for _, name := range []string{"n1", "n2", "n3"} {
@@ -196,6 +241,33 @@ func TestNarrow(t *testing.T) {
 			}
 		}
 	}
+	// A class not worth narrowing is looked at again after recheckAfter
+	// pods: here the nodes' new versions make its rule refuse four of six.
+	blocked := newPlugin(builder.MakePolicy("narrow-blocked").Filter("not-blocked", "node.metadata.labels[?'blocked'].orValue('') != 'true'").Obj())
+	few := rackNodes()
+	few[4] = relabel(few[4], "blocked", "true") // c1
+	for _, name := range []string{"f1", "f2"} {
+		if sel, _ := cycle(t, blocked, rackPod(name, "a"), few); sel != nil {
+			t.Fatalf("one node blocked, %s: selected %v, want every node", name, sets.List(sel))
+		}
+	}
+	many := rackNodes()
+	for i := 2; i < 6; i++ {
+		many[i] = relabel(many[i], "blocked", "true")
+	}
+	narrowedAt := 0
+	for i := 1; i <= recheckAfter+2 && narrowedAt == 0; i++ {
+		if sel, _ := cycle(t, blocked, rackPod(fmt.Sprintf("m%d", i), "a"), many); sel != nil {
+			if !sel.Equal(rackA) {
+				t.Fatalf("four nodes blocked, pod %d: selected %v, want a1, a2", i, sets.List(sel))
+			}
+			narrowedAt = i
+		}
+	}
+	if narrowedAt == 0 {
+		t.Errorf("four nodes blocked: no pod of %d narrowed, want one after at most %d", recheckAfter+2, recheckAfter+1)
+	}
+
 	// Node-only filters refusing more than half of the nodes: one class
 	// for every pod.
 	onlyA := newPlugin(builder.MakePolicy("narrow-a").Filter("a", "node.metadata.labels['rack'] == 'a'").Obj())

@@ -108,29 +108,38 @@ func Plain(d *engine.Decision) bool { return d.Verdict == engine.Pass && len(d.I
 
 // Passed counts one node on which the policies from..to-1 all passed
 // plainly (Plain).
-func (t *Tally) Passed(from, to int) {
+func (t *Tally) Passed(from, to int) { t.PassedN(from, to, 1) }
+
+// PassedN counts n nodes on which the policies from..to-1 all passed
+// plainly.
+func (t *Tally) PassedN(from, to int, n int64) {
 	if t == nil || from >= to {
 		return
 	}
-	t.policies[from].passFrom.Add(1)
+	t.policies[from].passFrom.Add(n)
 	if to < len(t.policies) {
-		t.policies[to].passTo.Add(1)
+		t.policies[to].passTo.Add(n)
 	}
 }
 
 // Add counts a decision of policy i that is not Plain.
-func (t *Tally) Add(i int, d *engine.Decision) {
+func (t *Tally) Add(i int, d *engine.Decision) { t.AddN(i, d, 1) }
+
+// AddN counts n nodes with the same decision of policy i, not Plain.
+func (t *Tally) AddN(i int, d *engine.Decision, n int64) {
 	if t == nil {
 		return
 	}
 	p := &t.policies[i]
 	if d.Verdict == engine.Reject && len(d.Ignored) == 0 && p.denied != nil {
 		if r := slices.IndexFunc(p.rules, func(r ruleCounters) bool { return r.name == d.Rule }); r >= 0 {
-			p.denied[r].Add(1)
+			p.denied[r].Add(n)
 			return
 		}
 	}
-	t.counters.Count(d)
+	for range n {
+		t.counters.Count(d)
+	}
 }
 
 // Flush adds the counts so far to celsched_policy_evaluations_total and

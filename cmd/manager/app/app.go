@@ -46,6 +46,7 @@ import (
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	"k8s.io/kubernetes/pkg/scheduler/profile"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -272,6 +273,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.rt.PercentageOfNodesToScore = ptr.Deref(schedCfg.PercentageOfNodesToScore, 0)
 	if err := (&controllers.StatusReconciler{Client: mgr.GetClient(), Policies: p.registry, Compiled: p.compiled,
 		Slow: p.rt.Report.Slow, Errors: p.rt.Report.Errors, ParamKinds: p.params}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the status controller: %w", err)
