@@ -23,10 +23,13 @@ import (
 var phasesFile = flag.String("celsched-phases", "", "append a JSON line per measured phase with the process's CPU time and heap allocations over it (perfdata.Phase)")
 
 // profilesDir, when set, is where the meter writes a CPU profile of each
-// measured phase, <test case>_<workload>_<namespace>.pprof. Profiling
-// costs the process some CPU, the same for every profile: a run with
-// profiles is for reading where the time goes, not for the ratios.
-var profilesDir = flag.String("celsched-cpuprofiles", "", "write a CPU profile of each measured phase into this directory (needs -celsched-phases)")
+// measured phase, <test case>_<workload>_<namespace>.pprof, and the
+// process's allocation profile at its start and end
+// (....allocs-start.pprof, ....allocs.pprof: `go tool pprof -diff_base`
+// of the two is what the phase allocated). Profiling costs the process
+// some CPU, the same for every profile: a run with profiles is for
+// reading where the time goes, not for the ratios.
+var profilesDir = flag.String("celsched-cpuprofiles", "", "write a CPU profile and allocation profiles of each measured phase into this directory (needs -celsched-phases)")
 
 // phaseMeter measures what each measured phase of one workload costs the
 // test process: CPU time (getrusage) and heap allocations (runtime/metrics)
@@ -68,6 +71,8 @@ type meteredPhase struct {
 	err error
 	// profile is the file of the phase's CPU profile, while it runs.
 	profile *os.File
+	// base is the path of the phase's profiles without their suffix, or "".
+	base string
 }
 
 // costSample is the process's counters at one moment.
@@ -151,7 +156,9 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 		p = &meteredPhase{start: s, err: err} // finish reports err
 		m.phases[ns] = p
 		if err == nil && m.profiles != "" {
-			p.profile = startProfile(filepath.Join(m.profiles, fmt.Sprintf("%s_%s_%s.pprof", m.testCase, m.workload, ns)))
+			p.base = filepath.Join(m.profiles, fmt.Sprintf("%s_%s_%s", m.testCase, m.workload, ns))
+			writeAllocs(p.base + ".allocs-start.pprof")
+			p.profile = startProfile(p.base + ".pprof")
 		}
 	}
 	if p.err != nil {
@@ -172,6 +179,9 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 		pprof.StopCPUProfile()
 		_ = p.profile.Close()
 		p.profile = nil
+	}
+	if p.base != "" {
+		writeAllocs(p.base + ".allocs.pprof")
 	}
 	if err != nil {
 		p.err = err
@@ -196,6 +206,22 @@ func startProfile(path string) *os.File {
 		return nil
 	}
 	return f
+}
+
+// writeAllocs writes the process's allocation profile (allocations since
+// it started, sampled) into a new file at path; like startProfile, a
+// diagnostic that fails nothing.
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		return
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return
+	}
+	_ = f.Close()
 }
 
 // phaseCost is the cost of a phase of pods pods between two samples.

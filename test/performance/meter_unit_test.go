@@ -54,14 +54,17 @@ func TestPhaseMeter(t *testing.T) {
 	if p.WallSeconds < 0 || p.CPUSeconds < 0 || p.GCCPUSeconds < 0 {
 		t.Errorf("phase %+v: a counter went backwards", p)
 	}
-	// A CPU profile of stock-1, a complete pprof file (gzip); none of
-	// celsched-1, which started while stock-1's ran (a process has one),
-	// nor of init, which is not a phase.
-	b, err := os.ReadFile(filepath.Join(profiles, "NodeOnly10_1000Nodes_Batching_stock-1.pprof"))
-	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
-		t.Errorf("CPU profile of stock-1: %d bytes, %v; want a gzipped pprof file", len(b), err)
+	// A CPU profile of stock-1, a complete pprof file (gzip), and its
+	// allocation profiles; no CPU profile of celsched-1, which started
+	// while stock-1's ran (a process has one), but its allocation profile
+	// at the start; nothing of init, which is not a phase.
+	for _, name := range []string{"stock-1.pprof", "stock-1.allocs-start.pprof", "stock-1.allocs.pprof", "celsched-1.allocs-start.pprof"} {
+		b, err := os.ReadFile(filepath.Join(profiles, "NodeOnly10_1000Nodes_Batching_"+name))
+		if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("profile %s: %d bytes, %v; want a gzipped pprof file", name, len(b), err)
+		}
 	}
-	if entries, _ := os.ReadDir(profiles); len(entries) != 1 {
-		t.Errorf("%d CPU profiles, want stock-1's only", len(entries))
+	if entries, _ := os.ReadDir(profiles); len(entries) != 4 {
+		t.Errorf("%d profiles, want 4", len(entries))
 	}
 }
