@@ -107,8 +107,8 @@ func (r *Reporter) Matched(ctx context.Context, c *Cycle, pod *corev1.Pod) {
 		d := &c.matched[i].Decision
 		metrics.CountEnforcement(d.Policy)
 		r.NoteErrors(ctx, c.Budget, d, pod, "")
-		if d.WouldAct() {
-			logger.V(2).Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", d.Policy.Name, "reason", d.String())
+		if v := logger.V(2); d.WouldAct() && v.Enabled() {
+			v.Info("SchedulingPolicy would reject the pod (Audit)", "pod", klog.KObj(pod), "policy", d.Policy.Name, "reason", d.String())
 		}
 	}
 }

@@ -2,11 +2,13 @@ package engine
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -463,27 +465,64 @@ type PodRef struct {
 }
 
 // value builds the CEL value of nodeInfo, as maps of converted values so
-// that reading a field allocates nothing.
+// that reading a field allocates nothing. Its pods are converted on first
+// read (lazyList): most rules that read nodeInfo read its resources, and
+// the pods cost two maps each, for every version of the node a pod's
+// binding makes.
 func (n *NodeInfo) value() ref.Val {
-	pods := make([]ref.Val, len(n.Pods))
-	for i, p := range n.Pods {
-		podLabels := make(map[ref.Val]ref.Val, len(p.Labels))
-		for k, v := range p.Labels {
-			podLabels[types.String(k)] = types.String(v)
+	refs := n.Pods
+	pods := &lazyList{size: len(refs), build: func() ref.Val {
+		pods := make([]ref.Val, len(refs))
+		for i, p := range refs {
+			podLabels := make(map[ref.Val]ref.Val, len(p.Labels))
+			for k, v := range p.Labels {
+				podLabels[types.String(k)] = types.String(v)
+			}
+			pods[i] = types.NewRefValMap(types.DefaultTypeAdapter, map[ref.Val]ref.Val{
+				types.String("namespace"): types.String(p.Namespace),
+				types.String("name"):      types.String(p.Name),
+				types.String("labels"):    types.NewRefValMap(types.DefaultTypeAdapter, podLabels),
+			})
 		}
-		pods[i] = types.NewRefValMap(types.DefaultTypeAdapter, map[ref.Val]ref.Val{
-			types.String("namespace"): types.String(p.Namespace),
-			types.String("name"):      types.String(p.Name),
-			types.String("labels"):    types.NewRefValMap(types.DefaultTypeAdapter, podLabels),
-		})
-	}
+		return types.NewRefValList(types.DefaultTypeAdapter, pods)
+	}}
 	return types.NewRefValMap(types.DefaultTypeAdapter, map[ref.Val]ref.Val{
 		types.String("allocatable"): resourceMap(n.Allocatable),
 		types.String("requested"):   resourceMap(n.Requested),
 		types.String("podCount"):    types.Int(len(n.Pods)),
-		types.String("pods"):        types.NewRefValList(types.DefaultTypeAdapter, pods),
+		types.String("pods"):        pods,
 	})
 }
+
+// lazyList is a CEL list built on first use, once, by build (which must
+// return a traits.Lister); its size is known before. Safe for concurrent
+// use: a nodeInfo value is shared by the Filter calls running in
+// parallel.
+type lazyList struct {
+	size  int
+	once  sync.Once
+	build func() ref.Val
+	list  traits.Lister
+}
+
+func (l *lazyList) get() traits.Lister {
+	l.once.Do(func() {
+		l.list = l.build().(traits.Lister)
+		l.build = nil
+	})
+	return l.list
+}
+
+func (l *lazyList) ConvertToNative(t reflect.Type) (any, error) { return l.get().ConvertToNative(t) }
+func (l *lazyList) ConvertToType(t ref.Type) ref.Val            { return l.get().ConvertToType(t) }
+func (l *lazyList) Equal(other ref.Val) ref.Val                 { return l.get().Equal(other) }
+func (l *lazyList) Type() ref.Type                              { return types.ListType }
+func (l *lazyList) Value() any                                  { return l.get().Value() }
+func (l *lazyList) Add(other ref.Val) ref.Val                   { return l.get().Add(other) }
+func (l *lazyList) Contains(v ref.Val) ref.Val                  { return l.get().Contains(v) }
+func (l *lazyList) Get(index ref.Val) ref.Val                   { return l.get().Get(index) }
+func (l *lazyList) Iterator() traits.Iterator                   { return l.get().Iterator() }
+func (l *lazyList) Size() ref.Val                               { return types.Int(l.size) }
 
 func resourceMap(m map[string]int64) ref.Val {
 	out := make(map[ref.Val]ref.Val, len(m))

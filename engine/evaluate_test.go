@@ -3,9 +3,15 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/common/types/traits"
+	"github.com/google/cel-go/ext"
 	"github.com/google/go-cmp/cmp"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
@@ -248,5 +254,74 @@ func TestPodConvertedOnlyWhenRead(t *testing.T) {
 	other := nodeInput(t, conv, "n2", map[string]string{"zone": "b"}, nil)
 	if d := podReading.Filter(context.Background(), in, other); d.Verdict != Pass || in.pod != first {
 		t.Fatalf("second node: %s, converted again: %v", d.String(), in.pod != first)
+	}
+}
+
+// TestNodeInfoPodsLazy: nodeInfo.pods is converted on first read only,
+// and reads as a list in every form a rule may use: through the engine's
+// rules, and on one value with CEL alone (where its conversion shows).
+func TestNodeInfoPodsLazy(t *testing.T) {
+	t.Parallel()
+	info := &NodeInfo{
+		Allocatable: map[string]int64{"cpu": 8000}, Requested: map[string]int64{"cpu": 100},
+		Pods: []PodRef{{Namespace: "a", Name: "x", Labels: map[string]string{"app": "web"}}, {Namespace: "b", Name: "y"}},
+	}
+	exprs := []string{
+		"nodeInfo.pods.exists(p, p.labels[?'app'].orValue('') == 'web')",
+		"nodeInfo.pods.all(i, p, i < 2 && p.name.size() == 1)",
+		"nodeInfo.pods[1].name == 'y' && nodeInfo.pods[0].namespace == 'a'",
+		"nodeInfo.pods.map(p, p.name) == ['x', 'y']",
+		"nodeInfo.pods == nodeInfo.pods && nodeInfo.pods != []",
+		"size(nodeInfo.pods + nodeInfo.pods) == 4",
+		"nodeInfo.pods.filter(p, p.namespace == 'b').size() == 1",
+	}
+	conv := NewConverter(testEnv(t), 0)
+	pod := podInput(t, conv, nil, nil)
+	for i, expr := range exprs {
+		node := nodeInput(t, conv, fmt.Sprintf("n%d", i), nil, info)
+		p := compileOK(t, builder.MakePolicy("p").Filter("pods", expr).Obj())
+		if d := p.Filter(context.Background(), pod, node); d.Verdict != Pass {
+			t.Errorf("rule %s: %s", expr, d.String())
+		}
+	}
+
+	env, err := cel.NewEnv(cel.Variable("nodeInfo", cel.DynType), cel.OptionalTypes(), ext.TwoVarComprehensions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eval := func(expr string, v ref.Val) {
+		t.Helper()
+		ast, iss := env.Compile(expr)
+		if iss.Err() != nil {
+			t.Fatalf("%s: %v", expr, iss.Err())
+		}
+		prg, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := prg.Eval(map[string]any{"nodeInfo": v})
+		if err != nil || out != types.True {
+			t.Errorf("%s: %v, %v; want true", expr, out, err)
+		}
+	}
+	pods := func(v ref.Val) *lazyList {
+		t.Helper()
+		l, ok := v.(traits.Mapper).Get(types.String("pods")).(*lazyList)
+		if !ok {
+			t.Fatalf("nodeInfo.pods is %T, want the lazy list", v.(traits.Mapper).Get(types.String("pods")))
+		}
+		return l
+	}
+	v := info.value()
+	eval("nodeInfo.allocatable['cpu'] > nodeInfo.requested['cpu'] && nodeInfo.podCount == 2 && size(nodeInfo.pods) == 2", v)
+	if pods(v).list != nil {
+		t.Errorf("nodeInfo.pods converted by an expression that reads its size only")
+	}
+	for _, expr := range exprs {
+		v := info.value()
+		eval(expr, v)
+		if pods(v).list == nil {
+			t.Errorf("%s: nodeInfo.pods read and not converted", expr)
+		}
 	}
 }

@@ -195,7 +195,11 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 		}
 		return celplugins.Status(&d, c.Message(i, &d)), true
 	case d.WouldAct():
-		klog.FromContext(ctx).V(4).Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
+		// Guarded: the arguments (d.String() above all) would be built
+		// per node whatever the verbosity.
+		if v := klog.FromContext(ctx).V(4); v.Enabled() {
+			v.Info("SchedulingPolicy would reject the node (Audit)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "reason", d.String())
+		}
 		c.DenyAudit(node.Name, d)
 	}
 	return nil, false

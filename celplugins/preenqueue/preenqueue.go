@@ -118,7 +118,9 @@ func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Stat
 			pl.enqueueReport(pod, msg)
 			return celplugins.Status(&d, msg)
 		case d.WouldAct():
-			logger.V(2).Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
+			if v := logger.V(2); v.Enabled() {
+				v.Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
+			}
 		}
 	}
 	return nil

@@ -272,7 +272,9 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		if d.Verdict == engine.Error || len(d.Ignored) > 0 {
 			// An Audit policy's error, or errors under Ignore: the rules
 			// without a value take no part.
-			klog.FromContext(ctx).V(4).Info("Score rules failed and score 0 on the node", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "decision", d.String(), "ignored", d.Ignored)
+			if v := klog.FromContext(ctx).V(4); v.Enabled() {
+				v.Info("Score rules failed and score 0 on the node", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", p.Name, "decision", d.String(), "ignored", d.Ignored)
+			}
 			if d.Verdict == engine.Error {
 				for i := range values {
 					values[i] = math.NaN()
