@@ -214,7 +214,7 @@ func (p *memoPlaces) store(t *memoTable, r *memoResult) {
 		return
 	}
 	old := small.store(r, tag)
-	if old == nil || old.id.gen != r.id.gen {
+	if old == nil || old.id.gen != r.id.gen || t.small {
 		return
 	}
 	// The bucket held more results of this generation than it has places
@@ -270,6 +270,9 @@ type memoTable struct {
 	passes [listWays]atomic.Uint64
 	// stores counts the results stored (memoResult.stored).
 	stores atomic.Uint64
+	// small: a slot's results never grow past its bucket
+	// (Converter.SmallMemo). Set before the table is shared.
+	small bool
 }
 
 // listWays is how many ways the list outcomes of a node version have.

@@ -165,6 +165,34 @@ func TestMemoTable(t *testing.T) {
 	wg.Wait()
 }
 
+// TestSmallMemo: a table of a converter with SmallMemo keeps at most a
+// bucket of results per expression, the oldest replaced first, and never
+// grows a set.
+func TestSmallMemo(t *testing.T) {
+	t.Parallel()
+	table := memoTable{small: true}
+	e := &expr{slot: 2, memo: memoPodAndNode}
+	const stores = 4 * memoWays
+	for key := range uint64(stores) {
+		table.storeResult(&memoResult{e: e, id: memoID{key: key}, val: types.Int(key)})
+	}
+	if (*table.slots.Load())[e.slot].big.Load() != nil {
+		t.Fatalf("%d ids grew a set", stores)
+	}
+	for key := range uint64(stores) {
+		r := table.load(e, memoID{key: key})
+		if evicted := key < stores-memoWays; (r == nil) != evicted {
+			t.Errorf("key %d: result %v, want evicted=%v", key, r, evicted)
+		}
+	}
+	// A converter's SmallMemo reaches the tables of the nodes it converts.
+	conv := NewConverter(testEnv(t), 0).SmallMemo()
+	in := nodeInput(t, conv, "n1", nil, nil)
+	if in.memo == nil || !in.memo.small {
+		t.Errorf("a node of a SmallMemo converter: memo %+v, want small", in.memo)
+	}
+}
+
 // TestMemoKinds: how an expression's results are kept follows what it
 // reads; a policy that reads the pod's name keeps none per pod (every pod
 // has its own).

@@ -211,7 +211,7 @@ func (c *Cluster) environment() (*engine.Environment, *engine.Converter, error) 
 	if err != nil {
 		return nil, nil, err
 	}
-	converter := engine.NewConverter(env, 0)
+	converter := engine.NewConverter(env, 0).SmallMemo()
 	// Every node converted now, outside any pod's time budget: a dry run
 	// evaluates a pod on every node one after the other, where the
 	// scheduler converts the nodes it samples, in parallel, and keeps them.
