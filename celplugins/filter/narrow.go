@@ -2,6 +2,7 @@ package filter
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -24,7 +25,7 @@ const maxNarrowed = 64
 // decided on every node of the scheduler's snapshot, read from the
 // outcomes remembered on the nodes: the nodes they admit, for
 // PreFilterResult, and those they refuse, whose decisions PreFilter
-// counts as Filter would have. Immutable once made.
+// counts as Filter would have. Immutable once made, but for uses.
 type narrowed struct {
 	// nodes are the snapshot's nodes it was made over, in order: it holds
 	// while the snapshot lists the same node objects (a node's new
@@ -47,8 +48,9 @@ type narrowed struct {
 	// (holds: a walk over every node), as it leaves them to Filter
 	// anyway; it is made again after recheckAfter pods, or when the
 	// number of nodes changes, so that a class the nodes' new versions
-	// make worth narrowing is narrowed. Written by the scheduling cycle.
-	uses int
+	// make worth narrowing is narrowed. Atomic: the only field written
+	// after the entry is made.
+	uses atomic.Int32
 }
 
 // recheckAfter is how many pods an entry that does not narrow answers
@@ -108,8 +110,7 @@ func (pl *Filter) narrowFor(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.No
 		n = v.(*narrowed)
 		switch {
 		case n.admit == nil && n.missing < 0:
-			n.uses++
-			if n.uses > recheckAfter || len(n.nodes) != len(nodes) {
+			if n.uses.Add(1) > recheckAfter || len(n.nodes) != len(nodes) {
 				n = nil
 			}
 		case !n.holds(nodes):
