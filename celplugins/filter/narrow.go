@@ -70,8 +70,8 @@ type refusedRun struct {
 
 // narrow returns the nodes the pod's filter policies admit, as a
 // PreFilterResult, when every node's outcome for the pod's class is
-// remembered (engine.PolicyList.Cached) and they refuse at least half of
-// the nodes but not all: kube-scheduler then walks those nodes only,
+// remembered (engine.PolicyList.Cached) and handing kube-scheduler the
+// admitted nodes saves it work (worthNarrowing): it then walks those only,
 // instead of every node with its per-node work for the ones the policies
 // refuse (a rule that admits one rack in ten walks ten times the nodes it
 // needs). The refused nodes' decisions are counted as Filter counts them.
@@ -96,7 +96,8 @@ func (pl *Filter) narrow(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.NodeI
 	return res
 }
 
-// narrowFor is narrow, but for the pods it narrowed.
+// narrowFor is narrow without its record of the pods narrowed
+// (narrowedPods).
 func (pl *Filter) narrowFor(c *celplugins.Cycle, pod *corev1.Pod, nodes []fwk.NodeInfo) *fwk.PreFilterResult {
 	if pl.narrowed == nil || pl.rt.EveryNode || pl.why != nil || len(nodes) == 0 || unschedulableBefore(pod) {
 		return nil
