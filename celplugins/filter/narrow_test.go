@@ -115,9 +115,10 @@ func cycle(t *testing.T, pl *Filter, pod *corev1.Pod, nodes []fwk.NodeInfo) (sel
 // remembered, CELFilter's PreFilter hands kube-scheduler the nodes the
 // filters admit, and counts the refused ones as Filter would; it leaves
 // every node to Filter when an outcome is missing (a node's new version),
-// when the filters refuse fewer than half of the nodes, or every node,
-// for a pod whose last attempt was unschedulable, for filters that read
-// nodeInfo, and in a dry run.
+// when narrowing is not worth it (worthNarrowing; such a class is looked
+// at again after recheckAfter pods) or the filters refuse every node, and
+// always for a pod whose last attempt was unschedulable, for filters
+// that read nodeInfo, and in a dry run.
 func TestNarrow(t *testing.T) {
 	t.Parallel()
 	sameRack := builder.MakePolicy("narrow-racks").Filter("same-rack", "pod.metadata.labels['rack'] == node.metadata.labels['rack']").Obj()
