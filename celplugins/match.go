@@ -17,9 +17,9 @@ import (
 // policy reads it) and the versions of what its
 // pod's params bindings read of the params store (params: the param kinds,
 // and the object named or the namespace's objects that each paramRef
-// looked up), and is never written after it is made, so that the
-// scheduling cycles of the pod and the queueing hints share one conversion
-// and one match (Inputs.Match).
+// looked up), and is never written after it is made, so that the pod's
+// preEnqueue rules (Runtime.Queued), its scheduling cycles and the queueing
+// hints share one conversion and one match (Inputs.Match).
 type Match struct {
 	Pod *engine.PodInput
 	// Filters and Scores are the matching policies with filters and with
@@ -53,6 +53,12 @@ type Match struct {
 	// policy that selects the pod): a params object written elsewhere
 	// leaves the Match in place.
 	params paramsReads
+}
+
+// ByPolicy calls f with each policy that applies to the pod and the
+// results of its match (engine.ByPolicy), until f returns false.
+func (m *Match) ByPolicy(f func(p *engine.CompiledPolicy, results []engine.MatchResult) bool) {
+	engine.ByPolicy(m.matched, f)
 }
 
 // matchKey is everything a Match depends on. A pod without a
@@ -99,16 +105,17 @@ func (r *recordingParams) Namespace(spec *engine.ParamSpec, pod *corev1.Pod) str
 	return r.namespace(spec, pod, r.reads)
 }
 
-// matches are the last Match of each pod that had a scheduling cycle, so
-// that its next cycle and the queueing hints of the events that may make
-// it schedulable reuse it. Key: pod UID (the entry holds the full
-// matchKey and the versions of the params it read, checked on every
-// read). Bound: the pods that had a cycle and
-// are neither bound nor deleted, the scheduling queue's unschedulable and
-// backoff pods, each holding its pod's converted value. Written by Prepare
-// (a cycle's match, when complete); entries leave when their pod is bound
-// or deleted (Runtime.Attach's pod event handler). Queueing hints only
-// read it.
+// matches are the last Match of each pod that was queued or had a
+// scheduling cycle, so that its next cycle and the queueing hints of the
+// events that may make it schedulable reuse it. Key: pod UID (the entry
+// holds the full matchKey and the versions of the params it read, checked
+// on every read). Bound: the pods that were queued and are neither bound
+// nor deleted (the scheduling queue's pods, and those the preEnqueue rules
+// hold), each holding its pod's converted value. Written by Runtime.Queued
+// (when the queue adds a pod and a policy has preEnqueue rules) and by
+// Prepare (a cycle's match), when the match is complete; entries leave
+// when their pod is bound or deleted (Runtime.Attach's pod event handler).
+// Queueing hints only read it.
 type matches struct {
 	byPod sync.Map // ktypes.UID -> *Match
 }

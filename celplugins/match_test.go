@@ -400,3 +400,59 @@ func TestMatchParamsKind(t *testing.T) {
 		next(m, "nothing changed", false)
 	})
 }
+
+// TestQueuedMatchShared: the Match CELPreEnqueue makes of a queued pod
+// (Runtime.Queued) is kept, and the pod's cycle reuses it (one conversion,
+// one match per pod version); a bound pod's Match is not kept (it has no
+// cycle to come, and binding is what drops kept Matches), nor one made
+// after its context ended; a negative QueuedBudget makes none.
+func TestQueuedMatchShared(t *testing.T) {
+	t.Parallel()
+	rt, registry := newTestRuntime(t, namespace("ns", "1", nil))
+	registry.Upsert(builder.MakePolicy("held").PreEnqueue("one", "pod.spec.containers.size() == 1", "").Filter("f", "true").Obj())
+	ctx := context.Background()
+	p := pod("ns", "p", nil)
+	p.ResourceVersion = "3"
+
+	queued, err := rt.Queued(ctx, p)
+	if err != nil || queued == nil {
+		t.Fatalf("Queued: %v, %v", queued, err)
+	}
+	if kept, _ := rt.Inputs.matches.byPod.Load(p.UID); kept != queued {
+		t.Error("the queued pod's Match was not kept")
+	}
+	c, err := rt.Prepare(ctx, p, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Match != queued {
+		t.Error("the pod's cycle matched it again")
+	}
+
+	bound := pod("ns", "bound", nil)
+	bound.ResourceVersion, bound.Spec.NodeName = "4", "n1"
+	if m, err := rt.Queued(ctx, bound); err != nil || m == nil {
+		t.Fatalf("Queued of a bound pod: %v, %v", m, err)
+	}
+	if _, kept := rt.Inputs.matches.byPod.Load(bound.UID); kept {
+		t.Error("a bound pod's Match was kept")
+	}
+
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	late := pod("ns", "late", nil)
+	late.ResourceVersion = "5"
+	if m, err := rt.Queued(ended, late); m != nil || err != nil {
+		t.Errorf("Queued after its context ended: %v, %v; want no Match", m, err)
+	}
+	if _, kept := rt.Inputs.matches.byPod.Load(late.UID); kept {
+		t.Error("a Match made after the context ended was kept")
+	}
+
+	rt.QueuedBudget = -1
+	other := pod("ns", "other", nil)
+	other.ResourceVersion = "6"
+	if m, err := rt.Queued(ctx, other); m != nil || err != nil {
+		t.Errorf("Queued with a negative budget: %v, %v; want no Match", m, err)
+	}
+}

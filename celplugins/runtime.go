@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,6 +55,11 @@ type Runtime struct {
 	// (filter.worthNarrowing), which depends on how many feasible nodes
 	// it looks for.
 	PercentageOfNodesToScore int32
+	// QueuedBudget bounds the match that Queued makes of a pod the queue
+	// adds (0: DefaultEvaluationBudget); a match that does not end within
+	// it is not kept, and CELPreEnqueue matches its policies alone, as it
+	// does with a negative QueuedBudget (Queued then makes no Match).
+	QueuedBudget time.Duration
 
 	once sync.Once
 	// lastCause is the error the cycles' contexts end with at their

@@ -125,6 +125,35 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 	return c, nil
 }
 
+// Queued returns the Match of a pod the scheduling queue is adding
+// (CELPreEnqueue): the one kept when nothing it depends on changed, or a
+// new one, kept for the pod's cycle, which then neither converts nor
+// matches it again. It is made under a time budget (QueuedBudget), and is
+// nil when it does not end within it (or ctx ends first). Nothing is
+// reported: the cycle reports its Match (Prepare).
+func (rt *Runtime) Queued(ctx context.Context, pod *corev1.Pod) (*Match, error) {
+	budget := rt.QueuedBudget
+	switch {
+	case budget < 0:
+		return nil, nil
+	case budget == 0:
+		budget = DefaultEvaluationBudget
+	}
+	ctx, release := context.WithTimeoutCause(ctx, budget, rt.budgetCause(budget))
+	defer release()
+	m, fresh, err := rt.Inputs.match(ctx, pod, rt.Inputs.PodGroups)
+	if err != nil || ctx.Err() != nil {
+		return nil, err
+	}
+	// A bound pod (the CLI's and the rollout gate's evaluations of running
+	// pods) has no cycle to come, and its Match would stay: the pods' event
+	// handler drops kept Matches at binding.
+	if fresh && pod.Spec.NodeName == "" {
+		rt.Inputs.keep(m)
+	}
+	return m, nil
+}
+
 // budgetError is the error a context with a time budget ends with at its
 // deadline (budgetCause), with its budget.
 type budgetError struct {

@@ -103,13 +103,14 @@ type PodInput struct {
 	schedulerName string
 
 	// keys are the pod's memo keys (memo.go) by podReads, interned in
-	// podKeys on first use; 0 when not computed yet. They live as long as
-	// the PodInput (the scheduler keeps one per pod version: its Match);
-	// the evaluations that read them write them (equal values).
-	keys [podKeyReads + 1]atomic.Uint64
+	// podKeys on first use (keyOf): one per distinct set of reads of the
+	// policies evaluated. They live as long as the PodInput (the
+	// scheduler keeps one per pod version: its Match); the evaluations
+	// that read them write them (equal values).
+	keys atomic.Pointer[[]keyFor[podReads]]
 	// labelKeys are the memo keys of the specs that hold some of the
 	// pod's labels (someLabelsKey): one per such policy or list.
-	labelKeys atomic.Pointer[[]specKey]
+	labelKeys atomic.Pointer[[]keyFor[*podKeySpec]]
 	podKeys   *podKeys
 }
 

@@ -145,6 +145,25 @@ type MatchResult struct {
 	why  missKind
 	pod  string // the pod's scheduler name, for Reason
 	rule string // the match condition that was false or failed
+	// of is the snapshot's policy matched (Decision.Policy may be its
+	// namespace view or a copy bound to params), set by Snapshot.Match.
+	of *CompiledPolicy
+}
+
+// ByPolicy calls f with each policy of the snapshot and its results, in
+// the results of Snapshot.Match (those of one policy are next to each
+// other), until f returns false.
+func ByPolicy(matches []MatchResult, f func(p *CompiledPolicy, results []MatchResult) bool) {
+	for i := 0; i < len(matches); {
+		j := i + 1
+		for j < len(matches) && matches[j].of == matches[i].of {
+			j++
+		}
+		if !f(matches[i].of, matches[i:j]) {
+			return
+		}
+		i = j
+	}
 }
 
 // Reason says why the policy applies or not, in words: "selectors match",
@@ -243,10 +262,15 @@ func (p *CompiledPolicy) PreEnqueue(ctx context.Context, in *PodInput) Decision 
 // first that does not pass decides); one that finds none under Deny holds
 // the pod.
 func (p *CompiledPolicy) MatchAndPreEnqueue(ctx context.Context, in *PodInput) (bool, Decision) {
+	return p.PreEnqueueMatched(ctx, in, p.MatchAll(ctx, in))
+}
+
+// PreEnqueueMatched is MatchAndPreEnqueue on the policy's results of
+// MatchAll made before (all of them, or those that apply: a Match's).
+func (p *CompiledPolicy) PreEnqueueMatched(ctx context.Context, in *PodInput, matches []MatchResult) (bool, Decision) {
 	matched := false
 	last := Decision{Policy: p, Point: PointMatch}
 	var ignored []error
-	matches := p.MatchAll(ctx, in)
 	for i := range matches {
 		m := &matches[i]
 		if !m.Matches {

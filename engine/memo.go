@@ -431,59 +431,71 @@ func (in *PodInput) key(spec *podKeySpec) (uint64, bool) {
 	}
 	r &= podKeyReads
 	if spec.someLabels() {
-		return in.someLabelsKey(spec, r)
+		// Kept per spec (its address: a policy's or a list's, as long as
+		// they live).
+		return keyOf(&in.labelKeys, spec, func() (uint64, bool) { return in.someLabelsKey(spec, r) })
 	}
-	if k := in.keys[r].Load(); k != 0 {
-		return k, true
-	}
-	var sig PodSignature
-	r.fill(&sig, in.Pod, in.Namespace, in.Group)
-	k, ok := in.podKeys.internSignature(&sig)
-	if ok {
-		in.keys[r].Store(k)
-	}
-	return k, ok
+	return keyOf(&in.keys, r, func() (uint64, bool) {
+		var sig PodSignature
+		r.fill(&sig, in.Pod, in.Namespace, in.Group)
+		return in.podKeys.internSignature(&sig)
+	})
 }
 
-// someLabelsKey is key for a spec that holds some of the pod's labels:
-// kept per spec (its address: a policy's or a list's, as long as they
-// live), in a list that the cycle's evaluations share.
-func (in *PodInput) someLabelsKey(spec *podKeySpec, r podReads) (uint64, bool) {
+// keyOf returns the key kept in list for by, or computes it with compute
+// and keeps it. The list is the cycle's evaluations' to share: read
+// without a lock, extended by a copy (a pod has a few keys); two
+// evaluations that compute the same key at once intern equal values, so
+// either copy is right.
+func keyOf[K comparable](list *atomic.Pointer[[]keyFor[K]], by K, compute func() (uint64, bool)) (uint64, bool) {
 	for {
-		old := in.labelKeys.Load()
+		old := list.Load()
 		if old != nil {
 			for _, e := range *old {
-				if e.spec == spec {
+				if e.by == by {
 					return e.key, true
 				}
 			}
 		}
-		// Whether the pod has labels at all is read too: an absent key of
-		// absent labels is another error than of present ones.
-		sig := someLabels{Labeled: len(in.Pod.Labels) > 0}
-		r.fill(&sig.PodSignature, in.Pod, in.Namespace, in.Group)
-		sig.Labels = nil
-		for _, k := range spec.labels {
-			if v, ok := in.Pod.Labels[k]; ok {
-				if sig.Labels == nil {
-					sig.Labels = make(map[string]string, len(spec.labels))
-				}
-				sig.Labels[k] = v
-			}
-		}
-		k, ok := in.podKeys.internSignature(&sig)
+		k, ok := compute()
 		if !ok {
 			return 0, false
 		}
-		var entries []specKey
+		var entries []keyFor[K]
 		if old != nil {
-			entries = append(entries, *old...)
+			entries = append(make([]keyFor[K], 0, len(*old)+1), *old...)
 		}
-		entries = append(entries, specKey{spec: spec, key: k})
-		if in.labelKeys.CompareAndSwap(old, &entries) {
+		entries = append(entries, keyFor[K]{by: by, key: k})
+		if list.CompareAndSwap(old, &entries) {
 			return k, true
 		}
 	}
+}
+
+// keyFor is a pod's memo key for by: the reads it holds, or the spec
+// that holds some of its labels.
+type keyFor[K comparable] struct {
+	by  K
+	key uint64
+}
+
+// someLabelsKey computes the key of a spec that holds some of the pod's
+// labels.
+func (in *PodInput) someLabelsKey(spec *podKeySpec, r podReads) (uint64, bool) {
+	// Whether the pod has labels at all is read too: an absent key of
+	// absent labels is another error than of present ones.
+	sig := someLabels{Labeled: len(in.Pod.Labels) > 0}
+	r.fill(&sig.PodSignature, in.Pod, in.Namespace, in.Group)
+	sig.Labels = nil
+	for _, k := range spec.labels {
+		if v, ok := in.Pod.Labels[k]; ok {
+			if sig.Labels == nil {
+				sig.Labels = make(map[string]string, len(spec.labels))
+			}
+			sig.Labels[k] = v
+		}
+	}
+	return in.podKeys.internSignature(&sig)
 }
 
 // someLabels is what a memo key holds of a pod when it holds some of its
@@ -491,12 +503,6 @@ func (in *PodInput) someLabelsKey(spec *podKeySpec, r podReads) (uint64, bool) {
 type someLabels struct {
 	PodSignature
 	Labeled bool `json:"labeled"`
-}
-
-// specKey is a pod's memo key for a spec that holds some of its labels.
-type specKey struct {
-	spec *podKeySpec
-	key  uint64
 }
 
 // internSignature returns the memo key of a signature's values.

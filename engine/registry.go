@@ -173,13 +173,14 @@ func byPolicyName(p *CompiledPolicy, name string) int { return strings.Compare(p
 // Policies skipped under Ignore are left out; their errors are lost unless
 // the caller asks with ignored.
 func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchResult)) []MatchResult {
-	var out []MatchResult
+	// The results are gathered in a pooled scratch slice and returned in
+	// one of their own size: a tenth of a hundred policies matching a pod
+	// costs ten results, not room for a hundred (a result is 160 bytes).
+	scratch := matchScratch.Get().(*[]MatchResult)
+	out := (*scratch)[:0]
 	add := func(m MatchResult) {
 		switch {
 		case m.Matches:
-			if out == nil { // once, at the first match: the slice does not grow by doubling
-				out = make([]MatchResult, 0, len(s.policies))
-			}
 			out = append(out, m)
 		case len(m.Decision.Ignored) > 0 && ignored != nil:
 			ignored(m)
@@ -187,13 +188,27 @@ func (s *Snapshot) Match(ctx context.Context, in *PodInput, ignored func(MatchRe
 	}
 	for _, p := range s.policies {
 		if p.paramSpec == nil {
-			add(p.Match(ctx, in)) // without allocating MatchAll's slice
+			m := p.Match(ctx, in) // without allocating MatchAll's slice
+			m.of = p
+			add(m)
 			continue
 		}
 		matches := p.MatchAll(ctx, in)
 		for i := range matches {
+			matches[i].of = p
 			add(matches[i])
 		}
 	}
-	return out
+	var res []MatchResult
+	if len(out) > 0 {
+		res = slices.Clone(out)
+	}
+	clear(out) // the pool keeps no policy, error or message alive
+	*scratch = out[:0]
+	matchScratch.Put(scratch)
+	return res
 }
+
+// matchScratch holds Snapshot.Match's scratch slices. Bound: one per
+// concurrent Match (sync.Pool drops them at GC). Written by Match only.
+var matchScratch = sync.Pool{New: func() any { return new([]MatchResult) }}

@@ -89,38 +89,69 @@ func (pl *PreEnqueue) Name() string { return Name }
 // PreEnqueue evaluates the preEnqueue rules of the matching policies. An
 // enforced rule that is false (or an error with failurePolicy Fail) holds
 // the pod; an Audit one is only logged.
+//
+// The policies are matched as the pod's scheduling cycle matches them
+// (Runtime.Queued): the cycle then reuses the conversion and the match. A
+// match that does not end within the default time budget is not the
+// cycle's to reuse; the policies with preEnqueue rules are then matched
+// here alone, without a time budget, as preEnqueue rules are evaluated.
 func (pl *PreEnqueue) PreEnqueue(ctx context.Context, pod *corev1.Pod) *fwk.Status {
 	snapshot := pl.rt.Inputs.Policies.Snapshot()
 	if !anyPreEnqueue(snapshot) {
 		return nil
 	}
+	logger := klog.FromContext(ctx)
+	m, err := pl.rt.Queued(ctx, pod)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if m != nil {
+		var held *fwk.Status
+		m.ByPolicy(func(p *engine.CompiledPolicy, results []engine.MatchResult) bool {
+			if !p.HasPreEnqueue() {
+				return true // a broken policy without rules to hold is PreFilter's
+			}
+			matched, d := p.PreEnqueueMatched(ctx, m.Pod, results)
+			held = pl.decided(ctx, logger, pod, p, matched, &d)
+			return held == nil
+		})
+		return held
+	}
 	in, err := pl.rt.Inputs.PodInput(pod)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	logger := klog.FromContext(ctx)
 	for _, p := range snapshot.Policies() {
 		if !p.HasPreEnqueue() {
 			continue // a broken policy without rules to hold is PreFilter's
 		}
 		matched, d := p.MatchAndPreEnqueue(ctx, in)
-		if !matched {
-			continue
+		if held := pl.decided(ctx, logger, pod, p, matched, &d); held != nil {
+			return held
 		}
-		pl.rt.Report.Count(&d)
-		pl.rt.Report.NoteErrors(ctx, 0, &d, pod, "")
-		if len(d.Ignored) > 0 {
-			logger.V(4).Info("Ignoring preEnqueue errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", p.Name, "errs", d.Ignored)
-		}
-		switch {
-		case d.Acts():
-			msg := d.String()
-			pl.enqueueReport(pod, msg)
-			return celplugins.Status(&d, msg)
-		case d.WouldAct():
-			if v := logger.V(2); v.Enabled() {
-				v.Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
-			}
+	}
+	return nil
+}
+
+// decided reports what a policy decided for the pod at preEnqueue and
+// returns the status that holds it, nil when it is not held.
+func (pl *PreEnqueue) decided(ctx context.Context, logger klog.Logger, pod *corev1.Pod, p *engine.CompiledPolicy, matched bool, d *engine.Decision) *fwk.Status {
+	if !matched {
+		return nil
+	}
+	pl.rt.Report.Count(d)
+	pl.rt.Report.NoteErrors(ctx, 0, d, pod, "")
+	if len(d.Ignored) > 0 {
+		logger.V(4).Info("Ignoring preEnqueue errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "policy", p.Name, "errs", d.Ignored)
+	}
+	switch {
+	case d.Acts():
+		msg := d.String()
+		pl.enqueueReport(pod, msg)
+		return celplugins.Status(d, msg)
+	case d.WouldAct():
+		if v := logger.V(2); v.Enabled() {
+			v.Info("SchedulingPolicy would hold the pod (Audit)", "pod", klog.KObj(pod), "policy", p.Name, "reason", d.String())
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package preenqueue
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/util/workqueue"
@@ -60,24 +61,32 @@ func TestStatusCodes(t *testing.T) {
 			policies: []*schedv1alpha1.SchedulingPolicy{builder.MakePolicy("p").Ignore().Condition("team", "pod.metadata.labels['team'] == 'a'").PreEnqueue("no", "false", "").Obj()},
 		},
 	}
+	// Each case twice: with the pod's Match that its cycle reuses
+	// (Runtime.Queued), and with the policies matched here alone (a match
+	// past Queued's budget).
+	modes := map[string]time.Duration{"match for the cycle": 0, "matched alone": -1}
 	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			pl := &PreEnqueue{
-				rt:       plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil)),
-				queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[hold]()),
-				reported: lru.New(10),
-			}
-			defer pl.queue.ShutDown()
-			got := pl.PreEnqueue(context.Background(), pod)
-			if diff := cmp.Diff(tc.want, got, statusCmp); diff != "" {
-				t.Errorf("PreEnqueue (-want +got):\n%s", diff)
-			}
-			// A hold is reported once, in the background.
-			if wantReports := map[bool]int{true: 0, false: 1}[got.IsSuccess()]; pl.queue.Len() != wantReports {
-				t.Errorf("%d reports queued, want %d", pl.queue.Len(), wantReports)
-			}
-		})
+		for mode, budget := range modes {
+			t.Run(name+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				rt := plugintest.Runtime(t, tc.policies, plugintest.Namespace("ns", nil))
+				rt.QueuedBudget = budget
+				pl := &PreEnqueue{
+					rt:       rt,
+					queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[hold]()),
+					reported: lru.New(10),
+				}
+				defer pl.queue.ShutDown()
+				got := pl.PreEnqueue(context.Background(), pod)
+				if diff := cmp.Diff(tc.want, got, statusCmp); diff != "" {
+					t.Errorf("PreEnqueue (-want +got):\n%s", diff)
+				}
+				// A hold is reported once, in the background.
+				if wantReports := map[bool]int{true: 0, false: 1}[got.IsSuccess()]; pl.queue.Len() != wantReports {
+					t.Errorf("%d reports queued, want %d", pl.queue.Len(), wantReports)
+				}
+			})
+		}
 	}
 }
 
