@@ -100,7 +100,7 @@ func (rt *Runtime) Prepare(ctx context.Context, pod *corev1.Pod, budget time.Dur
 		c.texts = make([]atomic.Pointer[rejectionText], len(m.Filters))
 	}
 	if len(m.Audit) > 0 {
-		c.audit = &auditDenials{match: slices.Clip(m.wouldReject), byNode: map[string][]engine.Decision{}}
+		c.audit = &auditDenials{match: slices.Clip(m.wouldReject)}
 	}
 	for _, p := range c.Audit {
 		// What the Audit policy's preEnqueue rules would have done, for
