@@ -60,8 +60,9 @@ VERDICT_SEED ?= 1
 # `make perf`: the node counts to run (1000, 5000, or empty for both), and
 # where the runs go (one directory per run: DataItems JSON, the phases'
 # CPU and allocations, go test output, logs of failed workloads). A full
-# run (both sizes) takes about four hours on 2 cores, 1000 nodes alone
-# about two (docs/performance.md): go test's timeout is above both.
+# run (both sizes) takes 1.5 to 4 hours on 2 cores, each size 45 minutes
+# to 2 hours, as fast or slow as the machine is that day
+# (docs/performance.md): go test's timeout is above both.
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 6h
