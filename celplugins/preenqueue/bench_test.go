@@ -3,8 +3,6 @@ package preenqueue
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,9 +11,8 @@ import (
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/lru"
-	"sigs.k8s.io/yaml"
 
-	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/api/manifest"
 	"github.com/celsched/celsched/celplugins/plugintest"
 )
 
@@ -24,17 +21,9 @@ import (
 // scheduler_perf workload of test/performance): the pod queued, then its
 // cycle prepared.
 func BenchmarkQueuedAndPrepareMixed100(b *testing.B) {
-	data, err := os.ReadFile("../../test/performance/testdata/Mixed100.yaml")
+	policies, err := manifest.ReadPolicies(nil, []string{"../../test/performance/testdata/Mixed100.yaml"})
 	if err != nil {
 		b.Fatal(err)
-	}
-	var policies []*schedv1alpha1.SchedulingPolicy
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		p := &schedv1alpha1.SchedulingPolicy{}
-		if err := yaml.UnmarshalStrict([]byte(doc), p); err != nil {
-			b.Fatal(err)
-		}
-		policies = append(policies, p)
 	}
 	if len(policies) != 100 {
 		b.Fatalf("%d policies in Mixed100.yaml, want 100", len(policies))
