@@ -102,6 +102,9 @@ type Program struct {
 	// can be signed (Snapshot.Signature).
 	signs podKeySpec
 	reads podReads
+	// podFields is what every expression of the policy reads of the pod
+	// (projection.go): what of the pod its evaluations convert.
+	podFields podFields
 	// texts are the generation's rejection messages, formatted once
 	// (Decision.String).
 	texts *rejectionTexts
@@ -640,6 +643,7 @@ func (pc *policyCompiler) check(path *field.Path, text string, want outputKind, 
 	}
 
 	refs := pc.references(ast)
+	pc.out.podFields = pc.out.podFields.union(podTable().fieldsOf(&refs.pod))
 	if refs.nodeInfo != nil {
 		pc.out.usesNodeInfo = true
 	}
@@ -768,6 +772,8 @@ type references struct {
 	// (or something this cannot follow).
 	podFields map[string]bool
 	podWhole  bool
+	// pod is what it reads of the pod, to convert it (projection.go).
+	pod podProjection
 	// labelKeys are the keys of the pod's labels it reads through a
 	// constant key (pod.metadata.labels['k'], [?'k'], .k, .?k, has(...)
 	// and 'k' in ...); labelsWhole is set when it also uses the labels
@@ -843,6 +849,7 @@ func (r *references) firstNodeScoped() *reference {
 func (pc *policyCompiler) references(ast *cel.Ast) *references {
 	v := &referenceVisitor{pc: pc, refs: &references{podFields: map[string]bool{}, labelKeys: map[string]bool{}}}
 	celast.PreOrderVisit(ast.NativeRep().Expr(), celast.NewExprVisitor(func(e celast.Expr) {
+		v.projection(e)
 		switch e.Kind() {
 		case celast.CallKind:
 			v.call(e.AsCall())
@@ -861,6 +868,7 @@ func (pc *policyCompiler) references(ast *cel.Ast) *references {
 		}
 	}
 	refs.podWhole = v.podIdents > v.podSelects || v.metadataSelects > v.metadataFieldSelects
+	refs.pod = v.podProjection()
 	refs.labelsWhole = v.labelsUses > v.labelsKeyed
 	if v.podGroupIdents > v.podGroupSelects {
 		refs.podGroupMembers = true // a bare podGroup may be read whole
@@ -883,6 +891,83 @@ type referenceVisitor struct {
 	// podGroupIdents counts podGroup, podGroupSelects the field
 	// selections whose operand it is.
 	podGroupIdents, podGroupSelects int
+	// For podProjection: podFieldExprs counts the expressions pod.<f>
+	// (pod.?<f>, has(pod.<f>)), podFieldUses the same per field,
+	// podFieldSelects per field those that are the operand of a selection
+	// of one of its own fields, whose names are podSubFields.
+	podFieldExprs                 int
+	podFieldUses, podFieldSelects map[string]int
+	podSubFields                  map[string]map[string]bool
+}
+
+// projection counts the selections of the pod's fields and of their
+// fields (podProjection).
+func (v *referenceVisitor) projection(e celast.Expr) {
+	if v.podFieldUses == nil {
+		v.podFieldUses, v.podFieldSelects, v.podSubFields = map[string]int{}, map[string]int{}, map[string]map[string]bool{}
+	}
+	if name, ok := podFieldOf(e); ok {
+		v.podFieldExprs++
+		v.podFieldUses[name]++
+	}
+	if op, sub, ok := fieldSelection(e); ok {
+		if name, ok := podFieldOf(op); ok {
+			v.podFieldSelects[name]++
+			if v.podSubFields[name] == nil {
+				v.podSubFields[name] = map[string]bool{}
+			}
+			v.podSubFields[name][sub] = true
+		}
+	}
+}
+
+// podProjection is what the expression reads of the pod: the whole pod
+// when it uses pod otherwise than to select a field; each field whole when
+// it uses it otherwise than to select one of its fields (has(pod.spec)
+// too), else the fields it selects of it (has(pod.spec.nodeName) tests
+// one). Conservative: a comprehension variable named pod counts as the
+// pod, and an unknown field as the whole pod (podFieldTable.fieldsOf).
+func (v *referenceVisitor) podProjection() podProjection {
+	if v.podIdents > v.podFieldExprs {
+		return podProjection{whole: true}
+	}
+	p := podProjection{fields: map[string]map[string]bool{}}
+	for name, uses := range v.podFieldUses {
+		if uses > v.podFieldSelects[name] {
+			p.fields[name] = nil
+			continue
+		}
+		p.fields[name] = v.podSubFields[name]
+	}
+	return p
+}
+
+// fieldSelection returns the operand and the field of e when e is a field
+// selection: x.f, has(x.f) or x.?f.
+func fieldSelection(e celast.Expr) (celast.Expr, string, bool) {
+	switch e.Kind() {
+	case celast.SelectKind:
+		sel := e.AsSelect()
+		return sel.Operand(), sel.FieldName(), true
+	case celast.CallKind:
+		call := e.AsCall()
+		if call.FunctionName() != operators.OptSelect {
+			return nil, "", false
+		}
+		if name, ok := stringLiteral(call.Args(), 1); ok {
+			return call.Args()[0], name, true
+		}
+	}
+	return nil, "", false
+}
+
+// podFieldOf returns f when e is pod.f, has(pod.f) or pod.?f.
+func podFieldOf(e celast.Expr) (string, bool) {
+	op, name, ok := fieldSelection(e)
+	if !ok || op.Kind() != celast.IdentKind || op.AsIdent() != PodVar {
+		return "", false
+	}
+	return name, true
 }
 
 // call handles flatten (unbounded) and optional selections: pod.?field and

@@ -92,11 +92,13 @@ type PodInput struct {
 	// evaluation: the plugins resolve it once per pod and cycle).
 	Group *PodGroup
 
-	// pod is the pod's CEL value, converted on first read (podValue):
-	// policies that read only the node, or no policy at all, never pay for
-	// it.
-	podOnce   sync.Once
-	pod       ref.Val
+	// pod is the pod's CEL value for the fields it holds, converted on
+	// first read and grown when an evaluation reads a field it does not
+	// hold (podValue): policies that read only the node, or no policy at
+	// all, never pay for it, and those that read its labels do not pay
+	// for its spec. podMu serializes the conversions.
+	pod       atomic.Pointer[podValue]
+	podMu     sync.Mutex
 	namespace ref.Val
 	podEnv    *Environment
 
@@ -181,18 +183,36 @@ func (c *Converter) Pod(pod *corev1.Pod, ns *corev1.Namespace) (*PodInput, error
 	return in, nil
 }
 
-// podValue returns the pod's CEL value, converting it on first use (the
-// cycle's evaluations share it); a pod that cannot be converted is an
-// error value, which fails the expressions that read it.
-func (in *PodInput) podValue() ref.Val {
-	in.podOnce.Do(func() {
-		v, err := in.podEnv.toVal(in.Pod, in.podEnv.podValues)
-		if err != nil {
-			v = types.NewErr("converting pod %s/%s: %v", in.Pod.Namespace, in.Pod.Name, err)
+// podValue is a pod's CEL value for some of its fields (projection.go).
+type podValue struct {
+	fields podFields
+	val    ref.Val
+}
+
+// podValue returns a CEL value of the pod that holds the fields need (the
+// fields the evaluating policy reads): the cycle's evaluations share it,
+// and when it lacks some of need, it is converted again with the fields it
+// held and need's. A pod that cannot be converted is an error value, which
+// fails the expressions that read it.
+func (in *PodInput) podValue(need podFields) ref.Val {
+	if v := in.pod.Load(); v != nil && v.fields.covers(need) {
+		return v.val
+	}
+	in.podMu.Lock()
+	defer in.podMu.Unlock()
+	fields := need
+	if v := in.pod.Load(); v != nil {
+		if v.fields.covers(need) {
+			return v.val
 		}
-		in.pod = v
-	})
-	return in.pod
+		fields = fields.union(v.fields)
+	}
+	val, err := in.podEnv.podVal(in.Pod, fields)
+	if err != nil {
+		val = types.NewErr("converting pod %s/%s: %v", in.Pod.Namespace, in.Pod.Name, err)
+	}
+	in.pod.Store(&podValue{fields: fields, val: val})
+	return val
 }
 
 // Node returns the input of a node for one cycle. info, when not nil, builds

@@ -452,7 +452,7 @@ func (p *CompiledPolicy) newEvaluation(ctx context.Context, in *PodInput, node *
 func (ev *evaluation) ResolveName(name string) (any, bool) {
 	switch name {
 	case PodVar:
-		return ev.pod.podValue(), true
+		return ev.pod.podValue(ev.policy.podFields), true
 	case NamespaceVar:
 		if ev.pod.namespace == nil {
 			return types.NewErr("the pod's namespace %q is not known", ev.pod.Pod.Namespace), true

@@ -241,19 +241,19 @@ func TestPodConvertedOnlyWhenRead(t *testing.T) {
 	if d := nodeOnly.Filter(context.Background(), in, node); d.Verdict != Pass {
 		t.Fatalf("node-only: %s", d.String())
 	}
-	if in.pod != nil {
+	if in.pod.Load() != nil {
 		t.Fatal("a node-only policy converted the pod")
 	}
 	if d := podReading.Filter(context.Background(), in, node); d.Verdict != Pass {
 		t.Fatalf("pod-reading: %s", d.String())
 	}
-	first := in.pod
+	first := in.pod.Load()
 	if first == nil {
 		t.Fatal("a pod-reading policy passed without the pod's value")
 	}
 	other := nodeInput(t, conv, "n2", map[string]string{"zone": "b"}, nil)
-	if d := podReading.Filter(context.Background(), in, other); d.Verdict != Pass || in.pod != first {
-		t.Fatalf("second node: %s, converted again: %v", d.String(), in.pod != first)
+	if d := podReading.Filter(context.Background(), in, other); d.Verdict != Pass || in.pod.Load() != first {
+		t.Fatalf("second node: %s, converted again: %v", d.String(), in.pod.Load() != first)
 	}
 }
 

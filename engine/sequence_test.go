@@ -314,8 +314,8 @@ type seqOutcome struct {
 }
 
 // evaluateSeq evaluates the policy for the pod in the world: through conv
-// and the nodes' memo when cached, else on nodes without resourceVersion
-// and with a fresh converter and params.
+// and the nodes' memo when cached, else on nodes without resourceVersion,
+// with a fresh converter and params, and the whole pod converted.
 func evaluateSeq(t testing.TB, p *CompiledPolicy, conv *Converter, w *seqWorld, pod *corev1.Pod, params *StaticParams, cached bool) seqOutcome {
 	ctx := context.Background()
 	in, err := conv.Pod(pod, w.namespaces[pod.Namespace])
@@ -324,6 +324,11 @@ func evaluateSeq(t testing.TB, p *CompiledPolicy, conv *Converter, w *seqWorld, 
 	}
 	in.Params = params
 	in.Group = w.podGroups().PodGroup(pod)
+	if !cached {
+		// Fresh reads the whole pod's value; through the memo, the policy
+		// converts what it reads of it (projection.go).
+		in.podValue(podTable().every)
+	}
 	var out seqOutcome
 	matches := p.MatchAll(ctx, in)
 	for i := range matches {
