@@ -28,24 +28,28 @@ func New[V any](max int) *Cache[V] { return &Cache[V]{max: max} }
 
 // Cache maps node names to the cached value of their current version.
 // It is read for every (pod, node) of every cycle, twice (Filter and
-// Score), and written once per node version. A read first looks at the
-// slot of the node object's address (byObject): the scheduler hands the
+// Score), and written once per node version. A read first looks in the
+// set of the node object's address (byObject): the scheduler hands the
 // plugins the informer's object of a node version, the same pointer in
-// every cycle, so a read is one multiplication and one pointer
-// comparison, without hashing the name. Otherwise it goes to an immutable
-// map by name behind an atomic pointer (no lock, one string hash), and
-// fills the slot. Writes go to a small map under a mutex, merged into a
+// every cycle, so a read is one multiplication and a look at one cache
+// line, without hashing the name. Otherwise it goes to an immutable map
+// by name behind an atomic pointer (no lock, one string hash), and fills
+// a way of the set. Writes go to a small map under a mutex, merged into a
 // new read map once it has been missed as many times as it has entries (as
 // sync.Map does), and at least a quarter as many times as the read map has
 // (a merge copies it): a node's new version is read under the mutex until
 // then.
 type Cache[V any] struct {
-	// byObject is a direct-mapped table from a node object's address to
-	// its entry: a slot answers only for the object its entry holds (which
-	// the entry keeps alive, so the address is not reused while it is
-	// there). Sized on first use; a replaced or forgotten entry leaves its
-	// slot.
-	byObject     []atomic.Pointer[Entry[V]]
+	// byObject is a set-associative table from a node object's address to
+	// its entry: byObjectWays ways per set, each the address it answers
+	// for and the entry (made from that very object, which the entry
+	// keeps alive, so the address is not reused while it is there). Sized
+	// on first use; a replaced or forgotten entry leaves its way. Four ways
+	// keep the objects of a large cluster apart: with one (a
+	// direct-mapped table of 32768 slots) about one node in seven of 5000
+	// shared its slot with another, and both went to the map by name in
+	// every cycle.
+	byObject     []objectSet[V]
 	byObjectOnce sync.Once
 
 	read atomic.Pointer[map[string]*Entry[V]]
@@ -59,22 +63,19 @@ type Cache[V any] struct {
 	max int
 }
 
+// LoadObject returns the entry made from this very object, from its
+// byObject set, or nil. It reads nothing of the object.
+func (c *Cache[V]) LoadObject(node *corev1.Node) *Entry[V] {
+	return c.set(node).load(node)
+}
+
 // Load returns the entry of a node's version, or nil. (An older version
 // may still be found until the next merge: it is that version's value.)
 // The informer's object of a version is one object, whose strings the
 // entry shares: comparing pointers first saves reading the UID.
-// LoadObject returns the entry made from this very object, from its
-// byObject slot, or nil. It reads nothing of the object.
-func (c *Cache[V]) LoadObject(node *corev1.Node) *Entry[V] {
-	if e := c.slot(node).Load(); e != nil && e.Node == node {
-		return e
-	}
-	return nil
-}
-
 func (c *Cache[V]) Load(node *corev1.Node) *Entry[V] {
-	slot := c.slot(node)
-	if e := slot.Load(); e != nil && e.Node == node {
+	set := c.set(node)
+	if e := set.load(node); e != nil {
 		return e
 	}
 	// The same object is the same version: comparing the pointer reads
@@ -86,7 +87,7 @@ func (c *Cache[V]) Load(node *corev1.Node) *Entry[V] {
 	if read := c.read.Load(); read != nil {
 		if e := (*read)[name]; e != nil && current(e) {
 			if e.Node == node {
-				slot.Store(e)
+				set.store(node, e)
 			}
 			return e
 		}
@@ -101,21 +102,75 @@ func (c *Cache[V]) Load(node *corev1.Node) *Entry[V] {
 	return nil
 }
 
-// byObjectSlots is the size of the byObject table: a power of two, twice
-// the nodes of a large cluster.
-const byObjectSlots = 1 << 15
+// byObjectSets and byObjectWays size the byObject table: 8192 sets of
+// four ways (32768 node objects, twice the nodes of a large cluster), a
+// set in one cache line.
+const (
+	byObjectSets = 1 << 13
+	byObjectWays = 4
+)
 
-// slot returns the byObject slot of a node object: its address,
-// multiplied by a Fibonacci hashing constant, gives the slot's index.
-func (c *Cache[V]) slot(node *corev1.Node) *atomic.Pointer[Entry[V]] {
-	c.byObjectOnce.Do(func() { c.byObject = make([]atomic.Pointer[Entry[V]], byObjectSlots) })
-	// The top 15 bits of the hash: byObjectSlots is 1<<15.
-	const shift = 64 - 15
+// objectSet is a set of byObject: the address each way answers for, and
+// its entry. A reader matches the address, then checks that the entry was
+// made from the object (a way being refilled may hold another's entry
+// for an instant).
+type objectSet[V any] struct {
+	objects [byObjectWays]atomic.Uintptr
+	entries [byObjectWays]atomic.Pointer[Entry[V]]
+}
+
+func (s *objectSet[V]) load(node *corev1.Node) *Entry[V] {
+	addr := uintptr(unsafe.Pointer(node))
+	for w := range byObjectWays {
+		if s.objects[w].Load() == addr {
+			if e := s.entries[w].Load(); e != nil && e.Node == node {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// store puts e, made from node, in a way: the object's own, else an empty
+// one, else one chosen by the address (the sets of a cluster rarely fill:
+// 5000 nodes put 0.6 objects in a set on average).
+func (s *objectSet[V]) store(node *corev1.Node, e *Entry[V]) {
+	addr := uintptr(unsafe.Pointer(node))
+	way := -1
+	for w := range byObjectWays {
+		if s.objects[w].Load() == addr {
+			way = w
+			break
+		}
+		if way < 0 && s.entries[w].Load() == nil {
+			way = w
+		}
+	}
+	if way < 0 {
+		way = int(addr>>6) % byObjectWays
+	}
+	s.entries[way].Store(e)
+	s.objects[way].Store(addr)
+}
+
+// clear lets go of e wherever its set holds it.
+func (s *objectSet[V]) clear(e *Entry[V]) {
+	for w := range byObjectWays {
+		s.entries[w].CompareAndSwap(e, nil)
+	}
+}
+
+// set returns the byObject set of a node object: its address, multiplied
+// by a Fibonacci hashing constant, gives the set's index.
+func (c *Cache[V]) set(node *corev1.Node) *objectSet[V] {
+	c.byObjectOnce.Do(func() { c.byObject = make([]objectSet[V], byObjectSets) })
+	// The top 13 bits of the hash: byObjectSets is 1<<13.
+	const shift = 64 - 13
 	h := uint64(uintptr(unsafe.Pointer(node))) * 0x9e3779b97f4a7c15
 	return &c.byObject[h>>shift]
 }
 
-// Store records a node's entry, or its absence (nil). The slot of the entry
+// Store records a node's entry, or its absence (nil). The way of the entry
 // it replaces is cleared, so that the table keeps no node alive that the
 // cache no longer holds.
 func (c *Cache[V]) Store(name string, e *Entry[V]) {
@@ -128,7 +183,7 @@ func (c *Cache[V]) Store(name string, e *Entry[V]) {
 		}
 	}
 	if old != nil && old.Node != nil {
-		c.slot(old.Node).CompareAndSwap(old, nil)
+		c.set(old.Node).clear(old)
 	}
 	if c.dirty == nil {
 		c.dirty = map[string]*Entry[V]{}
