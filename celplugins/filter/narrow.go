@@ -146,7 +146,9 @@ func (pl *Filter) narrowOver(c *celplugins.Cycle, nodes []fwk.NodeInfo) *narrowe
 	for i, ni := range nodes {
 		n.nodes[i] = ni.Node()
 	}
-	admit := sets.New[string]()
+	// The admitted nodes' indexes: their names go into a set only when
+	// narrowing is worth it (the set of 5000 names costs ten times more).
+	admitted := make([]int32, 0, len(nodes))
 	refused := 0
 	// The refused nodes' decisions, equal ones counted once (refusedRun).
 	type runKey struct {
@@ -157,14 +159,13 @@ func (pl *Filter) narrowOver(c *celplugins.Cycle, nodes []fwk.NodeInfo) *narrowe
 	}
 	runs := map[runKey]int{}
 	for i, ni := range nodes {
-		node := ni.Node()
 		o := pl.outcome(c, ni)
 		if o == nil {
 			n.missing, n.refused = i, nil
 			return n
 		}
 		if k := len(o.Decisions); k == 0 || !o.Decisions[k-1].Acts() {
-			admit.Insert(node.Name)
+			admitted = append(admitted, int32(i))
 			continue
 		}
 		refused++
@@ -186,8 +187,11 @@ func (pl *Filter) narrowOver(c *celplugins.Cycle, nodes []fwk.NodeInfo) *narrowe
 			n.refused = append(n.refused, refusedRun{from: from, d: d, n: 1})
 		}
 	}
-	if worthNarrowing(len(admit), refused, pl.percentageOfNodesToScore()) {
-		n.admit = admit
+	if worthNarrowing(len(admitted), refused, pl.percentageOfNodesToScore()) {
+		n.admit = sets.New[string]()
+		for _, i := range admitted {
+			n.admit.Insert(n.nodes[i].Name)
+		}
 	} else {
 		n.refused = nil
 	}
