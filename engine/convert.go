@@ -80,7 +80,9 @@ type cachedValue struct {
 }
 
 // PodInput is a pod and its namespace, converted once per scheduling cycle
-// and read by every evaluation of the cycle. It is immutable.
+// and read by every evaluation of the cycle. Its exported fields are not
+// changed once the first evaluation starts; the pod's CEL value grows as
+// policies read more of it (podValue).
 type PodInput struct {
 	Pod       *corev1.Pod
 	Namespace *corev1.Namespace
@@ -96,7 +98,9 @@ type PodInput struct {
 	// first read and grown when an evaluation reads a field it does not
 	// hold (podValue): policies that read only the node, or no policy at
 	// all, never pay for it, and those that read its labels do not pay
-	// for its spec. podMu serializes the conversions.
+	// for its spec. Key: none (one value, which holds what every policy
+	// evaluated so far reads). Written by podValue, under podMu, which
+	// serializes the conversions.
 	pod       atomic.Pointer[podValue]
 	podMu     sync.Mutex
 	namespace ref.Val
