@@ -208,13 +208,13 @@ func (e *Environment) podVal(pod *corev1.Pod, f podFields) (ref.Val, error) {
 		return e.toVal(pod, e.podValues)
 	}
 	u := make(map[string]any, len(t.top))
-	podValue := reflect.ValueOf(pod).Elem()
+	podStruct := reflect.ValueOf(pod).Elem()
 	for i := range t.top {
 		top := &t.top[i]
 		if !f.meets(top.all) {
 			continue
 		}
-		field := podValue.FieldByIndex(top.index)
+		field := podStruct.FieldByIndex(top.index)
 		if top.str {
 			// omitempty, as ToUnstructured writes them.
 			if s := field.String(); s != "" {
