@@ -2,7 +2,6 @@ package engine
 
 import (
 	"reflect"
-	"slices"
 	"strings"
 	"sync"
 
@@ -170,31 +169,6 @@ func (t *podFieldTable) fieldsOf(p *podProjection) podFields {
 		}
 	}
 	return out
-}
-
-// String lists the fields of f, for tests and logs: "spec.containers",
-// "metadata" (whole), "*" (the whole pod).
-func (t *podFieldTable) String(f podFields) string {
-	if f.has(podWholeBit) {
-		return "*"
-	}
-	var names []string
-	for _, top := range t.top {
-		switch {
-		case f.has(top.bit):
-			names = append(names, top.name)
-		case top.fields != nil:
-			var subs []string
-			for name, sub := range top.fields {
-				if sub.bit != 0 && f.has(sub.bit) {
-					subs = append(subs, top.name+"."+name)
-				}
-			}
-			slices.Sort(subs) // map order
-			names = append(names, subs...)
-		}
-	}
-	return strings.Join(names, ",")
 }
 
 // podVal converts the fields f of a pod: each field of the pod in f whole

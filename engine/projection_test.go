@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -263,4 +265,29 @@ func BenchmarkPodValue(b *testing.B) {
 func compileFields(b *testing.B, filter string) podFields {
 	b.Helper()
 	return benchPolicy(b, builder.MakePolicy("p").Filter("f", filter).Obj()).podFields
+}
+
+// String lists the fields of f, for the tests: "spec.containers",
+// "metadata" (whole), "*" (the whole pod).
+func (t *podFieldTable) String(f podFields) string {
+	if f.has(podWholeBit) {
+		return "*"
+	}
+	var names []string
+	for _, top := range t.top {
+		switch {
+		case f.has(top.bit):
+			names = append(names, top.name)
+		case top.fields != nil:
+			var subs []string
+			for name, sub := range top.fields {
+				if sub.bit != 0 && f.has(sub.bit) {
+					subs = append(subs, top.name+"."+name)
+				}
+			}
+			slices.Sort(subs) // map order
+			names = append(names, subs...)
+		}
+	}
+	return strings.Join(names, ",")
 }
