@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
 	"sync"
@@ -152,12 +153,16 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 	defer m.mu.Unlock()
 	p := m.phases[ns]
 	if p == nil {
+		var base string
+		if m.profiles != "" {
+			base = filepath.Join(m.profiles, fmt.Sprintf("%s_%s_%s", m.testCase, m.workload, ns))
+			writeAllocs(base + ".allocs-start.pprof")
+		}
 		s, err := takeSample()
 		p = &meteredPhase{start: s, err: err} // finish reports err
 		m.phases[ns] = p
-		if err == nil && m.profiles != "" {
-			p.base = filepath.Join(m.profiles, fmt.Sprintf("%s_%s_%s", m.testCase, m.workload, ns))
-			writeAllocs(p.base + ".allocs-start.pprof")
+		if err == nil && base != "" {
+			p.base = base
 			p.profile = startProfile(p.base + ".pprof")
 		}
 	}
@@ -210,8 +215,14 @@ func startProfile(path string) *os.File {
 
 // writeAllocs writes the process's allocation profile (allocations since
 // it started, sampled) into a new file at path; like startProfile, a
-// diagnostic that fails nothing.
+// diagnostic that fails nothing. The runtime publishes the profile as of
+// the last completed garbage collection, which would leave up to a
+// collection's worth of allocations (hundreds of MB here) on the wrong
+// side of a phase's edge: writeAllocs collects first, outside the phase's
+// samples (at a phase's start before its first sample, at its end after
+// the last).
 func writeAllocs(path string) {
+	runtime.GC()
 	f, err := os.Create(path)
 	if err != nil {
 		return
