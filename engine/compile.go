@@ -187,6 +187,11 @@ type expr struct {
 	// version and kept with it (Params.memo), e.g. a variable splitting a
 	// ConfigMap's list.
 	paramsOnly bool
+	// alone keeps the results of an expression that may be evaluated
+	// without a node (a match condition, a preEnqueue rule or its
+	// message, a variable that reads no node) per pod key (podmemo.go);
+	// nil when they are not kept.
+	alone *podMemo
 }
 
 type variable struct {
@@ -436,6 +441,15 @@ type policyCompiler struct {
 	explain   bool
 	truncated bool
 	cancelled error
+	// podVariables is what the variables compiled so far that read no
+	// node read of the pod.
+	podVariables podKeySpec
+}
+
+// aloneMemo returns the memo of an expression that may be evaluated
+// without a node, or nil (newPodMemo).
+func (pc *policyCompiler) aloneMemo(refs *references) *podMemo {
+	return newPodMemo(pc.out.numbers, refs, &pc.podVariables)
 }
 
 // stopped says whether the remaining expressions are skipped.
@@ -513,8 +527,15 @@ func (pc *policyCompiler) compile(spec *schedv1alpha1.SchedulingPolicySpec) {
 			continue
 		}
 		out.variableIndex[v.Name] = len(out.variables)
-		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo(), readsParams: c.refs.reads&readsParams != 0, paramsOnly: c.refs.paramsOnly()},
+		out.variables = append(out.variables, &variable{name: v.Name, expr: expr{path: path, prg: prg, memo: c.refs.memo(), readsParams: c.refs.reads&readsParams != 0, paramsOnly: c.refs.paramsOnly(),
+			alone: pc.aloneMemo(c.refs)},
 			nodeScoped: c.refs.nodeScoped(), reads: c.refs.reads})
+		if !c.refs.nodeScoped() {
+			// What match conditions and preEnqueue rules may read through
+			// variables (a variable that reads node is not available to
+			// them).
+			pc.podVariables.add(c.refs)
+		}
 	}
 
 	// Conditions may read variables, so they compile after them.
@@ -591,6 +612,9 @@ func (pc *policyCompiler) expression(path *field.Path, text string, want outputK
 		return nil
 	}
 	e := &expr{path: path, prg: prg, memo: c.refs.memo(), readsParams: c.refs.reads&readsParams != 0, paramsOnly: c.refs.paramsOnly()}
+	if sc == podScope {
+		e.alone = pc.aloneMemo(c.refs)
+	}
 	if pc.explain {
 		e.checked = c
 	}
@@ -798,6 +822,8 @@ type references struct {
 	// many times over), so the expression is tracked, and the call priced
 	// by its actual result before it runs.
 	unboundedCall bool
+	// readsVariables: reads variables.<name> or variables as a whole.
+	readsVariables bool
 }
 
 type reference struct {
@@ -1036,6 +1062,7 @@ func (v *referenceVisitor) ident(e celast.Expr) {
 		refs.reads |= readsNamespace
 	case VariablesVar:
 		v.variablesIdents++
+		refs.readsVariables = true
 	case PodGroupVar:
 		refs.reads |= readsPodGroup
 		v.podGroupIdents++

@@ -497,6 +497,9 @@ func (ev *evaluation) eval(e *expr) (ref.Val, costRecord, error) {
 	if e.paramsOnly && ev.policy.params != nil {
 		return ev.evalParamsOnly(e)
 	}
+	if ev.node == nil {
+		return ev.evalAlone(e)
+	}
 	id, ok := memoKey(ev.policy, ev.pod, ev.node, e)
 	if !ok {
 		return ev.run(e)
@@ -539,6 +542,29 @@ func memoKey(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) (id mem
 	return id, true
 }
 
+// evalAlone evaluates an expression without a node (a match condition, a
+// preEnqueue rule or its message, a variable they read) once per pod key
+// and params object, as eval does those on a node per node version
+// (podmemo.go).
+func (ev *evaluation) evalAlone(e *expr) (ref.Val, costRecord, error) {
+	m := e.alone
+	if m == nil {
+		return ev.run(e)
+	}
+	id, ok := m.id(ev.policy, ev.pod, e)
+	if !ok {
+		return ev.run(e)
+	}
+	if r := m.places.load(e, id); r != nil {
+		return r.val, r.cost, r.err
+	}
+	val, cost, err := ev.run(e)
+	if err == nil || memoizable(err) {
+		m.places.store(&m.order, &memoResult{e: e, id: id, val: val, err: err, cost: cost})
+	}
+	return val, cost, err
+}
+
 // evalParamsOnly evaluates an expression that reads only params once per
 // params version (and compiled expression), as eval does node-only ones
 // per node version.
@@ -556,8 +582,15 @@ func (ev *evaluation) evalParamsOnly(e *expr) (ref.Val, costRecord, error) {
 }
 
 // cached returns the result of a memoized expression on the node's
-// version, if it was evaluated.
+// version (or, without a node, for the pod's key: podmemo.go), if it was
+// evaluated.
 func cached(p *CompiledPolicy, pod *PodInput, node *NodeInput, e *expr) *memoResult {
+	if node == nil {
+		if e.paramsOnly && p.params != nil {
+			return nil // kept with the params object (evalParamsOnly)
+		}
+		return e.alone.load(p, pod, e)
+	}
 	id, ok := memoKey(p, pod, node, e)
 	if !ok {
 		return nil

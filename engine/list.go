@@ -216,5 +216,5 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		node.memo.passes[l.memo.slot%listWays].Store(l.id)
 		return
 	}
-	node.memo.lists[l.memo.slot%listWays].store(node.memo, &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
+	node.memo.lists[l.memo.slot%listWays].store(&node.memo.memoOrder, &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
 }

@@ -188,10 +188,10 @@ func (p *memoPlaces) loadFirst(e *expr, id memoID) *memoResult {
 	return nil
 }
 
-// store records r, numbered by the table's stores (see memoPlaces). A
+// store records r, numbered by its memo's stores (see memoPlaces). A
 // store that races with another may be lost, as may one into the small
 // bucket while the set grows; the result is then computed again.
-func (p *memoPlaces) store(t *memoTable, r *memoResult) {
+func (p *memoPlaces) store(t *memoOrder, r *memoResult) {
 	r.stored = t.stores.Add(1)
 	bucket, tag := r.id.place(r.e)
 	if big := p.big.Load(); big != nil {
@@ -268,10 +268,15 @@ type memoTable struct {
 	// policy passes plainly on this node version (PolicyList.Remember):
 	// the common outcome, read without following a pointer.
 	passes [listWays]atomic.Uint64
+	memoOrder
+}
+
+// memoOrder orders a memo's results and bounds its places.
+type memoOrder struct {
 	// stores counts the results stored (memoResult.stored).
 	stores atomic.Uint64
-	// small: a slot's results never grow past its bucket
-	// (Converter.SmallMemo). Set before the table is shared.
+	// small: a place's results never grow past its bucket
+	// (Converter.SmallMemo). Set before the memo is shared.
 	small bool
 }
 
@@ -298,7 +303,7 @@ func (t *memoTable) load(e *expr, id memoID) *memoResult {
 func (t *memoTable) storeResult(r *memoResult) {
 	slot := t.slot(r.e.slot)
 	if r.e.manyIDs() {
-		slot.store(t, r)
+		slot.store(&t.memoOrder, r)
 		return
 	}
 	slot.first.Store(r)
@@ -343,6 +348,10 @@ type memoNumbers struct {
 	slots slotAllocator
 	// lists and params are the last list and params ids handed out.
 	lists, params atomic.Uint64
+	// specs are the key specs of the expressions evaluated without a
+	// node, by their form (podSpec); made on first use.
+	specs     *lru.Cache
+	specsOnce sync.Once
 }
 
 // slotAllocator hands out memo slots.
@@ -412,15 +421,20 @@ func (p *Program) exprs() []*expr {
 // podKeys interns the values of what policies read of pods (a
 // PodSignature's JSON: the pod's namespace always, the fields read, the
 // namespace object's version and the pod group's value when read) into
-// memo keys: equal values,
-// equal keys. Bound: the Converter's max (LRU). Keys are never reused, so
-// a key evicted and interned again gets a new one, and only misses the
-// results kept for the old. Written by the first evaluation of a cycle
-// that needs a key.
+// memo keys: equal values, equal keys. Bound: the Converter's max (LRU).
+// Keys are never reused, in the whole process (podKeysIssued): a key
+// evicted and interned again gets a new one, and only misses the results
+// kept for the old; and the memos that outlive a Converter, those of the
+// expressions evaluated without a node (podmemo.go), which every
+// Converter over the policies reads, never mistake one Converter's key
+// for another's. Written by the first evaluation of a cycle that needs a
+// key.
 type podKeys struct {
-	ids  *lru.Cache // JSON -> uint64
-	next atomic.Uint64
+	ids *lru.Cache // JSON -> uint64
 }
+
+// podKeysIssued is the last pod key handed out.
+var podKeysIssued atomic.Uint64
 
 // key returns the memo key of what spec names of the pod, or false when
 // it cannot be computed.
@@ -518,7 +532,7 @@ func (p *podKeys) intern(s string) uint64 {
 	if v, ok := p.ids.Get(s); ok {
 		return v.(uint64)
 	}
-	k := p.next.Add(1)
+	k := podKeysIssued.Add(1)
 	p.ids.Add(s, k)
 	return k
 }

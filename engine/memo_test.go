@@ -137,9 +137,9 @@ func TestMemoTable(t *testing.T) {
 	// ids between them than a bucket.
 	var way memoPlaces
 	l1, l2 := &expr{slot: 1, memo: memoNode}, &expr{slot: 5, memo: memoNode}
-	way.store(&table, &memoResult{e: l1, id: memoID{key: 1}, val: types.Int(1)})
+	way.store(&table.memoOrder, &memoResult{e: l1, id: memoID{key: 1}, val: types.Int(1)})
 	for key := range uint64(memoWays) {
-		way.store(&table, &memoResult{e: l2, id: memoID{key: key}, val: types.Int(-key)})
+		way.store(&table.memoOrder, &memoResult{e: l2, id: memoID{key: key}, val: types.Int(-key)})
 	}
 	if r := way.load(l1, memoID{key: 1}); r == nil || r.val != types.Int(1) {
 		t.Errorf("list 1: %v", r)
@@ -170,7 +170,7 @@ func TestMemoTable(t *testing.T) {
 // grows a set.
 func TestSmallMemo(t *testing.T) {
 	t.Parallel()
-	table := memoTable{small: true}
+	table := memoTable{memoOrder: memoOrder{small: true}}
 	e := &expr{slot: 2, memo: memoPodAndNode}
 	const stores = 4 * memoWays
 	for key := range uint64(stores) {

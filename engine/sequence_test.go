@@ -112,6 +112,7 @@ var (
 		{"sameNs", "nodeInfo.pods.filter(p, p.namespace == pod.metadata.namespace).size()", []string{"variables.sameNs < {k}"}, []string{"variables.sameNs"}},
 		{"loop", "lists.range({k}).filter(i, i % 2 == 0).size()", []string{"variables.loop >= 0 && node.metadata.name != ''"}, []string{"variables.loop"}},
 		{"placed", "size(podGroup.assignedNodes)", []string{"variables.placed < {k}"}, []string{"variables.placed"}},
+		{"app", "pod.metadata.?labels[?'app'].orValue('') + pod.spec.?priorityClassName.orValue('')", []string{"variables.app == node.metadata.labels[?'app'].orValue('')"}, []string{"size(variables.app)"}},
 	}
 	seqParamBools = []string{
 		"node.metadata.labels[?'zone'].orValue('') in params.data[?'zones'].orValue('').split(',')",
@@ -136,23 +137,41 @@ func seqPolicy(choices []byte, str string, n int64) *schedv1alpha1.SchedulingPol
 		b.ParamKind("v1", "ConfigMap").ParamRef("placement", "", notFound).Variable("zones", "params.data[?'zones'].orValue('').split(',')")
 		bools = append(bools[:len(bools):len(bools)], seqParamBools...)
 	}
+	var podVariables []string
 	for _, v := range seqVariables {
 		if next()%3 == 0 {
 			b.Variable(v.name, fill(v.expression))
 			bools = append(bools[:len(bools):len(bools)], v.bools...)
 			nums = append(nums[:len(nums):len(nums)], v.numbers...)
+			if !strings.Contains(v.expression, "nodeInfo") {
+				podVariables = append(podVariables, v.name)
+			}
 		}
+	}
+	// Match conditions and preEnqueue rules, remembered per pod key
+	// (podmemo.go): each reads something else of the pod.
+	conditions := []string{
+		"pod.metadata.namespace != {s}",
+		"namespaceObject.metadata.?labels[?'tier'].orValue('') != 'bronze'",
+		"podGroup.minCount != {k}",
+		"pod.metadata.?labels[?'app'].orValue('') != {s}",
+		"size(pod.metadata.?labels.orValue({})) >= {k}",
+		"pod.spec.containers.all(c, !has(c.resources.requests) || string(c.resources.requests[?'cpu'].orValue('')) != {s})",
+		"pod.metadata.?annotations[?'a'].orValue('') != {s} || pod.spec.?priority.orValue(0) > {n}",
+	}
+	for _, v := range podVariables {
+		conditions = append(conditions, "string(variables."+v+") != 'web'")
+	}
+	for i := range next() % 3 {
+		b.Condition(fmt.Sprintf("c%d", i), fill(conditions[next()%len(conditions)]))
 	}
 	switch next() % 5 {
 	case 1:
-		b.Condition("not-skipped", fill("pod.metadata.namespace != {s}"))
-	case 2:
-		b.Condition("tier", "namespaceObject.metadata.?labels[?'tier'].orValue('') != 'bronze'")
-	case 3:
-		b.Condition("gang", fill("podGroup.minCount != {k}"))
-	}
-	if next()%4 == 1 {
 		b.PreEnqueue("approved", "namespaceObject.metadata.?labels[?'approved'].orValue('yes') == 'yes'", "namespace not approved")
+	case 2:
+		b.HoldMsg("owned", fill("pod.metadata.?ownerReferences.orValue([]).all(o, o.name != {s})"), "", "'app ' + pod.metadata.?labels[?'app'].orValue('-')")
+	case 3:
+		b.HoldMsg("tolerated", fill("pod.spec.?tolerations.orValue([]).size() < {k} || pod.metadata.?labels[?'tier'].orValue('') == {s}"), "not tolerated", "")
 	}
 	for i := range 1 + next()%3 {
 		message := ""
@@ -326,8 +345,12 @@ func evaluateSeq(t testing.TB, p *CompiledPolicy, conv *Converter, w *seqWorld, 
 	in.Group = w.podGroups().PodGroup(pod)
 	if !cached {
 		// Fresh reads the whole pod's value; through the memo, the policy
-		// converts what it reads of it (projection.go).
+		// converts what it reads of it (projection.go). And it has no memo
+		// keys, so that it neither reads nor fills the memo of the
+		// expressions evaluated without a node, which lives with the
+		// policy (podmemo.go).
 		in.podValue(podTable().every)
+		in.podKeys = nil
 	}
 	var out seqOutcome
 	matches := p.MatchAll(ctx, in)
@@ -381,6 +404,9 @@ type seqStats struct {
 	// podGroup and members count the policies that read podGroup, and
 	// its members.
 	podGroup, members int
+	// alone counts the match conditions and preEnqueue rules remembered
+	// per pod key (podmemo.go).
+	alone int
 }
 
 // runSequence evaluates a generated policy for a sequence of pods (steps
@@ -399,6 +425,11 @@ func runSequence(t testing.TB, compiler *Compiler, choices []byte, str string, n
 		stats.compiled++
 		for _, e := range policy.exprs() {
 			stats.memoized[e.memo]++
+		}
+		for _, r := range append(policy.conditions[:len(policy.conditions):len(policy.conditions)], policy.preEnqueue...) {
+			if r.alone != nil {
+				stats.alone++
+			}
 		}
 		if policy.ReadsPodGroup() {
 			stats.podGroup++
@@ -505,11 +536,11 @@ func TestRememberedIsFresh(t *testing.T) {
 		runSequence(t, compiler, choices, strs[rng.IntN(len(strs))], int64(rng.IntN(40)-5), seqBudgets[rng.IntN(len(seqBudgets))], steps, stats)
 	}
 	if stats.compiled < stats.generated*3/4 || stats.compared < 2000 || stats.equalSignatures < 100 || stats.memoized[memoPodAndNode] < 50 || stats.memoized[memoPodAndNodeInfo] < 50 ||
-		stats.memoized[memoNode] < 50 || stats.memoized[memoNodeInfo] < 20 || stats.podGroup < 30 || stats.members < 15 {
+		stats.memoized[memoNode] < 50 || stats.memoized[memoNodeInfo] < 20 || stats.podGroup < 30 || stats.members < 15 || stats.alone < 100 {
 		t.Errorf("the generator does not reach the memo: %+v", stats)
 	}
-	t.Logf("%d comparisons, %d pairs of equal signatures, expressions by memo kind %v, %d policies reading podGroup (%d its members)",
-		stats.compared, stats.equalSignatures, stats.memoized, stats.podGroup, stats.members)
+	t.Logf("%d comparisons, %d pairs of equal signatures, expressions by memo kind %v, %d policies reading podGroup (%d its members), %d conditions and preEnqueue rules remembered per pod key",
+		stats.compared, stats.equalSignatures, stats.memoized, stats.podGroup, stats.members, stats.alone)
 }
 
 // FuzzRememberedIsFresh is TestRememberedIsFresh with fuzzed policies,
