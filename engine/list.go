@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -199,7 +200,8 @@ func (l *PolicyList) Cached(pod *PodInput, node *NodeInput) *ListOutcome {
 
 // Remember keeps the list's outcome for the pod on the node, for the next
 // pod that reads it. Only an outcome that every such pod would get goes
-// in: plain passes and rejections, without errors.
+// in: plain passes and rejections, without errors. It keeps a copy of
+// o.Raw (the caller may reuse its slice), not of o.Decisions.
 func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 	key, gen, ok := l.key(pod, node)
 	if !ok {
@@ -216,5 +218,23 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		node.memo.passes[l.memo.slot%listWays].Store(l.id)
 		return
 	}
-	node.memo.lists[l.memo.slot%listWays].store(&node.memo.memoOrder, &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o})
+	r := &listResult{memoResult: memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o}}
+	switch n := len(o.Raw); {
+	case o.Raw == nil:
+	case n <= len(r.raw):
+		r.list.Raw = r.raw[:n:n]
+		copy(r.list.Raw, o.Raw)
+	default:
+		r.list.Raw = slices.Clone(o.Raw)
+	}
+	node.memo.lists[l.memo.slot%listWays].store(&node.memo.memoOrder, &r.memoResult)
+}
+
+// listResult is a list's remembered outcome with room for the raw values
+// of up to 8 score rules beside it: a pod that reads them loads the lines
+// of one object (Score copies them for every node it scores), not of a
+// slice allocated apart.
+type listResult struct {
+	memoResult
+	raw [8]float64
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/cel-go/common/types"
 
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -334,6 +335,47 @@ func TestMemoKeyLabels(t *testing.T) {
 		}
 		if tc.keys != nil && key(pod(nil)) == key(pod(map[string]string{"other": "x"})) {
 			t.Errorf("%v: a pod without labels shares a key with one without app", tc.expressions)
+		}
+	}
+}
+
+// TestListRememberCopiesRaw: a list keeps its own copy of the raw scores
+// it is given (beside its result for up to 8 rules, in a slice of its
+// own beyond), so the caller's table can be reused.
+func TestListRememberCopiesRaw(t *testing.T) {
+	t.Parallel()
+	env := testEnv(t)
+	p := NewCompiler(env).Compile(builder.MakePolicy("score").
+		Score("zone", "node.metadata.?labels[?'zone'].orValue('') == 'a' ? 1 : 0", 1, schedv1alpha1.None).Obj(), CompileOptions{})
+	if err := p.Err(); err != nil {
+		t.Fatal(err)
+	}
+	list := NewSnapshot(p).List(PointScore, []*CompiledPolicy{p})
+	conv := NewConverter(env, 0)
+	in, err := conv.Pod(makePod("team-a", "web-0", nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 8, 9, 20} {
+		node, err := conv.NodeInput(makeNode(fmt.Sprintf("node-%d", n), map[string]string{"zone": "a"}), 0, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := make([]float64, n)
+		for i := range raw {
+			raw[i] = float64(i + 1)
+		}
+		want := slices.Clone(raw)
+		list.Remember(in, &node, ListOutcome{Raw: raw[:len(raw):len(raw)]})
+		for i := range raw {
+			raw[i] = -1
+		}
+		o := list.Cached(in, &node)
+		if o == nil {
+			t.Fatalf("%d raw values: not remembered", n)
+		}
+		if !slices.Equal(o.Raw, want) || (o.Raw == nil) != (raw == nil) {
+			t.Errorf("%d raw values: remembered %v, want %v", n, o.Raw, want)
 		}
 	}
 }

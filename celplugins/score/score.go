@@ -284,7 +284,7 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	}
 	s.tally.Passed(passing, len(s.cycle.Scores))
 	if clean {
-		s.cycle.ScoreList.Remember(s.cycle.Pod, &in, engine.ListOutcome{Raw: slices.Clone(raw)})
+		s.cycle.ScoreList.Remember(s.cycle.Pod, &in, engine.ListOutcome{Raw: raw})
 	}
 	return rowRef(s.id, row), nil
 }
