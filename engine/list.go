@@ -218,16 +218,18 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		node.memo.passes[l.memo.slot%listWays].Store(l.id)
 		return
 	}
-	r := &listResult{memoResult: memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o}}
+	r := &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o}
 	switch n := len(o.Raw); {
-	case o.Raw == nil:
-	case n <= len(r.raw):
-		r.list.Raw = r.raw[:n:n]
-		copy(r.list.Raw, o.Raw)
+	case o.Raw == nil: // a filter list's
+	case n <= len(listResult{}.raw):
+		withRaw := &listResult{memoResult: *r}
+		withRaw.list.Raw = withRaw.raw[:n:n]
+		copy(withRaw.list.Raw, o.Raw)
+		r = &withRaw.memoResult
 	default:
 		r.list.Raw = slices.Clone(o.Raw)
 	}
-	node.memo.lists[l.memo.slot%listWays].store(&node.memo.memoOrder, &r.memoResult)
+	node.memo.lists[l.memo.slot%listWays].store(&node.memo.memoOrder, r)
 }
 
 // listResult is a list's remembered outcome with room for the raw values
