@@ -77,7 +77,7 @@ func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("typing celsched's own param kinds: %w", err)
 	}
-	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas, shippedParams: shipped, memo: &memoNumbers{}}
+	e := &Environment{roots: map[string]*apiservercel.DeclType{}, schemas: schemas, shippedParams: shipped, memo: newMemoNumbers()}
 
 	objects := []struct {
 		variable string

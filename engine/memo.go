@@ -349,9 +349,12 @@ type memoNumbers struct {
 	// lists and params are the last list and params ids handed out.
 	lists, params atomic.Uint64
 	// specs are the key specs of the expressions evaluated without a
-	// node, by their form (podSpec); made on first use.
-	specs     *lru.Cache
-	specsOnce sync.Once
+	// node, by their form (podSpec).
+	specs *lru.Cache
+}
+
+func newMemoNumbers() *memoNumbers {
+	return &memoNumbers{specs: lru.New(podSpecs)}
 }
 
 // slotAllocator hands out memo slots.

@@ -3,8 +3,6 @@ package engine
 import (
 	"strconv"
 	"strings"
-
-	"k8s.io/utils/lru"
 )
 
 // This file is the memo of the expressions evaluated without a node: match
@@ -86,7 +84,6 @@ const podSpecs = 4096
 // equal one is only no longer the same, and keys its own.
 func (n *memoNumbers) podSpec(s podKeySpec) *podKeySpec {
 	form := s.form()
-	n.specsOnce.Do(func() { n.specs = lru.New(podSpecs) })
 	if v, ok := n.specs.Get(form); ok {
 		return v.(*podKeySpec)
 	}
