@@ -293,14 +293,14 @@ func groupSums(text []byte) (map[string]int64, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<26)
 	for sc.Scan() {
 		line := sc.Text()
-		switch {
-		case line == "Samples:":
+		switch line {
+		case "Samples:":
 			section = "types"
 			continue
-		case line == "Locations":
+		case "Locations":
 			section = "locations"
 			continue
-		case line == "Mappings":
+		case "Mappings":
 			section = ""
 			continue
 		}

@@ -108,7 +108,7 @@ func TestRun(t *testing.T) {
 			if strings.Contains(cpu, "celsched") {
 				return []byte(cpuRaw), nil
 			}
-			return []byte(strings.Replace(cpuRaw, "github.com/celsched/celsched/", "example.com/", -1)), nil
+			return []byte(strings.ReplaceAll(cpuRaw, "github.com/celsched/celsched/", "example.com/")), nil
 		}
 		if !strings.HasSuffix(base, ".allocs-start.pprof") || !strings.HasSuffix(allocs, ".allocs.pprof") {
 			t.Errorf("allocations of %q against %q", allocs, base)
