@@ -218,16 +218,21 @@ func (l *PolicyList) Remember(pod *PodInput, node *NodeInput, o ListOutcome) {
 		node.memo.passes[l.memo.slot%listWays].Store(l.id)
 		return
 	}
-	r := &memoResult{e: l.memo, id: memoID{key: key, gen: gen}, list: o}
+	// One allocation per outcome: a filter list's without room for raw
+	// values, a score list's with its raw values beside it.
+	id := memoID{key: key, gen: gen}
+	var r *memoResult
 	switch n := len(o.Raw); {
 	case o.Raw == nil: // a filter list's
+		r = &memoResult{e: l.memo, id: id, list: o}
 	case n <= len(listResult{}.raw):
-		withRaw := &listResult{memoResult: *r}
+		withRaw := &listResult{memoResult: memoResult{e: l.memo, id: id, list: o}}
 		withRaw.list.Raw = withRaw.raw[:n:n]
 		copy(withRaw.list.Raw, o.Raw)
 		r = &withRaw.memoResult
 	default:
-		r.list.Raw = slices.Clone(o.Raw)
+		o.Raw = slices.Clone(o.Raw)
+		r = &memoResult{e: l.memo, id: id, list: o}
 	}
 	node.memo.lists[l.memo.slot%listWays].store(&node.memo.memoOrder, r)
 }

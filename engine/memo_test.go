@@ -341,9 +341,10 @@ func TestMemoKeyLabels(t *testing.T) {
 
 // TestListRememberCopiesRaw: a list keeps its own copy of the raw scores
 // it is given (beside its result for up to 8 rules, in a slice of its
-// own beyond), so the caller's table can be reused.
+// own beyond), so the caller's table can be reused, and allocates the
+// result once.
 func TestListRememberCopiesRaw(t *testing.T) {
-	t.Parallel()
+	// Not parallel: testing.AllocsPerRun counts the process's allocations.
 	env := testEnv(t)
 	p := NewCompiler(env).Compile(builder.MakePolicy("score").
 		Score("zone", "node.metadata.?labels[?'zone'].orValue('') == 'a' ? 1 : 0", 1, schedv1alpha1.None).Obj(), CompileOptions{})
@@ -376,6 +377,14 @@ func TestListRememberCopiesRaw(t *testing.T) {
 		}
 		if !slices.Equal(o.Raw, want) || (o.Raw == nil) != (raw == nil) {
 			t.Errorf("%d raw values: remembered %v, want %v", n, o.Raw, want)
+		}
+		// One object per outcome, and a slice beside it past 8 values.
+		wantAllocs := 1.0
+		if n > 8 {
+			wantAllocs = 2
+		}
+		if got := testing.AllocsPerRun(20, func() { list.Remember(in, &node, ListOutcome{Raw: raw}) }); got != wantAllocs {
+			t.Errorf("%d raw values: Remember allocates %v times, want %v", n, got, wantAllocs)
 		}
 	}
 }
