@@ -82,6 +82,14 @@ func setZones(t *testing.T, cm *corev1.ConfigMap, zones string) time.Time {
 	return time.Now()
 }
 
+// avoidZones keeps the pod off the nodes of the zones, by a required node
+// affinity.
+func avoidZones(zones ...string) podOption {
+	return func(p *corev1.Pod) {
+		requireNodes(p, metav1.LabelSelectorRequirement{Key: zoneLabel, Operator: metav1.LabelSelectorOpNotIn, Values: zones})
+	}
+}
+
 // createZoneNodes creates a node zone-Z in each zone Z.
 func createZoneNodes(t *testing.T, zones ...string) {
 	t.Helper()
@@ -111,14 +119,21 @@ func TestParamsPerNamespace(t *testing.T) {
 	expectNode(t, createPod(t, nsB, "b-1"), "zone-b")
 	expectNode(t, createPod(t, nsC, "c-1"), "zone-c")
 
+	// The scheduler reads params from its own informer, which sees an edit
+	// some time after the API server took it. So each pod below that follows
+	// an edit keeps off, by its own node affinity, the zones that the params
+	// before the edit allow: a scheduler that has not seen the edit yet
+	// rejects the pod instead of placing it by the old params, and the edit
+	// releases it. Where it lands is then the edit's doing.
+
 	// Editing the params moves the tenant's next pod.
 	setZones(t, cmA, "b")
-	expectNode(t, createPod(t, nsA, "a-2"), "zone-b")
+	expectNode(t, createPod(t, nsA, "a-2", avoidZones("a")), "zone-b")
 
-	// A pod rejected by its params is released when they change.
-	setZones(t, cmA, "z")
-	rejected := createPod(t, nsA, "a-3")
-	waitPending(t, rejected, reasonUnschedulable, "node(s) rejected by SchedulingPolicy tenant-zones, rule zone: expression is false")
+	// A pod rejected by its params is released when they change. (a-2's
+	// node shows the scheduler holds zones "b", so a-3 is rejected by them.)
+	rejected := createPod(t, nsA, "a-3", avoidZones("b"))
+	waitPending(t, rejected, reasonUnschedulable, "rejected by SchedulingPolicy tenant-zones, rule zone: expression is false")
 	updated := setZones(t, cmA, "c")
 	expectNode(t, rejected, "zone-c")
 	t.Logf("a rejected pod was seen bound %v after its params changed", time.Since(updated))
@@ -126,7 +141,7 @@ func TestParamsPerNamespace(t *testing.T) {
 	// Deleting the params applies parameterNotFoundAction Deny; creating
 	// them again releases the pod.
 	deleteObject(t, cmB)
-	missing := createPod(t, nsB, "b-2")
+	missing := createPod(t, nsB, "b-2", avoidZones("b"))
 	waitPending(t, missing, reasonUnschedulable,
 		"rejected by SchedulingPolicy tenant-zones, rule paramRef: no params ConfigMap placement in namespace "+nsB+" found (parameterNotFoundAction Deny)")
 	created := time.Now()
