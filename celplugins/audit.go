@@ -38,12 +38,12 @@ type nodeDenial struct {
 }
 
 // DenyAudit records the decision of an Audit policy's filters that would
-// have rejected a node.
-func (c *Cycle) DenyAudit(node string, d engine.Decision) {
+// have rejected a node; it keeps a copy of d when it holds no equal one.
+func (c *Cycle) DenyAudit(node string, d *engine.Decision) {
 	a := c.audit
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	i := a.index(&d)
+	i := a.index(d)
 	a.byNode = append(a.byNode, nodeDenial{node: node, decision: i})
 }
 

@@ -38,8 +38,8 @@ func TestAuditDenials(t *testing.T) {
 		}
 		denials := want[node]
 		wg.Go(func() {
-			for _, d := range denials {
-				c.DenyAudit(node, d)
+			for i := range denials {
+				c.DenyAudit(node, &denials[i])
 			}
 		})
 	}

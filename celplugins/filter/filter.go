@@ -130,8 +130,9 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		// same of the pod, was filtered on this node version (and
 		// NodeInfo generation): replay its outcome.
 		passing := 0
-		for _, d := range o.Decisions {
-			if status, done := pl.decided(ctx, c, pod, &in, &passing, d.Index, d.Decision); done {
+		for j := range o.Decisions {
+			d := &o.Decisions[j]
+			if status, done := pl.decided(ctx, c, pod, &in, &passing, d.Index, &d.Decision); done {
 				return status
 			}
 		}
@@ -158,7 +159,7 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 		if c.FilterList.Kept() {
 			outcome.Decisions = append(outcome.Decisions, engine.IndexedDecision{Index: i, Decision: d})
 		}
-		if status, done := pl.decided(ctx, c, pod, &in, &passing, i, d); done {
+		if status, done := pl.decided(ctx, c, pod, &in, &passing, i, &d); done {
 			if ctx.Err() == nil {
 				c.FilterList.Remember(c.Pod, &in, outcome)
 			}
@@ -173,13 +174,14 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 // decided handles a decision of policy i on a node that is not a plain
 // pass: it counts it, records its errors and an Audit policy's would-be
 // rejection, and says whether it ends the node's filtering (an enforced
-// rejection or error), with the status.
-func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, in *engine.NodeInput, passing *int, i int, d engine.Decision) (*fwk.Status, bool) {
+// rejection or error), with the status. It does not change d, which may
+// be a remembered outcome's that every pod of the class reads.
+func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, in *engine.NodeInput, passing *int, i int, d *engine.Decision) (*fwk.Status, bool) {
 	node := in.Node
 	c.FilterTally.Passed(*passing, i)
-	c.FilterTally.Add(i, &d)
+	c.FilterTally.Add(i, d)
 	*passing = i + 1
-	pl.rt.Report.NoteErrors(ctx, c.Budget, &d, pod, node.Name)
+	pl.rt.Report.NoteErrors(ctx, c.Budget, d, pod, node.Name)
 	if len(d.Ignored) > 0 {
 		if v := klog.FromContext(ctx).V(4); v.Enabled() {
 			v.Info("Ignoring filter errors (failurePolicy Ignore)", "pod", klog.KObj(pod), "node", klog.KObj(node), "policy", d.Policy.Name, "errs", d.Ignored)
@@ -191,9 +193,9 @@ func (pl *Filter) decided(ctx context.Context, c *celplugins.Cycle, pod *corev1.
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("filtering cancelled: %v", context.Cause(ctx))), true
 		}
 		if pl.why != nil && d.Verdict == engine.Reject && c.ExplainOnce() {
-			pl.explain(ctx, c, pod, in, &d)
+			pl.explain(ctx, c, pod, in, d)
 		}
-		return celplugins.Status(&d, c.Message(i, &d)), true
+		return celplugins.Status(d, c.Message(i, d)), true
 	case d.WouldAct():
 		// Guarded: the arguments (d.String() above all) would be built
 		// per node whatever the verbosity.
