@@ -174,7 +174,32 @@ func TestParamsAllowAndSelector(t *testing.T) {
 		Filter("zone", tenantZonesFilter).Obj())
 	waitForNode(t, createPod(t, allowNs, "free"))
 	createParams(t, allowNs, "placement", "c", nil)
+	// Without params every node would do: wait until the scheduler has
+	// them, or the next pod may be placed by their absence.
+	waitParamsSeen(t)
 	expectNode(t, createPod(t, allowNs, "placed"), "zone-c")
+}
+
+// waitParamsSeen waits until the scheduler's informer of ConfigMap params
+// has seen every ConfigMap written before the call. It creates a witness:
+// a pod held by a policy for want of its params ConfigMap, then the
+// ConfigMap. One informer watches all ConfigMaps, and sees their changes
+// in the order the API server made them: once the witness's ConfigMap
+// releases the pod, the scheduler holds the ConfigMaps written before it.
+// (A pod placed right after a ConfigMap write that restricts it could
+// otherwise be placed by the old params: nothing else says when the
+// scheduler has the new ones.)
+func waitParamsSeen(t *testing.T) {
+	t.Helper()
+	labels := map[string]string{"params-test": "witness"}
+	ns := createNamespace(t, "params-witness", labels)
+	applyPolicy(t, builder.MakePolicy(ns).NamespaceLabels(labels).
+		ParamKind("v1", "ConfigMap").ParamRef("witness", "", schedv1alpha1.DenyAction).
+		PreEnqueue("params-seen", "true", "").Obj())
+	pod := createPod(t, ns, "witness")
+	waitPending(t, pod, reasonGated, "no params ConfigMap witness in namespace "+ns+" found")
+	createParams(t, ns, "witness", "", nil)
+	waitForNode(t, pod)
 }
 
 func TestParamsKindNotServed(t *testing.T) {
