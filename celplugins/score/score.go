@@ -51,7 +51,8 @@ type Score struct {
 
 	// tables numbers the cycles' tables of raw values (scoreState.id).
 	tables atomic.Uint32
-	// mu guards kept.
+	// mu guards kept, and a NormalizeScore's reading of the tables it
+	// combines (which keep may let go of).
 	mu sync.Mutex
 	// kept are the tables of finished cycles that kube-scheduler's
 	// opportunistic batching may still hand back to NormalizeScore (see
@@ -350,10 +351,16 @@ func (pl *Score) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *
 		}
 		rows[i] = t.row(row)
 	}
-	pl.keep(s, earlier)
-	pl.mu.Unlock()
+	// The rows are combined before the cycle's table is kept, and under
+	// mu: keep lets go of this table's unused part and of the tables kept
+	// before it, which the next cycles' PreScore takes for theirs, and
+	// another cycle's NormalizeScore may let go of the tables kept so far,
+	// this one's among them. (Cycles of one scheduler do not overlap, but
+	// the dry run's evaluations of several classes at once do.)
 	enforced := engine.CombineRows(sized(&b.enforced, len(rows)), rows, s.rules, false, &b.combine)
 	audit := engine.CombineRows(sized(&b.audit, len(rows)), rows, s.rules, true, &b.combine)
+	pl.keep(s, earlier)
+	pl.mu.Unlock()
 	for i := range scores {
 		scores[i].Score = 0
 		if enforced != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -403,4 +404,69 @@ func nodeScorePolicies() []*schedv1alpha1.SchedulingPolicy {
 		builder.MakePolicy("rack").Score("rack", "node.metadata.?labels[?'rack'].orValue('r0') == 'r1' ? 7.5 : 2", 1, schedv1alpha1.MinMaxReverse).
 			Score("name", "size(node.metadata.name)", 2, schedv1alpha1.MinMax).Obj(),
 	}
+}
+
+// TestConcurrentCycles: cycles of one plugin that overlap, as the dry run's
+// evaluations of several classes at once do (celsched impact), each get the
+// scores of a cycle alone. A cycle's NormalizeScore keeps its table of raw
+// values for batching and lets go of the tables kept before it; the
+// tables it lets go of are reused by the next cycles' PreScore, so none
+// may be let go while its own cycle still reads it (run with -race).
+func TestConcurrentCycles(t *testing.T) {
+	t.Parallel()
+	pl := &Score{rt: plugintest.Runtime(t, nodeScorePolicies())}
+	var nodes []fwk.NodeInfo
+	for i := range 24 {
+		n := st.MakeNode().Name(fmt.Sprintf("node-%d", i*13)).Label("rack", fmt.Sprintf("r%d", i%3))
+		if i%5 == 0 {
+			n = n.Label("spot", "true")
+		}
+		cached, _ := plugintest.CachedAndFresh(n.Obj())
+		nodes = append(nodes, cached)
+	}
+	ctx := context.Background()
+	cycle := func(name string, nodes []fwk.NodeInfo) ([]int64, error) {
+		p := st.MakePod().Namespace("default").Name(name).SchedulerName("celsched").Obj()
+		c, err := pl.rt.Prepare(ctx, p, time.Minute)
+		if err != nil {
+			return nil, err
+		}
+		state := framework.NewCycleState()
+		state.Write(celplugins.StateKey, c)
+		if status := pl.PreScore(ctx, state, p, nodes); !status.IsSuccess() {
+			return nil, status.AsError()
+		}
+		got, status := scoreAll(ctx, pl, state, p, nodes)
+		return got, status.AsError()
+	}
+	// Alone, first: the scores of each size of node list.
+	want := map[int][]int64{}
+	for _, n := range []int{len(nodes), len(nodes) / 2} {
+		got, err := cycle("alone", nodes[:n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[n] = got
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 50 {
+				n := len(nodes)
+				if (g+i)%2 == 1 {
+					n /= 2
+				}
+				got, err := cycle(fmt.Sprintf("p-%d-%d", g, i), nodes[:n])
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if diff := cmp.Diff(want[n], got); diff != "" {
+					t.Errorf("cycle %d of goroutine %d on %d nodes: scores differ from a cycle alone (-alone +overlapping):\n%s", i, g, n, diff)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
