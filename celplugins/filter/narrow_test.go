@@ -116,7 +116,8 @@ func cycle(t *testing.T, pl *Filter, pod *corev1.Pod, nodes []fwk.NodeInfo) (sel
 // filters admit, and counts the refused ones as Filter would; it leaves
 // every node to Filter when an outcome is missing (a node's new version),
 // when narrowing is not worth it (worthNarrowing; such a class is looked
-// at again after recheckAfter pods) or the filters refuse every node, and
+// at again after recheckAfter pods, then half as often while it is still
+// not worth it) or the filters refuse every node, and
 // always for a pod whose last attempt was unschedulable, for filters
 // that read nodeInfo, and in a dry run.
 func TestNarrow(t *testing.T) {
@@ -267,6 +268,27 @@ func TestNarrow(t *testing.T) {
 	}
 	if narrowedAt == 0 {
 		t.Errorf("four nodes blocked: no pod of %d narrowed, want one after at most %d", recheckAfter+2, recheckAfter+1)
+	}
+
+	// A class still not worth narrowing is looked at half as often each
+	// time (64, 128, ... pods), down to once per maxRecheckAfter pods: after
+	// a thousand pods over the same nodes, the nodes' new versions that
+	// make it worth narrowing are noticed later than after 64 pods, and
+	// within maxRecheckAfter.
+	steady := newPlugin(builder.MakePolicy("narrow-steady").Filter("not-blocked", "node.metadata.labels[?'blocked'].orValue('') != 'true'").Obj())
+	for i := range 1000 {
+		if sel, _ := cycle(t, steady, rackPod(fmt.Sprintf("s%d", i), "a"), few); sel != nil {
+			t.Fatalf("one node blocked, pod %d: selected %v, want every node", i, sets.List(sel))
+		}
+	}
+	narrowedAt = 0
+	for i := 1; i <= maxRecheckAfter+2 && narrowedAt == 0; i++ {
+		if sel, _ := cycle(t, steady, rackPod(fmt.Sprintf("t%d", i), "a"), many); sel != nil {
+			narrowedAt = i
+		}
+	}
+	if narrowedAt <= 2*recheckAfter || narrowedAt == 0 {
+		t.Errorf("four nodes blocked after a thousand pods with one: narrowed at pod %d, want after %d and at most %d", narrowedAt, 2*recheckAfter, maxRecheckAfter+2)
 	}
 
 	// Node-only filters refusing more than half of the nodes: one class
