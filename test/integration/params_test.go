@@ -202,12 +202,16 @@ func waitParamsSeen(t *testing.T) {
 	waitForNode(t, pod)
 }
 
+// TestParamsKindNotServed: a policy whose paramKind no CRD serves. (Not
+// TestParamsCustomResource's TenantPlacement: that test deletes its CRD,
+// but the kind stays known for a while after, and -count=2 or -shuffle
+// runs this test after it: it then failed.)
 func TestParamsKindNotServed(t *testing.T) {
 	createNodes(t, nodeSpec{name: "node-1"})
 	labels := map[string]string{"params-test": "missing-kind"}
 	ns := createNamespace(t, "missing-kind", labels)
 	policy := builder.MakePolicy("missing-param-kind").NamespaceLabels(labels).
-		ParamKind("example.com/v1", "TenantPlacement").ParamRef("placement", "", schedv1alpha1.DenyAction).
+		ParamKind("example.com/v1", "UnservedPlacement").ParamRef("placement", "", schedv1alpha1.DenyAction).
 		Filter("zone", "'a' in params.spec.zones").Obj()
 	if err := k8sClient.Create(t.Context(), policy); err != nil {
 		t.Fatal(err)
@@ -219,7 +223,7 @@ func TestParamsKindNotServed(t *testing.T) {
 	})
 	// failurePolicy Fail: the pod is rejected, saying why.
 	waitPending(t, createPod(t, ns, "p"), reasonUnschedulable,
-		"SchedulingPolicy missing-param-kind: reading its params (TenantPlacement placement): paramKind example.com/v1, Kind=TenantPlacement is not served by the API server")
+		"SchedulingPolicy missing-param-kind: reading its params (UnservedPlacement placement): paramKind example.com/v1, Kind=UnservedPlacement is not served by the API server")
 }
 
 // TestParamsPreEnqueue: a pod held because its namespace has no params
