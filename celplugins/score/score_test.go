@@ -318,15 +318,7 @@ func TestBatchRescore(t *testing.T) {
 		builder.MakePolicy("team-b-only").NamespaceLabels(map[string]string{"team": "b"}).
 			Score("spot", "node.metadata.?labels[?'spot'].orValue('') == 'true' ? 0 : 100", 1, schedv1alpha1.None).Obj())
 	pl := &Score{rt: plugintest.Runtime(t, policies, plugintest.Namespace("team-a", map[string]string{"team": "a"}), plugintest.Namespace("team-b", map[string]string{"team": "b"}))}
-	var nodes []fwk.NodeInfo
-	for i := range 12 {
-		n := st.MakeNode().Name(fmt.Sprintf("node-%d", i*37)).Label("rack", fmt.Sprintf("r%d", i%3))
-		if i%4 == 0 {
-			n = n.Label("spot", "true")
-		}
-		cached, _ := plugintest.CachedAndFresh(n.Obj())
-		nodes = append(nodes, cached)
-	}
+	nodes := spotNodes(12, 37, 4)
 	ctx := context.Background()
 	pod := func(ns, name string) *corev1.Pod {
 		return st.MakePod().Namespace(ns).Name(name).SchedulerName("celsched").Obj()
@@ -415,15 +407,7 @@ func nodeScorePolicies() []*schedv1alpha1.SchedulingPolicy {
 func TestConcurrentCycles(t *testing.T) {
 	t.Parallel()
 	pl := &Score{rt: plugintest.Runtime(t, nodeScorePolicies())}
-	var nodes []fwk.NodeInfo
-	for i := range 24 {
-		n := st.MakeNode().Name(fmt.Sprintf("node-%d", i*13)).Label("rack", fmt.Sprintf("r%d", i%3))
-		if i%5 == 0 {
-			n = n.Label("spot", "true")
-		}
-		cached, _ := plugintest.CachedAndFresh(n.Obj())
-		nodes = append(nodes, cached)
-	}
+	nodes := spotNodes(24, 13, 5)
 	ctx := context.Background()
 	cycle := func(name string, nodes []fwk.NodeInfo) ([]int64, error) {
 		p := st.MakePod().Namespace("default").Name(name).SchedulerName("celsched").Obj()
@@ -469,4 +453,19 @@ func TestConcurrentCycles(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// spotNodes returns n cached nodes named node-<i*stride>, in racks r0..r2
+// in turn, every spotEvery-th of them (from the first) labelled spot.
+func spotNodes(n, stride, spotEvery int) []fwk.NodeInfo {
+	nodes := make([]fwk.NodeInfo, 0, n)
+	for i := range n {
+		node := st.MakeNode().Name(fmt.Sprintf("node-%d", i*stride)).Label("rack", fmt.Sprintf("r%d", i%3))
+		if i%spotEvery == 0 {
+			node = node.Label("spot", "true")
+		}
+		cached, _ := plugintest.CachedAndFresh(node.Obj())
+		nodes = append(nodes, cached)
+	}
+	return nodes
 }
