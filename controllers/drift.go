@@ -112,11 +112,13 @@ type remediationMemory struct {
 // namespace's labels: its pods; a policy's spec, enforcement or waves, or
 // its params: every running pod, which its match narrows to its own),
 // taking the touched items from a deduplicating queue in batches, with
-// the one evaluator (verdict.Evaluator.Refusals, the CEL filter plugin's
-// decisions); it never scans on a timer. The reconciler, per policy,
-// writes status.drift and the Drifted condition (only when they change,
-// at most once per WriteInterval: one writer of both), records Events on
-// transitions, and runs the remediation.
+// the one evaluator (verdict.Refuser.Refusals, which is
+// verdict.Evaluator.Refusals, the CEL filter plugin's decisions, built
+// over the nodes of the batch's pods only); it never scans on a timer.
+// The reconciler, per policy, writes status.drift and the Drifted
+// condition (only when they change, at most once per WriteInterval: one
+// writer of both), records Events on transitions, and runs the
+// remediation.
 type DriftController struct {
 	Client client.Client
 	// Reader reads a policy fresh before each eviction (the manager's
@@ -443,11 +445,12 @@ func (d *DriftController) recompute(ctx context.Context, batch []driftKey) error
 	snapshot := d.Live.Policies()
 	refusals := map[types.NamespacedName][]verdict.Refusal{}
 	if len(pods) > 0 {
-		e, err := d.Live.Evaluator(ctx)
+		// A Refuser builds the nodes of the batch's pods only, not the
+		// whole cluster (every pod) as an Evaluator does.
+		e, err := d.Live.Refuser()
 		if err != nil {
 			return err
 		}
-		defer e.Close()
 		profiles := profileNames(d.Live)
 		for key, pod := range pods {
 			if !slices.Contains(profiles, schedulerName(pod, profiles)) {
@@ -551,14 +554,12 @@ func (d *DriftController) listPods(k driftKey) ([]*corev1.Pod, error) {
 	if k.kind == driftNamespace {
 		list, err = d.Pods.Pods(k.name).List(labels.Everything())
 	} else {
-		list, err = d.Pods.List(labels.Everything())
+		list, err = d.Live.PodsOn(k.name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	return slices.DeleteFunc(list, func(p *corev1.Pod) bool {
-		return !running(p) || (k.kind == driftNode && p.Spec.NodeName != k.name)
-	}), nil
+	return slices.DeleteFunc(list, func(p *corev1.Pod) bool { return !running(p) }), nil
 }
 
 // running says whether a pod runs for drift: bound, not terminating,

@@ -4,14 +4,19 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -37,13 +42,25 @@ type Refusal struct {
 func (e *Evaluator) Refusals(ctx context.Context, bound *corev1.Pod) ([]Refusal, error) {
 	info, err := e.cluster.NodeInfo(bound.Spec.NodeName)
 	if err != nil {
-		return nil, fmt.Errorf("pod %s/%s is bound to %s, which is not a node of the cluster: %w", bound.Namespace, bound.Name, bound.Spec.NodeName, err)
+		return nil, notANode(bound, err)
 	}
+	return refusals(ctx, e.rt, e.budget, info, bound)
+}
+
+// notANode is the error of a pod bound to a node that is not one of the
+// cluster's.
+func notANode(bound *corev1.Pod, err error) error {
+	return fmt.Errorf("pod %s/%s is bound to %s, which is not a node of the cluster: %w", bound.Namespace, bound.Name, bound.Spec.NodeName, err)
+}
+
+// refusals evaluates the Refusals of bound on info, its node, with rt
+// and budget.
+func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration, info fwk.NodeInfo, bound *corev1.Pod) ([]Refusal, error) {
 	pod := Default(bound)
 	pod.Spec.NodeName, pod.Status = "", corev1.PodStatus{}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the cycle's budget timer
-	c, err := e.rt.Prepare(ctx, pod, e.budget)
+	c, err := rt.Prepare(ctx, pod, budget)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +71,7 @@ func (e *Evaluator) Refusals(ctx context.Context, bound *corev1.Pod) ([]Refusal,
 	if len(c.Filters) == 0 {
 		return out, nil
 	}
-	in, err := e.rt.Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
+	in, err := rt.Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +117,9 @@ type Live struct {
 	PodGroups func() ([]*schedulingv1beta1.PodGroup, error)
 	// Config is the scheduler's configuration (defaulted).
 	Config *schedulerconfig.KubeSchedulerConfiguration
+	// PodsOnNode lists the pods bound to a node (IndexPodsByNode); nil:
+	// Refuser lists every pod and keeps those on the node.
+	PodsOnNode func(node string) ([]*corev1.Pod, error)
 	// Synced says whether the informers behind the listers have synced;
 	// nil: they have. Until then nothing is evaluated (an empty list is
 	// not evidence).
@@ -148,16 +168,29 @@ func (l *Live) cluster(pods []*corev1.Pod) (*Cluster, error) {
 			return nil, fmt.Errorf("listing the objects built-in plugins read: %w", err)
 		}
 	}
-	var groups []*schedulingv1beta1.PodGroup
-	if l.PodGroups != nil {
-		if groups, err = l.PodGroups(); err != nil {
-			return nil, fmt.Errorf("listing PodGroups: %w", err)
-		}
+	groups, err := l.podGroups()
+	if err != nil {
+		return nil, err
 	}
-	bound := slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool {
-		return p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-	})
-	return NewLiveCluster(namespaces, nodes, bound, objects).WithPodGroups(groups), nil
+	return NewLiveCluster(namespaces, nodes, placed(pods), objects).WithPodGroups(groups), nil
+}
+
+// podGroups lists the PodGroups (none without Live.PodGroups).
+func (l *Live) podGroups() ([]*schedulingv1beta1.PodGroup, error) {
+	if l.PodGroups == nil {
+		return nil, nil
+	}
+	groups, err := l.PodGroups()
+	if err != nil {
+		return nil, fmt.Errorf("listing PodGroups: %w", err)
+	}
+	return groups, nil
+}
+
+// placed returns the pods of pods that are bound and have not
+// terminated, in a new slice.
+func placed(pods []*corev1.Pod) []*corev1.Pod {
+	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.Spec.NodeName == "" || terminated(p) })
 }
 
 // ReplacingControllers are the kinds of controllers whose pods
@@ -170,4 +203,151 @@ var ReplacingControllers = []string{"ReplicaSet", "StatefulSet", "Job", "Replica
 func Replaced(pod *corev1.Pod) bool {
 	owner := metav1.GetControllerOf(pod)
 	return owner != nil && slices.Contains(ReplacingControllers, owner.Kind)
+}
+
+// Refuser answers Refusals as an Evaluator over the cluster as the
+// scheduler's informers hold it would, without building that cluster:
+// it builds the scheduler's view of a node (the node, and the pods bound
+// to it that have not terminated, as the Evaluator's cluster holds them)
+// when a pod on it is first asked about, and keeps it. Drift detection
+// asks about the pods a write interval's events touched: what that costs
+// follows those pods and the pods beside them, not the cluster's size
+// (an Evaluator's cluster is a snapshot of every pod). Use it from one
+// goroutine; take a new one to see later changes.
+type Refuser struct {
+	live *Live
+	rt   *celplugins.Runtime
+	// nodes are the nodes built. Key: node name; nil: not a node of the
+	// cluster. Bound: the nodes of the pods asked about.
+	nodes map[string]fwk.NodeInfo
+}
+
+// Refuser returns a Refuser over the cluster as the informers hold it,
+// with the scheduler's current snapshot of policies. When a policy reads
+// podGroup, it lists the running pods once, for the groups' placed
+// members.
+func (l *Live) Refuser() (*Refuser, error) {
+	if !l.HasSynced() {
+		return nil, fmt.Errorf("the scheduler's informers have not synced yet")
+	}
+	snapshot := l.Policies()
+	var groups engine.PodGroupResolver // nil: a pod's group has its name alone
+	if snapshot.ReadsPodGroup() {
+		// The Evaluator's groups: its cluster's PodGroups, and its pods
+		// as their members placed.
+		pods, err := l.Pods.List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("listing pods: %w", err)
+		}
+		nodes, err := l.Nodes.List(labels.Everything())
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		podGroups, err := l.podGroups()
+		if err != nil {
+			return nil, err
+		}
+		groups = engine.NewStaticPodGroups(podGroups, onNodes(placed(pods), nodes))
+	}
+	policies := Policies{Snapshot: snapshot, Params: l.Inputs.Params, Converter: l.Inputs.Converter}
+	rt := dryRuntime(policies, groups)
+	rt.Inputs.UseNamespaces(l.Namespaces)
+	return &Refuser{live: l, rt: rt, nodes: map[string]fwk.NodeInfo{}}, nil
+}
+
+// Refusals is Evaluator.Refusals, with the CEL plugins' default budget.
+func (r *Refuser) Refusals(ctx context.Context, bound *corev1.Pod) ([]Refusal, error) {
+	info, err := r.nodeInfo(bound.Spec.NodeName)
+	if err != nil {
+		return nil, notANode(bound, err)
+	}
+	return refusals(ctx, r.rt, 0, info, bound)
+}
+
+// nodeInfo returns the scheduler's view of a node, built on first use.
+func (r *Refuser) nodeInfo(name string) (fwk.NodeInfo, error) {
+	info, built := r.nodes[name]
+	if !built {
+		node, err := r.live.Nodes.Get(name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("reading node %s: %w", name, err)
+		}
+		if err == nil {
+			pods, err := r.live.PodsOn(name)
+			if err != nil {
+				return nil, err
+			}
+			ni := framework.NewNodeInfo(pods...)
+			ni.SetNode(node)
+			info = ni
+		}
+		r.nodes[name] = info
+	}
+	if info == nil {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	return info, nil
+}
+
+// PodsOn lists the pods bound to a node that have not terminated: from
+// the informer's index (PodsOnNode), or from every pod without it.
+func (l *Live) PodsOn(node string) ([]*corev1.Pod, error) {
+	var pods []*corev1.Pod
+	var err error
+	if l.PodsOnNode != nil {
+		pods, err = l.PodsOnNode(node)
+	} else {
+		pods, err = l.Pods.List(labels.Everything())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the pods on node %s: %w", node, err)
+	}
+	return slices.DeleteFunc(placed(pods), func(p *corev1.Pod) bool { return p.Spec.NodeName != node }), nil
+}
+
+// terminated says whether a pod has terminated: the cluster leaves it
+// out, as the scheduler's cache does once it is deleted.
+func terminated(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// podsByNode names the pod informer's index by spec.nodeName
+// (IndexPodsByNode).
+const podsByNode = "celsched.dev/spec.nodeName"
+
+// IndexPodsByNode adds an index of pods by the node they are bound to to
+// a pod informer (once; the informer may have started), and returns what
+// reads it, for Live.PodsOnNode.
+func IndexPodsByNode(informer cache.SharedIndexInformer) (func(node string) ([]*corev1.Pod, error), error) {
+	if _, ok := informer.GetIndexer().GetIndexers()[podsByNode]; !ok {
+		if err := informer.AddIndexers(cache.Indexers{podsByNode: podNodeName}); err != nil {
+			return nil, fmt.Errorf("indexing pods by node: %w", err)
+		}
+	}
+	return podsOnNode(informer.GetIndexer()), nil
+}
+
+// podNodeName is the index function of podsByNode.
+func podNodeName(obj any) ([]string, error) {
+	if pod, ok := obj.(*corev1.Pod); ok && pod.Spec.NodeName != "" {
+		return []string{pod.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// podsOnNode reads the podsByNode index of an indexer.
+func podsOnNode(indexer cache.Indexer) func(node string) ([]*corev1.Pod, error) {
+	return func(node string) ([]*corev1.Pod, error) {
+		objs, err := indexer.ByIndex(podsByNode, node)
+		if err != nil {
+			return nil, err
+		}
+		pods := make([]*corev1.Pod, 0, len(objs))
+		for _, o := range objs {
+			if pod, ok := o.(*corev1.Pod); ok {
+				pods = append(pods, pod)
+			}
+		}
+		return pods, nil
+	}
 }

@@ -202,6 +202,21 @@ type Evaluator struct {
 	sweeps atomic.Int64
 }
 
+// dryRuntime is the CEL plugins' runtime of an evaluation outside the
+// scheduler: policies' snapshot, converter and params, and groups (nil:
+// a pod's group has its name alone) for podGroup. An evaluation is not
+// the scheduler's: it counts in no metric and leaves no error or audited
+// rejection for status; and each node gets its own reason (no node is
+// left out in PreFilter).
+func dryRuntime(policies Policies, groups engine.PodGroupResolver) *celplugins.Runtime {
+	rt := celplugins.NewRuntime(fixed{policies.Snapshot}, policies.Converter)
+	rt.Inputs.Params = policies.Params
+	rt.Inputs.PodGroups = groups
+	rt.Report.Dry = true
+	rt.EveryNode = true
+	return rt
+}
+
 // fixed is an evaluation's policies: they do not change.
 type fixed struct{ s *engine.Snapshot }
 
@@ -225,25 +240,19 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	if opts.Config == nil || len(opts.Config.Profiles) == 0 {
 		return nil, fmt.Errorf("the scheduler configuration has no profile")
 	}
+	// podGroup reads the cluster's groups, and its pods as the members
+	// placed, as the scheduler reads its pod group state.
+	groups := engine.NewStaticPodGroups(c.podGroups, c.pods)
 	e := &Evaluator{
 		cluster:    c,
-		rt:         celplugins.NewRuntime(fixed{policies.Snapshot}, policies.Converter),
+		groups:     groups,
+		rt:         dryRuntime(policies, groups),
 		policies:   policies,
 		cfg:        opts.Config,
 		frameworks: map[string]framework.Framework{},
 		plugins:    map[string]map[string]fwk.Plugin{},
 		budget:     opts.Budget,
 	}
-	e.rt.Inputs.Params = policies.Params
-	// podGroup reads the cluster's groups, and its pods as the members
-	// placed, as the scheduler reads its pod group state.
-	e.groups = engine.NewStaticPodGroups(c.podGroups, c.pods)
-	e.rt.Inputs.PodGroups = e.groups
-	// An evaluation is not the scheduler's: it counts in no metric, and
-	// leaves no error or audited rejection for status.
-	e.rt.Report.Dry = true
-	// Each node gets its own reason: no node is left out in PreFilter.
-	e.rt.EveryNode = true
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {

@@ -333,6 +333,13 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 	nodeInformer := runner.factory.Core().V1().Nodes()
 	nsInformer := runner.factory.Core().V1().Namespaces()
 	live := runner.live(p.rt.Inputs, schedCfg)
+	// Drift builds the nodes of the pods it evaluates from the pods on
+	// them, read from an index, not from every pod.
+	podsOnNode, err := verdict.IndexPodsByNode(podInformer.Informer())
+	if err != nil {
+		return nil, fmt.Errorf("setting up drift detection: %w", err)
+	}
+	live.PodsOnNode = podsOnNode
 	evictCfg := rest.AddUserAgent(rest.CopyConfig(cfg), "celsched-remediation")
 	if fence != nil {
 		evictCfg.Wrap(fence.wrap)
