@@ -349,13 +349,14 @@ func (t driftTracker) Start(ctx context.Context) error {
 		if shutdown {
 			return nil
 		}
-		// At most one recomputation per write interval: each builds an
-		// evaluator over the informers' whole cluster, so that a burst of
-		// bindings (each a pod event) costs one, over the pods the
-		// interval's events touched, not one per binding (perf-binary
-		// measured the drift tracker at 29% of the manager's CPU while it
-		// scheduled 80 pods/s, before this). Status is written at that
-		// pace anyway. A round takes batches until the queue is empty.
+		// At most one recomputation per write interval: each builds the
+		// views of the nodes its pods run on, so that a burst of bindings
+		// (each a pod event) costs one batch over the pods the interval's
+		// events touched, not one per binding (perf-binary measured the
+		// drift tracker at 29% of the manager's CPU while it scheduled 80
+		// pods/s when each built an evaluator over the whole cluster,
+		// before this pacing). Status is written at that pace anyway. A
+		// round takes batches until the queue is empty.
 		if !inRound {
 			if wait := time.Until(last.Add(d.writeInterval())); !last.IsZero() && wait > 0 {
 				select {
