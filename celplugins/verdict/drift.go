@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
-	fwk "k8s.io/kube-scheduler/framework"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -44,7 +43,7 @@ func (e *Evaluator) Refusals(ctx context.Context, bound *corev1.Pod) ([]Refusal,
 	if err != nil {
 		return nil, notANode(bound, err)
 	}
-	return refusals(ctx, e.rt, e.budget, info, bound)
+	return refusals(ctx, e.rt, e.budget, info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom, bound)
 }
 
 // notANode is the error of a pod bound to a node that is not one of the
@@ -53,9 +52,11 @@ func notANode(bound *corev1.Pod, err error) error {
 	return fmt.Errorf("pod %s/%s is bound to %s, which is not a node of the cluster: %w", bound.Namespace, bound.Name, bound.Spec.NodeName, err)
 }
 
-// refusals evaluates the Refusals of bound on info, its node, with rt
-// and budget.
-func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration, info fwk.NodeInfo, bound *corev1.Pod) ([]Refusal, error) {
+// refusals evaluates the Refusals of bound on its node, with rt and
+// budget: node, the generation of the scheduler's view of it, and the
+// view (source), which info converts for the policies that read nodeInfo
+// (Converter.NodeInput).
+func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration, node *corev1.Node, generation int64, source any, info engine.NodeInfoSource, bound *corev1.Pod) ([]Refusal, error) {
 	pod := Default(bound)
 	pod.Spec.NodeName, pod.Status = "", corev1.PodStatus{}
 	ctx, cancel := context.WithCancel(ctx)
@@ -71,7 +72,7 @@ func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration,
 	if len(c.Filters) == 0 {
 		return out, nil
 	}
-	in, err := rt.Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
+	in, err := rt.Inputs.Converter.NodeInput(node, generation, source, info)
 	if err != nil {
 		return nil, err
 	}
@@ -206,20 +207,21 @@ func Replaced(pod *corev1.Pod) bool {
 }
 
 // Refuser answers Refusals as an Evaluator over the cluster as the
-// scheduler's informers hold it would, without building that cluster:
-// it builds the scheduler's view of a node (the node, and the pods bound
-// to it that have not terminated, as the Evaluator's cluster holds them)
-// when a pod on it is first asked about, and keeps it. Drift detection
-// asks about the pods a write interval's events touched: what that costs
-// follows those pods and the pods beside them, not the cluster's size
-// (an Evaluator's cluster is a snapshot of every pod). Use it from one
+// scheduler's informers hold it would, without building that cluster: a
+// pod is evaluated on a view of its own node, made when a pod on the node
+// is first asked about and kept, whose pods (those bound to the node that
+// have not terminated, as the Evaluator's cluster holds them) are read
+// only when a policy reads nodeInfo. Drift detection asks about the pods
+// a write interval's events touched: what that costs follows those pods
+// (and, for nodeInfo, the pods beside them), not the cluster's size (an
+// Evaluator's cluster is a snapshot of every pod). Use it from one
 // goroutine; take a new one to see later changes.
 type Refuser struct {
 	live *Live
 	rt   *celplugins.Runtime
-	// nodes are the nodes built. Key: node name; nil: not a node of the
+	// nodes are the views made. Key: node name; nil: not a node of the
 	// cluster. Bound: the nodes of the pods asked about.
-	nodes map[string]fwk.NodeInfo
+	nodes map[string]*nodeView
 }
 
 // Refuser returns a Refuser over the cluster as the informers hold it,
@@ -252,41 +254,69 @@ func (l *Live) Refuser() (*Refuser, error) {
 	policies := Policies{Snapshot: snapshot, Params: l.Inputs.Params, Converter: l.Inputs.Converter}
 	rt := dryRuntime(policies, groups)
 	rt.Inputs.UseNamespaces(l.Namespaces)
-	return &Refuser{live: l, rt: rt, nodes: map[string]fwk.NodeInfo{}}, nil
+	return &Refuser{live: l, rt: rt, nodes: map[string]*nodeView{}}, nil
 }
 
 // Refusals is Evaluator.Refusals, with the CEL plugins' default budget.
 func (r *Refuser) Refusals(ctx context.Context, bound *corev1.Pod) ([]Refusal, error) {
-	info, err := r.nodeInfo(bound.Spec.NodeName)
+	v, err := r.view(bound.Spec.NodeName)
 	if err != nil {
 		return nil, notANode(bound, err)
 	}
-	return refusals(ctx, r.rt, 0, info, bound)
+	return refusals(ctx, r.rt, 0, v.node, v.generation, v, nodeViewInfo, bound)
 }
 
-// nodeInfo returns the scheduler's view of a node, built on first use.
-func (r *Refuser) nodeInfo(name string) (fwk.NodeInfo, error) {
-	info, built := r.nodes[name]
-	if !built {
+// view returns the view of a node, made on first use.
+func (r *Refuser) view(name string) (*nodeView, error) {
+	v, made := r.nodes[name]
+	if !made {
 		node, err := r.live.Nodes.Get(name)
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("reading node %s: %w", name, err)
 		}
 		if err == nil {
-			pods, err := r.live.PodsOn(name)
-			if err != nil {
-				return nil, err
-			}
-			ni := framework.NewNodeInfo(pods...)
-			ni.SetNode(node)
-			info = ni
+			// A NodeInfo's generation, unique in the process as the
+			// scheduler's are: the converter keeps a node's nodeInfo
+			// value by generation, beside the scheduler's.
+			v = &nodeView{live: r.live, node: node, generation: framework.NewNodeInfo().Generation}
 		}
-		r.nodes[name] = info
+		r.nodes[name] = v
 	}
-	if info == nil {
+	if v == nil {
 		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
 	}
-	return info, nil
+	return v, nil
+}
+
+// nodeView is a Refuser's view of a node: the node, and nodeInfo's input
+// (the scheduler's view of the node with its pods), built on first use.
+type nodeView struct {
+	live       *Live
+	node       *corev1.Node
+	generation int64
+	// info is nodeInfo's input; nil until made, or when listing the pods
+	// failed (then the expressions that read nodeInfo fail).
+	info *engine.NodeInfo
+	made bool
+}
+
+// nodeViewInfo is a nodeView's nodeInfo input (an engine.NodeInfoSource,
+// called only when a policy reads nodeInfo): the node with the pods bound
+// to it that have not terminated, listed on first use.
+func nodeViewInfo(source any) *engine.NodeInfo {
+	v, ok := source.(*nodeView)
+	if !ok {
+		return nil
+	}
+	if !v.made {
+		v.made = true
+		if pods, err := v.live.PodsOn(v.node.Name); err == nil {
+			ni := framework.NewNodeInfo(pods...)
+			ni.SetNode(v.node)
+			v.info = celplugins.NodeInfo(ni)
+		}
+	}
+	return v.info
 }
 
 // PodsOn lists the pods bound to a node that have not terminated: from

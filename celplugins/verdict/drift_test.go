@@ -95,8 +95,9 @@ func (c *countingPods) List(selector labels.Selector) ([]*corev1.Pod, error) {
 // bound to it that have not terminated (a filter on nodeInfo.podCount
 // tells), a gang member's podGroup its PodGroup and placed members, and a
 // pod on a node the cluster does not have is an error. With the index
-// of pods by node it lists no pod at all, unless a policy reads podGroup
-// (then once).
+// of pods by node it lists no pod at all unless a policy reads podGroup
+// (then once), and a node's pods only when a policy reads nodeInfo (then
+// once per node).
 func TestRefuser(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, namespace("team", map[string]string{"tenant": "blue"}))
@@ -136,21 +137,29 @@ func TestRefuser(t *testing.T) {
 	}
 	tenant := "node.metadata.labels[?'tenant'].orValue('') == namespaceObject.metadata.labels[?'tenant'].orValue('-')"
 	f.registry.Upsert(builder.MakePolicy("tenant-nodes").UID("policy-tenant").Generation(1, "1").FilterMsg("tenant", tenant, "not the tenant's node", "").Obj())
-	// blue-1 runs four pods and blue-2 three: a finished pod counted
-	// would refuse blue-1's.
-	f.registry.Upsert(builder.MakePolicy("crowded").UID("policy-crowded").Generation(1, "1").Filter("few", "nodeInfo.podCount <= 3").Obj())
 	groups := []*schedulingv1beta1.PodGroup{podGroup("team", "big", 4, "")}
 
 	for _, tc := range []struct {
-		name      string
-		podGroup  bool
-		wantLists int
-		want      map[string][]string
+		name     string
+		podGroup bool
+		// nodeInfo keeps crowded, which reads nodeInfo.
+		nodeInfo bool
+		// wantLists and wantNodeLists are the lists of every pod and of
+		// a node's pods the Refuser makes.
+		wantLists, wantNodeLists int
+		want                     map[string][]string
 	}{
-		{name: "node rules", wantLists: 0, want: map[string][]string{"drifted": {"tenant-nodes"}, "big-1": {"tenant-nodes"}}},
-		{name: "podGroup rules", podGroup: true, wantLists: 1, want: map[string][]string{"drifted": {"tenant-nodes"}, "big-0": {"together"}, "big-1": {"tenant-nodes", "together"}}},
+		{name: "node rules", wantNodeLists: 0, want: map[string][]string{"drifted": {"tenant-nodes"}, "big-1": {"tenant-nodes"}}},
+		{name: "nodeInfo rules", nodeInfo: true, wantNodeLists: 3, want: map[string][]string{"drifted": {"tenant-nodes"}, "big-1": {"tenant-nodes"}}},
+		{name: "podGroup rules", podGroup: true, nodeInfo: true, wantLists: 1, wantNodeLists: 3, want: map[string][]string{"drifted": {"tenant-nodes"}, "big-0": {"together"}, "big-1": {"tenant-nodes", "together"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.nodeInfo {
+				// blue-1 runs four pods and blue-2 three: a finished pod
+				// counted would refuse blue-1's.
+				f.registry.Upsert(builder.MakePolicy("crowded").UID("policy-crowded").Generation(1, "1").Filter("few", "nodeInfo.podCount <= 3").Obj())
+				defer f.registry.Delete("crowded")
+			}
 			if tc.podGroup {
 				f.registry.Upsert(builder.MakePolicy("together").UID("policy-together").Generation(1, "1").
 					Filter("with-the-others", "size(podGroup.assignedNodes) == 0 || podGroup.assignedNodes.all(n, n == node.metadata.name)").Obj())
@@ -164,7 +173,12 @@ func TestRefuser(t *testing.T) {
 			}
 			defer e.Close()
 			lister := &countingPods{PodLister: live.Pods}
-			live.Pods, live.PodsOnNode = lister, podsOnNode(f.pods)
+			nodeLists := 0
+			onNode := podsOnNode(f.pods)
+			live.Pods, live.PodsOnNode = lister, func(node string) ([]*corev1.Pod, error) {
+				nodeLists++
+				return onNode(node)
+			}
 			r, err := live.Refuser()
 			if err != nil {
 				t.Fatal(err)
@@ -193,6 +207,9 @@ func TestRefuser(t *testing.T) {
 			if lister.lists != tc.wantLists {
 				t.Errorf("the Refuser listed every pod %d times, want %d", lister.lists, tc.wantLists)
 			}
+			if nodeLists != tc.wantNodeLists {
+				t.Errorf("the Refuser listed a node's pods %d times, want %d (once per node, only for nodeInfo)", nodeLists, tc.wantNodeLists)
+			}
 		})
 	}
 }
@@ -200,9 +217,10 @@ func TestRefuser(t *testing.T) {
 // BenchmarkDriftBatch is drift detection's work for one batch: the
 // Refusals of 100 pods that just started (half of them on spot nodes,
 // which the policy refuses), in a cluster of 5000 nodes running 20 pods
-// each, by an Evaluator over the whole cluster (what the
-// tracker built before the Refuser) and by a Refuser, which builds the
-// batch's nodes only.
+// each, by an Evaluator over the whole cluster (what the tracker built
+// before the Refuser) and by a Refuser, which makes views of the batch's
+// nodes only and lists their pods only for a policy that reads nodeInfo
+// (refuser-nodeInfo).
 func BenchmarkDriftBatch(b *testing.B) {
 	f := newFixture(b, namespace("team", map[string]string{"tenant": "blue"}))
 	f.registry.Upsert(builder.MakePolicy("no-spot").UID("policy-no-spot").Generation(1, "1").
@@ -255,6 +273,20 @@ func BenchmarkDriftBatch(b *testing.B) {
 		}
 	})
 	b.Run("refuser", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			r, err := live.Refuser()
+			if err != nil {
+				b.Fatal(err)
+			}
+			refuse(b, r.Refusals)
+		}
+	})
+	// A policy that reads nodeInfo (and passes): the Refuser lists the
+	// pods of each node it evaluates a pod on.
+	f.registry.Upsert(builder.MakePolicy("roomy").UID("policy-roomy").Generation(1, "1").
+		Filter("room", "nodeInfo.podCount <= 110").Obj())
+	b.Run("refuser-nodeInfo", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			r, err := live.Refuser()
