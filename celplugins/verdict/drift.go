@@ -263,7 +263,13 @@ func (r *Refuser) Refusals(ctx context.Context, bound *corev1.Pod) ([]Refusal, e
 	if err != nil {
 		return nil, notANode(bound, err)
 	}
-	return refusals(ctx, r.rt, 0, v.node, v.generation, v, nodeViewInfo, bound)
+	out, err := refusals(ctx, r.rt, 0, v.node, v.generation, v, nodeViewInfo, bound)
+	if err == nil && v.err != nil {
+		// nodeInfo could not be read: the policies that read it did not
+		// decide, and their error is not a refusal.
+		return nil, v.err
+	}
+	return out, err
 }
 
 // view returns the view of a node, made on first use.
@@ -295,8 +301,9 @@ type nodeView struct {
 	node       *corev1.Node
 	generation int64
 	// info is nodeInfo's input; nil until made, or when listing the pods
-	// failed (then the expressions that read nodeInfo fail).
+	// failed (err: the Refusals of the node's pods fail with it).
 	info *engine.NodeInfo
+	err  error
 	made bool
 }
 
@@ -310,11 +317,14 @@ func nodeViewInfo(source any) *engine.NodeInfo {
 	}
 	if !v.made {
 		v.made = true
-		if pods, err := v.live.PodsOn(v.node.Name); err == nil {
-			ni := framework.NewNodeInfo(pods...)
-			ni.SetNode(v.node)
-			v.info = celplugins.NodeInfo(ni)
+		pods, err := v.live.PodsOn(v.node.Name)
+		if err != nil {
+			v.err = err
+			return nil
 		}
+		ni := framework.NewNodeInfo(pods...)
+		ni.SetNode(v.node)
+		v.info = celplugins.NodeInfo(ni)
 	}
 	return v.info
 }

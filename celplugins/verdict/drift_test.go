@@ -212,6 +212,28 @@ func TestRefuser(t *testing.T) {
 			}
 		})
 	}
+
+	// A node's pods that cannot be listed fail the Refusals of the pods
+	// on it when a policy reads nodeInfo (its error is no refusal), and
+	// change nothing when none does.
+	live := f.pending(t).Live
+	live.PodsOnNode = func(string) ([]*corev1.Pod, error) { return nil, fmt.Errorf("the index is gone") }
+	for _, nodeInfo := range []bool{false, true} {
+		if nodeInfo {
+			f.registry.Upsert(builder.MakePolicy("crowded").UID("policy-crowded").Generation(1, "1").Filter("few", "nodeInfo.podCount <= 3").Obj())
+		}
+		r, err := live.Refuser()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Refusals(context.Background(), pods[1]) // a, on blue-1: no refusal
+		if nodeInfo && (err == nil || !strings.Contains(err.Error(), "the index is gone")) {
+			t.Errorf("with a nodeInfo policy and a failing list: %v, %v; want the list's error", got, err)
+		}
+		if !nodeInfo && (err != nil || len(got) != 0) {
+			t.Errorf("without a nodeInfo policy and a failing list: %v, %v; want no refusal, no error", got, err)
+		}
+	}
 }
 
 // BenchmarkDriftBatch is drift detection's work for one batch: the
