@@ -300,11 +300,10 @@ type nodeView struct {
 	live       *Live
 	node       *corev1.Node
 	generation int64
-	// info is nodeInfo's input; nil until made, or when listing the pods
-	// failed (err: the Refusals of the node's pods fail with it).
+	// info is nodeInfo's input, nil until made; err is why listing the
+	// pods failed (the Refusals of the node's pods fail with it).
 	info *engine.NodeInfo
 	err  error
-	made bool
 }
 
 // nodeViewInfo is a nodeView's nodeInfo input (an engine.NodeInfoSource,
@@ -315,8 +314,7 @@ func nodeViewInfo(source any) *engine.NodeInfo {
 	if !ok {
 		return nil
 	}
-	if !v.made {
-		v.made = true
+	if v.info == nil && v.err == nil {
 		pods, err := v.live.PodsOn(v.node.Name)
 		if err != nil {
 			v.err = err
