@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"sigs.k8s.io/yaml"
 
@@ -45,6 +46,32 @@ func TestSchedulerConfig(t *testing.T) {
 	got := profile(t, perf, "celsched")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("celsched profile of scheduler-config.yaml differs from config/scheduler's (-shipped +perf):\n%s", diff)
+	}
+	// NodeOnly10Plugin's scheduler: the same two profiles, and the Go
+	// plugin's in CELFilter's place.
+	plugin, err := defaultconfig.Load("scheduler-config-plugin.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"default-scheduler", "celsched"} {
+		if diff := cmp.Diff(profile(t, perf, name), profile(t, plugin, name)); diff != "" {
+			t.Errorf("%s profile of scheduler-config-plugin.yaml differs from scheduler-config.yaml's (-perf +plugin):\n%s", name, diff)
+		}
+	}
+	var filters []string
+	for _, p := range profile(t, plugin, nodeOnly10Profile).Plugins.Filter.Enabled {
+		filters = append(filters, p.Name)
+	}
+	var celFilters []string
+	for _, p := range got.Plugins.Filter.Enabled {
+		name := p.Name
+		if name == filter.Name {
+			name = nodeOnly10PluginName
+		}
+		celFilters = append(celFilters, name)
+	}
+	if diff := cmp.Diff(celFilters, filters); diff != "" {
+		t.Errorf("the filters of profile %s are not the celsched profile's with %s in %s's place (-want +got):\n%s", nodeOnly10Profile, nodeOnly10PluginName, filter.Name, diff)
 	}
 	for _, p := range profile(t, perf, "default-scheduler").Plugins.MultiPoint.Enabled {
 		if p.Name == preenqueue.Name || p.Name == filter.Name || p.Name == score.Name {
@@ -75,7 +102,7 @@ func TestWorkloadPolicies(t *testing.T) {
 	}
 	readConfig(t, &testCases)
 	wantPolicies := map[string]int{
-		"NoPolicy": 0, "NonMatching10": 10, "NodeOnly10": 10, "NodeOnly10Native": 10, "NodeOnly10Batchable": 10,
+		"NoPolicy": 0, "NonMatching10": 10, "NodeOnly10": 10, "NodeOnly10Native": 10, "NodeOnly10Plugin": 10, "NodeOnly10Batchable": 10,
 		"Mixed100": 100, "Mixed100Native": 100,
 		"RequiredAffinity": 1, "PreferredAffinity": 1, "PodAndNode": 1, "Spread": 1,
 		"Gangs": 1,
@@ -117,6 +144,7 @@ func TestSamePolicies(t *testing.T) {
 	for copied, original := range map[string]string{
 		"NodeOnly10Batchable": "NodeOnly10",
 		"NodeOnly10Native":    "NodeOnly10",
+		"NodeOnly10Plugin":    "NodeOnly10",
 		"Mixed100Native":      "Mixed100",
 	} {
 		t.Run(copied, func(t *testing.T) {
@@ -151,7 +179,7 @@ func TestPhases(t *testing.T) {
 	}
 	readConfig(t, &testCases)
 	native := map[string]bool{
-		"NodeOnly10Native": true, "Mixed100Native": true,
+		"NodeOnly10Native": true, "NodeOnly10Plugin": true, "Mixed100Native": true,
 		"RequiredAffinity": true, "PreferredAffinity": true, "PodAndNode": true, "Spread": true,
 		"Gangs": true,
 	}
@@ -217,12 +245,14 @@ func TestPhases(t *testing.T) {
 }
 
 // TestNativeEquivalents checks that the native rules of NodeOnly10Native's
-// and Mixed100Native's stock pods decide what the CEL rules they stand for
-// decide, on the nodes of templates/node.yaml: the required node affinity
+// and Mixed100Native's stock pods, and NodeOnly10Plugin's Go plugin, decide
+// what the CEL rules they stand for decide, on the nodes of
+// templates/node.yaml: the required node affinity (the plugin's Filter)
 // admits exactly the nodes that every filter of those policies passes, and
 // the preferred terms a node matches (all of weight 1) are the score rules
 // that give it 100 (all of normalization None, weight 1, 0 or 100), so
-// NodeAffinity ranks the nodes as CELScore does.
+// NodeAffinity ranks the nodes as CELScore does; the plugin's Score is
+// their mean, CELScore's.
 func TestNativeEquivalents(t *testing.T) {
 	nodes := templateNodes(t, "templates/node.yaml", 200)
 	for name, tc := range map[string]struct {
@@ -230,10 +260,18 @@ func TestNativeEquivalents(t *testing.T) {
 		// policies are the policies of the test case that the native rules
 		// stand for.
 		policies func(name string) bool
+		// plugin: the native rules are nodeOnly10Plugin's, not the pod's
+		// node affinity.
+		plugin bool
 	}{
 		"NodeOnly10Native": {
 			podTemplate: "templates/pod-stock-node-only10-affinity.yaml",
 			policies:    func(string) bool { return true },
+		},
+		"NodeOnly10Plugin": {
+			podTemplate: "templates/pod-node-only10-plugin.yaml",
+			policies:    func(string) bool { return true },
+			plugin:      true,
 		},
 		"Mixed100Native": {
 			podTemplate: "templates/pod-stock-mixed100-affinity.yaml",
@@ -277,20 +315,22 @@ func TestNativeEquivalents(t *testing.T) {
 				t.Fatal("no policy to compare with")
 			}
 			pod := templatePod(t, tc.podTemplate, nil)
-			if pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
-				t.Fatalf("%s: no node affinity", tc.podTemplate)
-			}
 			podIn, err := conv.Pod(pod, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: perfdata.NativeProfile + "-1"}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			required := nodeaffinity.GetRequiredNodeAffinity(pod)
-			preferred, err := nodeaffinity.NewPreferredSchedulingTerms(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
-			if err != nil {
-				t.Fatal(err)
+			native := affinityRules(t, pod)
+			if tc.plugin {
+				if pod.Spec.Affinity != nil || pod.Spec.SchedulerName != nodeOnly10Profile {
+					t.Fatalf("%s: want a pod of profile %s without affinity", tc.podTemplate, nodeOnly10Profile)
+				}
+				native = pluginRules(t, pod)
 			}
 			ctx := context.Background()
-			var blocked int
+			var blocked, scoreRules int
+			for _, p := range policies {
+				scoreRules += len(p.ScoreRules())
+			}
 			for _, node := range nodes {
 				nodeIn, err := conv.Node(node, nil)
 				if err != nil {
@@ -315,24 +355,67 @@ func TestNativeEquivalents(t *testing.T) {
 						}
 					}
 				}
-				nativePass, err := required.Match(node)
-				if err != nil {
-					t.Fatal(err)
-				}
+				nativePass, nativeScore := native(node)
 				if nativePass != celPass {
-					t.Errorf("%s %v: native required affinity admits it: %v; CEL filters pass: %v", node.Name, node.Labels, nativePass, celPass)
+					t.Errorf("%s %v: the native rules admit it: %v; CEL filters pass: %v", node.Name, node.Labels, nativePass, celPass)
 				}
 				if !celPass {
 					blocked++
 				}
-				if got := preferred.Score(node); got != int64(celPreferred) {
-					t.Errorf("%s %v: native preferred terms matched (weight): %d; CEL scores of 100: %d", node.Name, node.Labels, got, celPreferred)
+				want := int64(celPreferred) // the preferred terms matched, of weight 1
+				if tc.plugin {
+					want = int64(celPreferred) * engine.MaxScore / int64(scoreRules) // CELScore's mean
+				}
+				if nativeScore != want {
+					t.Errorf("%s %v: native score %d, want %d (CEL scores of 100: %d)", node.Name, node.Labels, nativeScore, want, celPreferred)
 				}
 			}
 			if blocked == 0 || blocked == len(nodes) {
 				t.Errorf("the rules block %d of %d nodes: the check cannot tell", blocked, len(nodes))
 			}
 		})
+	}
+}
+
+// affinityRules returns what a pod's node affinity decides on a node: its
+// required terms admit it, and the weight of the preferred terms it
+// matches.
+func affinityRules(t *testing.T, pod *corev1.Pod) func(*corev1.Node) (bool, int64) {
+	t.Helper()
+	if pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
+		return func(*corev1.Node) (bool, int64) {
+			t.Fatalf("pod %s has no node affinity", pod.Name)
+			return false, 0
+		}
+	}
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	preferred, err := nodeaffinity.NewPreferredSchedulingTerms(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(node *corev1.Node) (bool, int64) {
+		pass, err := required.Match(node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pass, preferred.Score(node)
+	}
+}
+
+// pluginRules returns what nodeOnly10Plugin decides for a pod on a node:
+// its Filter passes it, and its Score.
+func pluginRules(t *testing.T, pod *corev1.Pod) func(*corev1.Node) (bool, int64) {
+	t.Helper()
+	var pl nodeOnly10Plugin
+	return func(node *corev1.Node) (bool, int64) {
+		info := framework.NewNodeInfo()
+		info.SetNode(node)
+		status := pl.Filter(context.Background(), nil, pod, info)
+		score, scoreStatus := pl.Score(context.Background(), nil, pod, info)
+		if !scoreStatus.IsSuccess() {
+			t.Fatalf("%s: score: %v", node.Name, scoreStatus)
+		}
+		return status.IsSuccess(), score
 	}
 }
 

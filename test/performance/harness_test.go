@@ -77,15 +77,17 @@ func perfOptions() []benchmark.SchedulerPerfOption {
 	}
 }
 
-// outOfTreeRegistry registers the four CEL plugins. scheduler_perf starts
-// a new scheduler per workload with the same registry, so the plugins find
-// their runtime in current, which the pre-run hook replaces per workload.
+// outOfTreeRegistry registers the four CEL plugins, and the Go plugin of
+// NodeOnly10Plugin's native profile. scheduler_perf starts a new scheduler
+// per workload with the same registry, so the CEL plugins find their
+// runtime in current, which the pre-run hook replaces per workload.
 func outOfTreeRegistry() frameworkruntime.Registry {
 	return frameworkruntime.Registry{
-		preenqueue.Name:   pluginFactory(preenqueue.New),
-		filter.Name:       pluginFactory(filter.New),
-		score.Name:        pluginFactory(score.New),
-		celplacement.Name: pluginFactory(celplacement.New),
+		preenqueue.Name:      pluginFactory(preenqueue.New),
+		filter.Name:          pluginFactory(filter.New),
+		score.Name:           pluginFactory(score.New),
+		celplacement.Name:    pluginFactory(celplacement.New),
+		nodeOnly10PluginName: newNodeOnly10Plugin,
 	}
 }
 

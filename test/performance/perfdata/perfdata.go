@@ -53,7 +53,8 @@ const (
 	StockProfile = "stock"
 	// NativeProfile is kube-scheduler's default profile on pods that carry
 	// the workload's rules in their native form (node affinity, node
-	// selector, topology spread): what users would do instead.
+	// selector, topology spread), or a profile that runs them as a plugin
+	// written in Go (NodeOnly10Plugin): what users would do instead.
 	NativeProfile = "native"
 	// CelschedProfile is the celsched profile, the rules as policies.
 	CelschedProfile = "celsched"
