@@ -11,10 +11,10 @@ import (
 
 // nodeOnly10PluginName is the plugin of NodeOnly10Plugin's native profile:
 // NodeOnly10's ten rules as a platform team would write them into a
-// kube-scheduler plugin of its own, in Go (scheduler-plugins' way). It
-// stands for the least any plugin can cost for those rules: kube-scheduler
-// calls it per node as it calls CELFilter and CELScore, and it reads the
-// node's labels, nothing else.
+// kube-scheduler plugin of its own, in Go (scheduler-plugins' way), plainly:
+// kube-scheduler calls it per node as it calls CELFilter and CELScore, and
+// it reads the node's labels, nothing else, so it costs what kube-scheduler
+// charges any plugin holding these rules and twenty label lookups per node.
 const nodeOnly10PluginName = "NodeOnly10Rules"
 
 // nodeOnly10Profile is the profile that runs nodeOnly10Plugin
