@@ -5,9 +5,9 @@
 // phase, and the allocation profile at its start and end), sorts every
 // sample by the frames of its stack into the groups below (the first
 // that matches), and prints per group the CPU seconds and the MB
-// allocated of each profile's phases together, and the celsched phases'
-// excess over the stock phases' as a share of the stock phases' total
-// (docs/performance.md, "Where the rest of the cost is").
+// allocated of each profile's phases together, and the native and the
+// celsched phases' excess over the stock phases' as a share of the stock
+// phases' total (docs/performance.md, "Where the rest of the cost is").
 //
 // Usage: perfprof [-workload REGEXP] DIR
 //
@@ -33,13 +33,15 @@ import (
 )
 
 // groups sort a sample by its stack: the first whose pattern matches one
-// of its frames' functions takes it. The harness comes first, so that its
-// profiling is nobody's cost; celsched's own code before GC, so that what
-// it allocates is its own.
+// of its frames' functions takes it. A workload's own Go plugin
+// (NodeOnly10Plugin's, in the test package) comes before the harness,
+// which is nobody's cost; celsched's own code before GC, so that what it
+// allocates is its own.
 var groups = []struct {
 	name    string
 	pattern *regexp.Regexp
 }{
+	{"the workload's Go plugin (NodeOnly10Plugin)", regexp.MustCompile(`^github\.com/celsched/celsched/test/performance\.nodeOnly10Plugin\.`)},
 	{"the harness and its profiling", regexp.MustCompile(`^github\.com/celsched/celsched/test/|^runtime/pprof\.`)},
 	{"celsched's own code", regexp.MustCompile(`^github\.com/celsched/celsched/`)},
 	{"GC and allocation", regexp.MustCompile(`^runtime\.(gcBgMarkWorker|gcDrain|gcAssistAlloc|bgsweep|bgscavenge|mallocgc)`)},
@@ -215,17 +217,21 @@ func groupNames() []string {
 }
 
 // writeTable prints a workload's table: per group and profile (stock,
-// native, celsched) CPU seconds and MB allocated, and the celsched
-// phases' excess over the stock phases' in percent of the stock total.
+// native, celsched) CPU seconds and MB allocated, and the native and the
+// celsched phases' excess over the stock phases' in percent of the stock
+// total.
 func writeTable(w io.Writer, key string, profiles map[string]*totals) {
 	var names []string
-	for _, p := range []string{"stock", "native", "celsched"} {
+	for _, p := range []string{perfdata.StockProfile, perfdata.NativeProfile, perfdata.CelschedProfile} {
 		if profiles[p] != nil {
 			names = append(names, p)
 		}
 	}
-	stock, cel := profiles["stock"], profiles["celsched"]
-	compare := stock != nil && cel != nil
+	stock := profiles[perfdata.StockProfile]
+	var compared []string // the profiles set against stock's
+	if stock != nil {
+		compared = names[1:] // stock is names[0]
+	}
 	fmt.Fprintf(w, "%s (phases:", key)
 	for _, n := range names {
 		fmt.Fprintf(w, " %s %d", n, profiles[n].phases)
@@ -238,8 +244,8 @@ func writeTable(w io.Writer, key string, profiles map[string]*totals) {
 		header += fmt.Sprintf(" %s CPU s | %s MB |", n, n)
 		rule += "---:|---:|"
 	}
-	if compare {
-		header += " celsched - stock, CPU | celsched - stock, allocated |"
+	for _, n := range compared {
+		header += fmt.Sprintf(" %s - stock, CPU | %s - stock, allocated |", n, n)
 		rule += "---:|---:|"
 	}
 	fmt.Fprintln(w, header)
@@ -249,9 +255,9 @@ func writeTable(w io.Writer, key string, profiles map[string]*totals) {
 		for _, n := range names {
 			line += fmt.Sprintf(" %.1f | %.1f |", float64(value(profiles[n].cpu))/1e9, float64(value(profiles[n].alloc))/(1<<20))
 		}
-		if compare {
-			line += " " + excess(value(cel.cpu), value(stock.cpu), sum(stock.cpu), 1e9, "s") + " |"
-			line += " " + excess(value(cel.alloc), value(stock.alloc), sum(stock.alloc), 1<<20, "MB") + " |"
+		for _, n := range compared {
+			line += " " + excess(value(profiles[n].cpu), value(stock.cpu), sum(stock.cpu), 1e9, "s") + " |"
+			line += " " + excess(value(profiles[n].alloc), value(stock.alloc), sum(stock.alloc), 1<<20, "MB") + " |"
 		}
 		fmt.Fprintln(w, line)
 	}
@@ -261,10 +267,10 @@ func writeTable(w io.Writer, key string, profiles map[string]*totals) {
 	row("all", sum)
 }
 
-// excess formats a group's celsched value less its stock value, in unit
-// and in percent of the stock total.
-func excess(cel, stock, stockTotal int64, unit float64, name string) string {
-	d := cel - stock
+// excess formats a group's value in a profile less its stock value, in
+// unit and in percent of the stock total.
+func excess(value, stock, stockTotal int64, unit float64, name string) string {
+	d := value - stock
 	if stockTotal == 0 {
 		return fmt.Sprintf("%+.1f %s", float64(d)/unit, name)
 	}

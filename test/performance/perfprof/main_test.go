@@ -8,9 +8,10 @@ import (
 	"testing"
 )
 
-// cpuRaw is `go tool pprof -raw` of a CPU profile, cut down: three
+// cpuRaw is `go tool pprof -raw` of a CPU profile, cut down: four
 // samples, one of them in an atomic load inlined into a function with a
-// generic shape's name (spaces), inlined into celsched's Filter.
+// generic shape's name (spaces), inlined into celsched's Filter, one in
+// NodeOnly10Plugin's Go plugin (whose package is the harness's).
 const cpuRaw = `PeriodType: cpu nanoseconds
 Period: 10000000
 Duration: 12.6
@@ -19,6 +20,7 @@ samples/count cpu/nanoseconds
           1   10000000: 1 2 
           3   30000000: 3 4 
           2   20000000: 5 
+          4   40000000: 6 7 
 Locations
      1: 0x41b6bb M=1 sync/atomic.(*Uintptr).Load /go/src/sync/atomic/type.go:200:0 s=199
              github.com/celsched/celsched/engine/nodecache.(*objectSet[go.shape.struct { github.com/celsched/celsched/engine.val github.com/google/cel-go/common/types/ref.Val }]).load /src/engine/nodecache/nodecache.go:125:0 s=122
@@ -27,6 +29,8 @@ Locations
      3: 0x4a6f10 M=1 runtime.mallocgc /go/src/runtime/malloc.go:1000:0 s=990
      4: 0x4a6f20 M=1 k8s.io/kubernetes/pkg/scheduler/framework/runtime.(*frameworkImpl).RunScorePlugins /mod/framework.go:1410:0 s=1405
      5: 0x4a6f30 M=1 main.main /src/main.go:3:0 s=1
+     6: 0x4a6f40 M=1 github.com/celsched/celsched/test/performance.nodeOnly10Plugin.Filter /src/test/performance/rulesplugin_test.go:60:0 s=59
+     7: 0x4a6f50 M=1 k8s.io/kubernetes/pkg/scheduler/framework/runtime.(*frameworkImpl).RunFilterPlugins /mod/framework.go:1126:0 s=1105
 Mappings
 1: 0x400000/0x3f9d000/0x0 /bin/perf.test 070f6dda [FN]
 `
@@ -59,6 +63,9 @@ func TestGroupSums(t *testing.T) {
 		// mallocgc comes before the score loop that called it.
 		"GC and allocation": 30000000,
 		other:               20000000,
+		// The workload's plugin is not the harness's, though its
+		// package is.
+		"the workload's Go plugin (NodeOnly10Plugin)": 40000000,
 	}
 	if len(cpu) != len(want) {
 		t.Errorf("cpu groups = %v, want %v", cpu, want)
@@ -92,7 +99,7 @@ func TestRun(t *testing.T) {
 			}
 		}
 	}
-	for _, ns := range []string{"stock-1", "stock-2", "celsched-1", "celsched-2"} {
+	for _, ns := range []string{"stock-1", "stock-2", "native-1", "celsched-1", "celsched-2"} {
 		base := "Mixed100_1000Nodes_NoBatching_" + ns
 		touch(base+".pprof", base+".allocs-start.pprof", base+".allocs.pprof")
 	}
@@ -105,10 +112,16 @@ func TestRun(t *testing.T) {
 	raw := func(cpu, base, allocs string) ([]byte, error) {
 		calls++
 		if cpu != "" {
-			if strings.Contains(cpu, "celsched") {
-				return []byte(cpuRaw), nil
+			// celsched's frames in the celsched phases only, the Go
+			// plugin's in the native phase only.
+			text := cpuRaw
+			if !strings.Contains(cpu, "_celsched-") {
+				text = strings.NewReplacer("github.com/celsched/celsched/engine/", "example.com/", "github.com/celsched/celsched/celplugins/", "example.com/").Replace(text)
 			}
-			return []byte(strings.ReplaceAll(cpuRaw, "github.com/celsched/celsched/", "example.com/")), nil
+			if !strings.Contains(cpu, "_native-") {
+				text = strings.ReplaceAll(text, "github.com/celsched/celsched/test/performance.nodeOnly10Plugin.", "example.com/plugin.")
+			}
+			return []byte(text), nil
 		}
 		if !strings.HasSuffix(base, ".allocs-start.pprof") || !strings.HasSuffix(allocs, ".allocs.pprof") {
 			t.Errorf("allocations of %q against %q", allocs, base)
@@ -119,21 +132,26 @@ func TestRun(t *testing.T) {
 	if err := run(&out, dir, regexp.MustCompile("^Mixed100_"), raw); err != nil {
 		t.Fatal(err)
 	}
-	if calls != 8 {
-		t.Errorf("%d profiles read, want 8 (four phases, a CPU and an allocation profile each)", calls)
+	if calls != 10 {
+		t.Errorf("%d profiles read, want 10 (five phases, a CPU and an allocation profile each)", calls)
 	}
 	text := out.String()
 	for _, want := range []string{
-		"Mixed100_1000Nodes_NoBatching (phases: stock 2 celsched 2)",
-		// celsched's 2 x 10 ms against none in stock, whose total is 2 x 60 ms.
-		"| celsched's own code | 0.0 | 0.0 | 0.0 | 0.0 | +0.0 s (+16.7%) | +0.0 MB (+0.0%) |",
-		"| all | 0.1 | 2.5 | 0.1 | 2.5 | +0.0 s (+0.0%) | +0.0 MB (+0.0%) |",
+		"Mixed100_1000Nodes_NoBatching (phases: stock 2 native 1 celsched 2)",
+		"| group | stock CPU s | stock MB | native CPU s | native MB | celsched CPU s | celsched MB | native - stock, CPU | native - stock, allocated | celsched - stock, CPU | celsched - stock, allocated |",
+		// celsched's 2 x 10 ms against none in stock, whose total is 2 x
+		// 100 ms; the native phase's none.
+		"| celsched's own code | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | +0.0 s (+0.0%) | +0.0 MB (+0.0%) | +0.0 s (+10.0%) | +0.0 MB (+0.0%) |",
+		// The native phase's plugin: 40 ms.
+		"| the workload's Go plugin (NodeOnly10Plugin) | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | 0.0 | +0.0 s (+20.0%) | +0.0 MB (+0.0%) | +0.0 s (+0.0%) | +0.0 MB (+0.0%) |",
+		// The one native phase is half the two stock phases.
+		"| all | 0.2 | 2.5 | 0.1 | 1.2 | 0.2 | 2.5 | -0.1 s (-50.0%) | -1.2 MB (-50.0%) | +0.0 s (+0.0%) | +0.0 MB (+0.0%) |",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
 	}
-	if strings.Contains(text, "NodeOnly10") {
+	if strings.Contains(text, "NodeOnly10_") {
 		t.Errorf("output has the filtered workload:\n%s", text)
 	}
 	if err := run(&out, t.TempDir(), nil, raw); err == nil {
