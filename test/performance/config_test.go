@@ -319,12 +319,14 @@ func TestNativeEquivalents(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			native := affinityRules(t, pod)
+			var native func(*corev1.Node) (bool, int64)
 			if tc.plugin {
 				if pod.Spec.Affinity != nil || pod.Spec.SchedulerName != nodeOnly10Profile {
 					t.Fatalf("%s: want a pod of profile %s without affinity", tc.podTemplate, nodeOnly10Profile)
 				}
 				native = pluginRules(t, pod)
+			} else {
+				native = affinityRules(t, tc.podTemplate, pod)
 			}
 			ctx := context.Background()
 			var blocked, scoreRules int
@@ -380,13 +382,10 @@ func TestNativeEquivalents(t *testing.T) {
 // affinityRules returns what a pod's node affinity decides on a node: its
 // required terms admit it, and the weight of the preferred terms it
 // matches.
-func affinityRules(t *testing.T, pod *corev1.Pod) func(*corev1.Node) (bool, int64) {
+func affinityRules(t *testing.T, podTemplate string, pod *corev1.Pod) func(*corev1.Node) (bool, int64) {
 	t.Helper()
 	if pod.Spec.Affinity == nil || pod.Spec.Affinity.NodeAffinity == nil {
-		return func(*corev1.Node) (bool, int64) {
-			t.Fatalf("pod %s has no node affinity", pod.Name)
-			return false, 0
-		}
+		t.Fatalf("%s: no node affinity", podTemplate)
 	}
 	required := nodeaffinity.GetRequiredNodeAffinity(pod)
 	preferred, err := nodeaffinity.NewPreferredSchedulingTerms(pod.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution)
