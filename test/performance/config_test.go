@@ -410,11 +410,11 @@ func pluginRules(t *testing.T, pod *corev1.Pod) func(*corev1.Node) (bool, int64)
 		info := framework.NewNodeInfo()
 		info.SetNode(node)
 		status := pl.Filter(context.Background(), nil, pod, info)
-		score, scoreStatus := pl.Score(context.Background(), nil, pod, info)
+		nodeScore, scoreStatus := pl.Score(context.Background(), nil, pod, info)
 		if !scoreStatus.IsSuccess() {
 			t.Fatalf("%s: score: %v", node.Name, scoreStatus)
 		}
-		return status.IsSuccess(), score
+		return status.IsSuccess(), nodeScore
 	}
 }
 

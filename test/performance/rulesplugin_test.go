@@ -79,7 +79,7 @@ func nodeOnly10Score(node *corev1.Node) int64 {
 	var sum int64
 	for _, key := range nodeOnly10Labels {
 		if node.Labels[key] == "preferred" {
-			sum += fwk.MaxNodeScore
+			sum += fwk.MaxScore
 		}
 	}
 	return sum / int64(len(nodeOnly10Labels))
