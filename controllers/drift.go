@@ -41,6 +41,7 @@ const (
 	ReasonDriftResolved      = "DriftResolved"
 	ReasonPodEvicted         = "PodEvicted"
 	ReasonRemediationBlocked = "RemediationBlocked"
+	ReasonRemediationStopped = "RemediationStopped"
 )
 
 // maxDriftBatch bounds the work items one recomputation takes from the
@@ -67,9 +68,10 @@ type driftKey struct {
 
 // driftedPod is a running pod an enforced policy refuses on its node.
 type driftedPod struct {
-	uid     types.UID
-	node    string
-	message string
+	uid      types.UID
+	node     string
+	message  string
+	placedBy schedv1alpha1.PodPlacement
 }
 
 // policyDrift is what the tracker keeps of one policy.
@@ -99,6 +101,20 @@ type remediationMemory struct {
 	// blocked is the last summary of why pods are not evicted, for the
 	// RemediationBlocked event: one event per change.
 	blocked string
+	// told is, per drifted pod whose replacement was judged blocked, the
+	// reason its RemediationBlocked event (related to the pod) gave: one
+	// event per pod and reason. Bound: the policy's drifted pods.
+	told map[types.NamespacedName]schedv1alpha1.RemediationBlockReason
+	// workloads are the workloads the policy's remediation evicted from,
+	// until their replacements are known to have landed (or their
+	// breaker closes). Key: the controller's UID. Bound: the workloads
+	// evicted from within ReplacementDeadline, and those whose breaker
+	// is open; cleared when the policy's evaluation changes.
+	workloads map[types.UID]*workloadEvictions
+	// namespaces is when the policy's remediation last evicted a pod of
+	// each namespace (the rate goes to the others first). Bound: the
+	// namespaces evicted from in the last hour.
+	namespaces map[string]time.Time
 }
 
 // DriftController keeps, per policy, the running pods (bound, not
@@ -453,17 +469,22 @@ func (d *DriftController) recompute(ctx context.Context, batch []driftKey) error
 			return err
 		}
 		profiles := profileNames(d.Live)
+		scopes := d.driftScopes(ctx)
 		for key, pod := range pods {
-			if !slices.Contains(profiles, schedulerName(pod, profiles)) {
-				continue
-			}
-			r, err := e.Refusals(ctx, pod)
+			judged, foreign := verdict.AsProfile(pod, profiles)
+			r, err := e.Refusals(ctx, judged)
 			if err != nil {
 				if ctx.Err() != nil {
 					return context.Cause(ctx)
 				}
 				ctrl.LoggerFrom(ctx).WithName("drift").V(2).Info("Not evaluating a running pod for drift", "pod", klog(pod), "err", err)
 				continue
+			}
+			if foreign {
+				r = slices.DeleteFunc(r, func(r verdict.Refusal) bool { return scopes[r.Policy] == schedv1alpha1.DriftProfilePods })
+				for i := range r {
+					r[i].PlacedBy = schedv1alpha1.PlacedByOtherScheduler
+				}
 			}
 			refusals[key] = r
 		}
@@ -501,7 +522,11 @@ func (d *DriftController) apply(snapshot *engine.Snapshot, pods map[types.Namesp
 				d.drift[r.Policy] = pd
 			}
 			pod := pods[key]
-			pd.pods[key] = driftedPod{uid: pod.UID, node: pod.Spec.NodeName, message: r.Message}
+			placedBy := r.PlacedBy
+			if placedBy == "" {
+				placedBy = schedv1alpha1.PlacedByProfile
+			}
+			pd.pods[key] = driftedPod{uid: pod.UID, node: pod.Spec.NodeName, message: r.Message, placedBy: placedBy}
 			changed[r.Policy] = true
 		}
 	}
@@ -570,21 +595,26 @@ func running(pod *corev1.Pod) bool {
 		pod.Status.Phase != corev1.PodSucceeded && pod.Status.Phase != corev1.PodFailed
 }
 
+// driftScopes are the policies' spec.driftScope, by name, from the
+// manager's cache; a policy it cannot read covers every pod.
+func (d *DriftController) driftScopes(ctx context.Context) map[string]schedv1alpha1.DriftScope {
+	list := &schedv1alpha1.SchedulingPolicyList{}
+	if d.Client == nil || d.Client.List(ctx, list) != nil {
+		return nil
+	}
+	out := make(map[string]schedv1alpha1.DriftScope, len(list.Items))
+	for _, p := range list.Items {
+		out[p.Name] = p.Spec.DriftScope
+	}
+	return out
+}
+
 func profileNames(l *verdict.Live) []string {
 	out := make([]string, len(l.Config.Profiles))
 	for i, p := range l.Config.Profiles {
 		out[i] = p.SchedulerName
 	}
 	return out
-}
-
-// schedulerName is the pod's profile: its schedulerName, or the first
-// profile's when it has none.
-func schedulerName(pod *corev1.Pod, profiles []string) string {
-	if pod.Spec.SchedulerName == "" && len(profiles) > 0 {
-		return profiles[0]
-	}
-	return pod.Spec.SchedulerName
 }
 
 func klog(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }
@@ -639,6 +669,7 @@ func (d *DriftController) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		// The policy's spec, enforcement or waves changed: its pods are
 		// evaluated again (with the scheduler's compiled policy).
 		mem.seen = seen
+		mem.workloads = nil // a changed policy may move what it refused
 		d.add(driftKey{kind: driftPolicy, name: p.Name})
 	}
 	generation, since, keys, pods, known := d.driftOf(p.Name)
@@ -667,7 +698,7 @@ func (d *DriftController) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	for _, key := range keys[:min(len(keys), schedv1alpha1.MaxDriftedPods)] {
 		dp := pods[key]
 		st.Pods = append(st.Pods, schedv1alpha1.DriftedPod{Namespace: key.Namespace, Name: key.Name, Node: dp.node,
-			Message: truncateTo(dp.message, 1024), NotEvicted: blocked[key]})
+			Message: truncateTo(dp.message, 1024), PlacedBy: dp.placedBy, NotEvicted: blocked[key]})
 	}
 	d.blockedEvent(p, mem, blocked)
 	wait, err := d.writeStatus(ctx, p, mem, st)
@@ -786,6 +817,8 @@ type PolicyDrift struct {
 // refuses it there.
 type DriftedPodRef struct {
 	Namespace, Name, Node, Message string
+	// PlacedBy says who placed the pod.
+	PlacedBy schedv1alpha1.PodPlacement
 }
 
 // ReportSource is what the report writer reads of drift: the policies
@@ -820,7 +853,7 @@ func (r driftReports) Drift(policy string) (PolicyDrift, bool) {
 	out := PolicyDrift{Generation: generation, Since: since, Pods: make([]DriftedPodRef, len(keys))}
 	for i, key := range keys {
 		dp := pods[key]
-		out.Pods[i] = DriftedPodRef{Namespace: key.Namespace, Name: key.Name, Node: dp.node, Message: dp.message}
+		out.Pods[i] = DriftedPodRef{Namespace: key.Namespace, Name: key.Name, Node: dp.node, Message: dp.message, PlacedBy: dp.placedBy}
 	}
 	return out, true
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -25,6 +28,10 @@ const (
 	RemediationPaused      = "RolloutPaused"
 	RemediationDeleting    = "PolicyDeleting"
 )
+
+// +kubebuilder:rbac:groups=apps,resources=replicasets;statefulsets,verbs=get
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get
+// +kubebuilder:rbac:groups="",resources=replicationcontrollers,verbs=get
 
 // budgetRecheck is how often a policy whose drifted pods wait for their
 // workload's budget (pods becoming Ready) is looked at again.
@@ -48,6 +55,29 @@ func (d *DriftController) remediationActive(p *schedv1alpha1.SchedulingPolicy) (
 		return false, RemediationNotEnforced
 	}
 	return true, ""
+}
+
+// workloadEvictions is what remediation keeps of one workload (the pods
+// of one controller) it evicted from, to check that the evictions had
+// the effect it assumed: their replacements land on nodes the policy
+// admits.
+type workloadEvictions struct {
+	namespace, kind, name string
+	// last is the latest eviction; evicted counts them.
+	last    time.Time
+	evicted int
+	// from are the nodes the evicted pods ran on; known are the UIDs of
+	// the workload's pods when they were evicted: a pod not among them is
+	// a replacement (or a pod the workload made since).
+	from  sets.Set[string]
+	known sets.Set[types.UID]
+	// generation is the controller's generation at the last eviction.
+	generation int64
+	// open is why the workload's remediation stopped (its circuit
+	// breaker); empty while closed. checked is when the controller's
+	// template was last read to see whether it changed since.
+	open    string
+	checked time.Time
 }
 
 // remediate evicts the policy's drifted pods that may be, within the
@@ -87,9 +117,23 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			next = after
 		}
 	}
+	later(d.checkReplacements(ctx, p, mem, pods, now))
+	for key := range mem.told {
+		if _, ok := pods[key]; !ok {
+			delete(mem.told, key) // no longer drifted
+		}
+	}
+	// The rate is shared: the namespace, then the workload, evicted from
+	// longest ago (or never) goes first, so that one namespace or
+	// workload cannot take the evictions of the others.
+	keys = slices.Clone(keys)
+	slices.SortStableFunc(keys, func(a, b types.NamespacedName) int {
+		return mem.namespaces[a.Namespace].Compare(mem.namespaces[b.Namespace])
+	})
 	// unavailable counts, per workload, the pods unavailable, with those
 	// evicted in this step.
 	unavailable := map[types.UID]int{}
+	profiles := verdict.EnforcingProfiles(d.Live.Config, p)
 	var e *verdict.Evaluator
 	defer func() {
 		if e != nil {
@@ -104,6 +148,10 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 		owner := metav1.GetControllerOf(pod)
 		if !verdict.Replaced(pod) {
 			blocked[key] = schedv1alpha1.BlockedNoController
+			continue
+		}
+		if w := mem.workloads[owner.UID]; w != nil && w.open != "" {
+			blocked[key] = schedv1alpha1.BlockedReplacementRefused
 			continue
 		}
 		if spec.MinAge != nil {
@@ -139,18 +187,34 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			}
 		}
 		// The pod must still be refused (the policy as the scheduler has
-		// it now), and its replacement must have a node.
-		refused, err := refusedBy(ctx, e, pod, p.Name)
+		// it now), and its replacement, as its controller will create it,
+		// must be placed elsewhere under the policy.
+		judged, _ := verdict.AsProfile(pod, profileNames(d.Live))
+		refused, err := refusedBy(ctx, e, judged, p.Name)
 		if err != nil || !refused {
 			continue
 		}
-		r, err := e.Replacement(ctx, pod)
+		tmpl, err := verdict.OwnerTemplate(ctx, d.Reader, pod)
+		if err != nil {
+			if apierrors.IsNotFound(err) {
+				blocked[key] = schedv1alpha1.BlockedNoController // its controller is gone: nothing replaces it
+			} else {
+				log.V(2).Info("Not reading the controller of a drifted pod", "pod", klog(pod), "err", err)
+			}
+			continue
+		}
+		r, err := e.Replace(ctx, pod, tmpl, p.Name, profiles)
 		if err != nil {
 			log.V(2).Info("Not evaluating the replacement of a drifted pod", "pod", klog(pod), "err", err)
 			continue
 		}
-		if len(r.Feasible) == 0 {
-			blocked[key] = schedv1alpha1.BlockedNoFeasibleNode
+		if r.Blocked != "" {
+			blocked[key] = r.Blocked
+			if mem.told[key] != r.Blocked && d.Recorder != nil {
+				d.Recorder.Eventf(p, pod, corev1.EventTypeWarning, ReasonRemediationBlocked, "Remediate",
+					"not evicting pod %s from node %s (%s): %s", key, pod.Spec.NodeName, r.Blocked, r.Message)
+			}
+			mem.tell(key, r.Blocked)
 			continue
 		}
 		// Read the policy fresh: an eviction never follows a policy
@@ -177,18 +241,133 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			}
 			return nil, 0, fmt.Errorf("evicting pod %s: %w", key, err)
 		}
-		log.Info("Evicted a drifted pod", "pod", klog(pod), "node", pod.Spec.NodeName, "policy", p.Name, "replacementNode", r.Feasible[0])
+		log.Info("Evicted a drifted pod", "pod", klog(pod), "node", pod.Spec.NodeName, "policy", p.Name, "replacementNode", r.Node)
 		mem.lastEviction, last = now, now
 		mem.unwrittenEvictions++
+		mem.evicted(owner, pod, tmpl, d.workloadPods(pod.Namespace, owner.UID), now)
+		later(schedv1alpha1.ReplacementDeadline)
 		unavailable[owner.UID]++
 		rs.Evicted++
 		rs.LastEvictionTime = &metav1.Time{Time: now}
 		if d.Recorder != nil {
 			d.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonPodEvicted, "Remediate",
-				"evicted pod %s from node %s (%s); its replacement has a node (%s)", key, pod.Spec.NodeName, truncateTo(pods[key].message, 256), r.Feasible[0])
+				"evicted pod %s from node %s (%s); its replacement has a node (%s)", key, pod.Spec.NodeName, truncateTo(pods[key].message, 256), r.Node)
 		}
 	}
 	return rs, next, nil
+}
+
+// tell records the reason a pod's RemediationBlocked event gave.
+func (mem *remediationMemory) tell(key types.NamespacedName, r schedv1alpha1.RemediationBlockReason) {
+	if mem.told == nil {
+		mem.told = map[types.NamespacedName]schedv1alpha1.RemediationBlockReason{}
+	}
+	mem.told[key] = r
+}
+
+// evicted records an eviction of a workload's pod.
+func (mem *remediationMemory) evicted(owner *metav1.OwnerReference, pod *corev1.Pod, tmpl *verdict.Template, known []types.UID, now time.Time) {
+	if mem.workloads == nil {
+		mem.workloads = map[types.UID]*workloadEvictions{}
+	}
+	if mem.namespaces == nil {
+		mem.namespaces = map[string]time.Time{}
+	}
+	mem.namespaces[pod.Namespace] = now
+	w := mem.workloads[owner.UID]
+	if w == nil {
+		w = &workloadEvictions{namespace: pod.Namespace, kind: owner.Kind, name: owner.Name, from: sets.New[string](), known: sets.New[types.UID]()}
+		mem.workloads[owner.UID] = w
+	}
+	w.last = now
+	w.evicted++
+	w.from.Insert(pod.Spec.NodeName)
+	w.known.Insert(pod.UID)
+	w.known.Insert(known...)
+	if tmpl != nil {
+		w.generation = tmpl.Generation
+	}
+}
+
+// checkReplacements checks, for each workload the policy's remediation
+// evicted from, that the evictions had the effect assumed: a pod of the
+// workload created since that runs, drifted, on a node a pod was evicted
+// from means its replacements come back (its controller pins them, or
+// something other than the policy's scheduler places them), and no
+// replacement running within ReplacementDeadline means they do not land;
+// either opens the workload's circuit breaker, with an Event. An open
+// breaker closes when the controller's template changes. It returns when
+// to look again.
+func (d *DriftController) checkReplacements(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, mem *remediationMemory,
+	drifted map[types.NamespacedName]driftedPod, now time.Time) time.Duration {
+	var next time.Duration
+	for uid, w := range mem.workloads {
+		if w.open != "" {
+			if now.Sub(w.checked) < time.Minute {
+				continue
+			}
+			w.checked = now
+			owner := &metav1.OwnerReference{Kind: w.kind, Name: w.name, UID: uid, Controller: ptr.To(true)}
+			probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.namespace, OwnerReferences: []metav1.OwnerReference{*owner}}}
+			tmpl, err := verdict.OwnerTemplate(ctx, d.Reader, probe)
+			switch {
+			case apierrors.IsNotFound(err):
+				delete(mem.workloads, uid) // the workload is gone
+			case err == nil && tmpl != nil && tmpl.Generation != w.generation:
+				delete(mem.workloads, uid) // its template changed: try again
+			}
+			continue
+		}
+		list, err := d.Pods.Pods(w.namespace).List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		landed, back := 0, ""
+		for _, pod := range list {
+			ref := metav1.GetControllerOf(pod)
+			if ref == nil || ref.UID != uid || w.known.Has(pod.UID) || !running(pod) {
+				continue
+			}
+			key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
+			if dp, ok := drifted[key]; ok && dp.uid == pod.UID && w.from.Has(pod.Spec.NodeName) {
+				back = fmt.Sprintf("pod %s, created after the eviction, runs again on node %s, which the policy refuses", key, pod.Spec.NodeName)
+				break
+			}
+			landed++
+		}
+		due := w.last.Add(schedv1alpha1.ReplacementDeadline)
+		switch {
+		case back != "":
+			d.openBreaker(p, mem, uid, w, back, now)
+		case landed >= w.evicted && !now.Before(due):
+			delete(mem.workloads, uid) // every replacement landed admitted
+		case landed < w.evicted && !now.Before(due):
+			d.openBreaker(p, mem, uid, w, fmt.Sprintf("%d of its %d evicted pod(s) have no running replacement %s after the last eviction", w.evicted-landed, w.evicted, schedv1alpha1.ReplacementDeadline), now)
+		default:
+			if wait := due.Sub(now); next == 0 || wait < next {
+				next = wait
+			}
+		}
+	}
+	for ns, at := range mem.namespaces {
+		if now.Sub(at) > time.Hour {
+			delete(mem.namespaces, ns)
+		}
+	}
+	return next
+}
+
+// openBreaker stops the remediation of a workload, with an Event that
+// says why.
+func (d *DriftController) openBreaker(p *schedv1alpha1.SchedulingPolicy, mem *remediationMemory, uid types.UID, w *workloadEvictions, why string, now time.Time) {
+	w.open, w.checked = why, now
+	ctrl.Log.WithName("remediation").Info("Stopped remediating a workload: its evictions do not move it", "policy", p.Name,
+		"workload", w.kind+" "+w.namespace+"/"+w.name, "uid", uid, "reason", why)
+	if d.Recorder != nil {
+		d.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonRemediationStopped, "Remediate",
+			"stopped remediating %s %s/%s (%s): %s; its pods stay in status.drift, and remediation of the workload resumes when its template or the policy changes",
+			w.kind, w.namespace, w.name, schedv1alpha1.BlockedReplacementRefused, why)
+	}
 }
 
 // refusedBy says whether the policy, as the scheduler has it, refuses the
@@ -204,6 +383,21 @@ func refusedBy(ctx context.Context, e *verdict.Evaluator, pod *corev1.Pod, polic
 		}
 	}
 	return false, nil
+}
+
+// workloadPods are the UIDs of a controller's pods in a namespace.
+func (d *DriftController) workloadPods(namespace string, owner types.UID) []types.UID {
+	list, err := d.Pods.Pods(namespace).List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var out []types.UID
+	for _, pod := range list {
+		if ref := metav1.GetControllerOf(pod); ref != nil && ref.UID == owner {
+			out = append(out, pod.UID)
+		}
+	}
+	return out
 }
 
 // workload counts a controller's pods in a namespace that have not

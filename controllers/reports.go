@@ -454,10 +454,20 @@ func applyDrift(report *reportsv1alpha1.Report, policy string, pods []DriftedPod
 			Timestamp:   metav1.Timestamp{Seconds: since.Unix()},
 			Subjects:    []corev1.ObjectReference{{APIVersion: "v1", Kind: "Pod", Namespace: p.Namespace, Name: p.Name}},
 			Description: engine.Truncate(p.Message, 1024),
-			Properties:  map[string]string{"enforcement": string(schedv1alpha1.Enforce), "node": p.Node},
+			Properties:  driftProperties(p),
 		})
 	}
 	report.Results = joinResults(drift, audited)
+}
+
+// driftProperties are a drift result's properties: the enforcement, the
+// node, and placedBy for a pod no profile placed.
+func driftProperties(p DriftedPodRef) map[string]string {
+	props := map[string]string{"enforcement": string(schedv1alpha1.Enforce), "node": p.Node}
+	if p.PlacedBy == schedv1alpha1.PlacedByOtherScheduler {
+		props["placedBy"] = string(p.PlacedBy)
+	}
+	return props
 }
 
 // splitResults are a report's drift results and its audit results.

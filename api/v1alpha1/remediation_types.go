@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -18,10 +20,19 @@ const RemediationEvict RemediationAction = "Evict"
 // filters refuse on the node they run on (status.drift). It is off unless
 // set, and the manager's --remediation=false turns it off for every policy.
 // Only pods owned by a controller that replaces them (ReplicaSet,
-// StatefulSet, Job, ReplicationController) are evicted; a pod is evicted
-// only when the scheduler's framework finds its replacement a node under
-// the policies in force; never more than maxUnavailable of a workload's
-// pods are unavailable at once, counting the evicted ones.
+// StatefulSet, Job, ReplicationController) are evicted. The replacement
+// is judged as its controller will create it (the controller's pod
+// template: nodeName, nodeSelector, affinity, tolerations,
+// schedulerName): a pod is evicted only when that replacement is placed
+// by a profile that enforces the policy, is not pinned to a node the
+// policy refuses, and the scheduler's framework finds it a node under the
+// policies in force. After an eviction the leader checks where the
+// workload's replacement landed: one that landed on a refused node (or
+// none within ReplacementDeadline) stops the remediation of that workload
+// (ReplacementRefused) until its template or the policy changes. Never
+// more than maxUnavailable of a workload's pods are unavailable at once,
+// counting the evicted ones, and the rate is shared between namespaces:
+// the namespace and workload evicted from longest ago go first.
 type Remediation struct {
 	// action is what is done to a drifted pod: Evict.
 	// +required
@@ -49,6 +60,11 @@ type Remediation struct {
 	// +optional
 	MinAge *metav1.Duration `json:"minAge,omitempty"`
 }
+
+// ReplacementDeadline is how long after an eviction the workload's
+// replacement has to land on a node the policy admits before the
+// workload's remediation stops (ReplacementRefused).
+const ReplacementDeadline = 5 * time.Minute
 
 // MaxDriftedPods bounds status.drift.pods.
 const MaxDriftedPods = 10
@@ -97,6 +113,11 @@ type DriftedPod struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
+	// placedBy says who placed the pod: Profile (one of the scheduler's
+	// profiles) or OtherScheduler (another scheduler, or none: it was
+	// created with spec.nodeName).
+	// +optional
+	PlacedBy PodPlacement `json:"placedBy,omitempty"`
 	// notEvicted is why remediation does not evict the pod (yet), when
 	// set: a RemediationBlockReason.
 	// +optional
@@ -123,6 +144,45 @@ const (
 	BlockedDisruptionBudget RemediationBlockReason = "DisruptionBudget"
 	// BlockedRate: the policy's rate of evictions is used up for now.
 	BlockedRate RemediationBlockReason = "Rate"
+	// BlockedReplacementPinned: the pod's controller would create its
+	// replacement with spec.nodeName set to a node the policy refuses
+	// (the template pins it): no scheduler would place it elsewhere.
+	BlockedReplacementPinned RemediationBlockReason = "ReplacementPinned"
+	// BlockedOtherScheduler: the replacement would be placed by a
+	// scheduler (its template's schedulerName) that does not enforce the
+	// policy.
+	BlockedOtherScheduler RemediationBlockReason = "ReplacementOtherScheduler"
+	// BlockedReplacementRefused: after an eviction, a pod of the same
+	// workload created since came back to the node the policy refuses
+	// that the evicted pod was on (or no replacement landed within
+	// ReplacementDeadline): remediation of that workload stopped (its
+	// circuit breaker is open) until the workload's template or the
+	// policy changes.
+	BlockedReplacementRefused RemediationBlockReason = "ReplacementRefused"
+)
+
+// DriftScope says which running pods a policy's drift covers.
+type DriftScope string
+
+const (
+	// DriftAllPods: every running pod the policy matches, whatever its
+	// schedulerName, including pods created with spec.nodeName.
+	DriftAllPods DriftScope = "AllPods"
+	// DriftProfilePods: only the pods of the scheduler's profiles.
+	DriftProfilePods DriftScope = "ProfilePods"
+)
+
+// PodPlacement says who placed a running pod.
+type PodPlacement string
+
+const (
+	// PlacedByProfile: the pod's schedulerName is one of the
+	// scheduler's profiles.
+	PlacedByProfile PodPlacement = "Profile"
+	// PlacedByOtherScheduler: another scheduler placed the pod (its
+	// schedulerName is none of the profiles'), or it was created with
+	// spec.nodeName: no celsched profile judged it.
+	PlacedByOtherScheduler PodPlacement = "OtherScheduler"
 )
 
 // RemediationStatus is what remediation did.

@@ -245,6 +245,17 @@ type SchedulingPolicySpec struct {
 	// +optional
 	Remediation *Remediation `json:"remediation,omitempty"`
 
+	// driftScope says which running pods status.drift, the policy's
+	// Reports and `celsched analyze` (running-in-violation) evaluate:
+	// AllPods (the default) evaluates every running pod the policy
+	// matches, whoever placed it (another scheduler, or a pod created
+	// with spec.nodeName), as celsched's first profile would; ProfilePods
+	// only the pods whose schedulerName is one of the scheduler's
+	// profiles.
+	// +optional
+	// +kubebuilder:validation:Enum=AllPods;ProfilePods
+	DriftScope DriftScope `json:"driftScope,omitempty"`
+
 	// failurePolicy says what a compile or evaluation error does: Fail rejects
 	// (holds the pod, marks the node infeasible); Ignore skips only the rule
 	// that failed (a score rule scores 0 on that node) and the policy's other

@@ -17,6 +17,7 @@ import (
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
 )
@@ -27,6 +28,9 @@ type Refusal struct {
 	Policy string
 	// Message is the decision's, as the pod's condition would read it.
 	Message string
+	// PlacedBy says who placed the pod, when the caller knows (drift):
+	// empty for one of the profiles.
+	PlacedBy schedv1alpha1.PodPlacement
 }
 
 // Refusals are the enforced policies whose filters refuse a bound pod on
@@ -85,17 +89,6 @@ func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration,
 		}
 	}
 	return out, nil
-}
-
-// Replacement evaluates a bound pod's replacement (the pod as its
-// controller would create it again: unbound, without status) with the
-// pod itself evicted, as Reschedule does, and stops at the first feasible
-// node: Result.Feasible holds it, or is empty when the replacement would
-// find no node (the nodes' rejections say why).
-func (e *Evaluator) Replacement(ctx context.Context, bound *corev1.Pod) (*Result, error) {
-	again := bound.DeepCopy()
-	again.Spec.NodeName, again.Status = "", corev1.PodStatus{}
-	return e.run(ctx, again, bound, anyNode)
 }
 
 // Live builds Evaluators of the cluster as the scheduler's informers hold

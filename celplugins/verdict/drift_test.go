@@ -20,7 +20,7 @@ import (
 
 // TestRefusalsAndReplacement: Refusals names the enforced policies that
 // refuse a running pod its own node (not an Audit policy, not a policy
-// whose filter passes); Replacement finds the replacement a node only
+// whose filter passes); Replace (without a template) finds the replacement a node only
 // where the policies and the built-in plugins (here the pod's node
 // selector) leave one.
 func TestRefusalsAndReplacement(t *testing.T) {
@@ -68,11 +68,15 @@ func TestRefusalsAndReplacement(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Refusals (-want +got):\n%s", diff)
 			}
-			r, err := e.Replacement(context.Background(), tc.pod)
+			r, err := e.Replace(context.Background(), tc.pod, nil, "tenant-nodes", []string{"celsched"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tc.wantReplacement, r.Feasible); diff != "" {
+			var feasible []string
+			if r.Node != "" {
+				feasible = []string{r.Node}
+			}
+			if diff := cmp.Diff(tc.wantReplacement, feasible); diff != "" {
 				t.Errorf("Replacement's feasible nodes (-want +got):\n%s", diff)
 			}
 		})

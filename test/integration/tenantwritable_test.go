@@ -22,9 +22,15 @@ import (
 // the editor may update and patch the namespace's params (it widens its
 // own placement: TestTenantWidensConfigMapPlacement), and analyze names
 // exactly it: not the viewer, who may not, nor the platform user, who may
-// in every namespace. Under the secure sample (TenantPlacement) nobody
-// bound in the namespace may: no finding.
+// in every namespace. RBAC decides who can change an object, not update
+// alone: in team-y a user who may create and delete ConfigMaps (not
+// update or patch) replaces it; in team-z, which has no params object
+// yet, the editor creates it with the zones it chooses; both are named.
+// Under the secure sample (TenantPlacement) nobody bound in the
+// namespace may: no finding.
 func TestAnalyzeFindsTenantWritableParams(t *testing.T) {
+	const suggestion = "keep the params in a kind these subjects cannot write (celsched's TenantPlacement, written by celsched-tenantplacement-editor), " +
+		"or take update, patch, create and delete of it (and bind, escalate, impersonate) out of their roles"
 	aggregateBuiltinRoles(t)
 	grantConfigMapParams(t)
 	createZoneNodes(t, "a", "b")
@@ -52,6 +58,28 @@ func TestAnalyzeFindsTenantWritableParams(t *testing.T) {
 	t.Cleanup(func() { deleteObject(t, cm) })
 	applyPolicy(t, loadPolicyFile(t, "configmap-params", "scheduling_v1alpha1_tenant-zones-configmap.yaml"))
 
+	// team-y's user may create and delete ConfigMaps, not update or patch.
+	recreatorRole := &rbacv1.ClusterRole{
+		ObjectMeta: metav1.ObjectMeta{Name: "analyze-configmap-recreator"},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "create", "delete"}}},
+	}
+	if err := k8sClient.Create(t.Context(), recreatorRole); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, recreatorRole) })
+	yNamespace := createNamespace(t, "analyze-cmy", map[string]string{"celsched.io/placement": "configmap"})
+	namespaceUser(t, yNamespace, recreatorRole.Name, "analyze-recreator")
+	namespaceUser(t, yNamespace, "view", "analyze-viewer")
+	cmY := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: yNamespace, Name: "celsched-placement"}, Data: map[string]string{"zones": "a"}}
+	if err := k8sClient.Create(t.Context(), cmY); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deleteObject(t, cmY) })
+	// team-z has no params object yet; its editor may create one.
+	zNamespace := createNamespace(t, "analyze-cmz", map[string]string{"celsched.io/placement": "configmap"})
+	namespaceUser(t, zNamespace, "edit", "analyze-editor")
+	namespaceUser(t, zNamespace, "view", "analyze-viewer")
+
 	tpNamespace := createNamespace(t, "analyze-tp", map[string]string{"celsched.io/tenant": "x"})
 	bindUsers(tpNamespace)
 	placement := &schedv1alpha1.TenantPlacement{
@@ -67,7 +95,7 @@ func TestAnalyzeFindsTenantWritableParams(t *testing.T) {
 	r := analyzeReport(t)
 	got := map[string]analyze.Finding{}
 	for _, f := range r.Findings {
-		if f.Kind == analyze.TenantWritableInput && (strings.Contains(f.Subject, cmNamespace+"/") || strings.Contains(f.Subject, tpNamespace+"/")) {
+		if f.Kind == analyze.TenantWritableInput && slices.ContainsFunc([]string{cmNamespace, tpNamespace, yNamespace, zNamespace}, func(ns string) bool { return strings.Contains(f.Subject, ns+"/") }) {
 			got[f.Subject] = f
 		}
 	}
@@ -76,9 +104,29 @@ func TestAnalyzeFindsTenantWritableParams(t *testing.T) {
 		Kind: analyze.TenantWritableInput, Policies: []string{"tenant-zones-configmap"}, Subject: subject,
 		Writers: []string{"User analyze-editor"},
 		Evidence: "subjects bound in namespace " + cmNamespace + " may write it, and so move the fence of the pods of namespace " + cmNamespace +
-			": User analyze-editor (update, patch; RoleBinding analyze-editor (ClusterRole edit))",
-		Suggestion: "keep the params in a kind these subjects cannot write (celsched's TenantPlacement, written by celsched-tenantplacement-editor), or take update and patch of it out of their roles",
+			": User analyze-editor (update, patch, create, delete; RoleBinding analyze-editor (ClusterRole edit))",
+		Suggestion: suggestion,
 	}}
+	// team-y: a user who may create and delete the namespace's ConfigMaps,
+	// but not update or patch them, replaces the params object.
+	recreator := "ConfigMap " + yNamespace + "/celsched-placement"
+	want[recreator] = analyze.Finding{
+		Kind: analyze.TenantWritableInput, Policies: []string{"tenant-zones-configmap"}, Subject: recreator,
+		Writers: []string{"User analyze-recreator"},
+		Evidence: "subjects bound in namespace " + yNamespace + " may write it, and so move the fence of the pods of namespace " + yNamespace +
+			": User analyze-recreator (create, delete; RoleBinding analyze-recreator (ClusterRole analyze-configmap-recreator))",
+		Suggestion: suggestion,
+	}
+	// team-z: no params object yet; an editor creates it with the zones
+	// it chooses.
+	missing := "ConfigMap " + zNamespace + "/celsched-placement (missing)"
+	want[missing] = analyze.Finding{
+		Kind: analyze.TenantWritableInput, Policies: []string{"tenant-zones-configmap"}, Subject: missing,
+		Writers: []string{"User analyze-editor"},
+		Evidence: "policy tenant-zones-configmap reads ConfigMap " + zNamespace + "/celsched-placement, which does not exist; subjects bound in namespace " + zNamespace +
+			" may create it with the values they choose, and so set the fence of its pods: User analyze-editor (create; RoleBinding analyze-editor (ClusterRole edit))",
+		Suggestion: "create the params object before the namespace's users can (a platform team's GitOps), in a kind they cannot create (celsched's TenantPlacement); " + suggestion,
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("tenant-writable-input findings of the two namespaces (-want +got):\n%s", diff)
 	}

@@ -267,8 +267,8 @@ func TestRemediationEvictsDriftedPods(t *testing.T) {
 			d.Pods[0].NotEvicted != "" && d.Pods[1].NotEvicted != ""
 	})
 	wantPods := []schedv1alpha1.DriftedPod{
-		{Namespace: ns, Name: "bare", Node: "drift-red-2", NotEvicted: schedv1alpha1.BlockedNoController},
-		{Namespace: ns, Name: pinned.Name, Node: "drift-red-1", NotEvicted: schedv1alpha1.BlockedNoFeasibleNode},
+		{Namespace: ns, Name: "bare", Node: "drift-red-2", PlacedBy: schedv1alpha1.PlacedByProfile, NotEvicted: schedv1alpha1.BlockedNoController},
+		{Namespace: ns, Name: pinned.Name, Node: "drift-red-1", PlacedBy: schedv1alpha1.PlacedByProfile, NotEvicted: schedv1alpha1.BlockedNoFeasibleNode},
 	}
 	slices.SortFunc(wantPods, func(a, b schedv1alpha1.DriftedPod) int { return strings.Compare(a.Name, b.Name) })
 	for i, p := range st.Status.Drift.Pods {

@@ -211,6 +211,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.otherSchedulers(ctx, s, bound); err != nil {
+		return nil, err
+	}
 	if err := a.remediation(ctx, s); err != nil {
 		return nil, err
 	}
@@ -742,6 +745,45 @@ func (a *analysis) addScores(v *dryrun.Verdicts, feasible []int) {
 	}
 }
 
+// otherSchedulers adds to the violations the running pods no profile
+// placed (another scheduler's, or created with spec.nodeName) that the
+// enforced policies refuse on their node, judged as the first profile
+// would judge them (the drift controller's Refusals), except for the
+// policies whose driftScope is ProfilePods.
+func (a *analysis) otherSchedulers(ctx context.Context, s *dryrun.Scheduler, bound []*corev1.Pod) error {
+	profiles := make([]string, len(a.in.Config.Profiles))
+	for i, p := range a.in.Config.Profiles {
+		profiles[i] = p.SchedulerName
+	}
+	scopes := map[string]schedv1alpha1.DriftScope{}
+	for _, p := range a.in.Policies {
+		scopes[p.Name] = p.Spec.DriftScope
+	}
+	for _, pod := range bound {
+		judged, foreign := verdict.AsProfile(pod, profiles)
+		if !foreign {
+			continue
+		}
+		refusals, err := s.Refusals(ctx, judged)
+		if err != nil {
+			return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		for _, r := range refusals {
+			if scopes[r.Policy] == schedv1alpha1.DriftProfilePods {
+				continue
+			}
+			key := [2]string{r.Policy, pod.Namespace}
+			if a.violations[key] == nil {
+				a.violations[key] = &violation{reasons: sets.New[string]()}
+			}
+			a.violations[key].pods = append(a.violations[key].pods, pod.Namespace+"/"+pod.Name+" on "+pod.Spec.NodeName+" (placed by "+celplugins.SchedulerName(pod)+")")
+			a.violations[key].bound = append(a.violations[key].bound, pod)
+			a.violations[key].reasons.Insert(r.Message)
+		}
+	}
+	return nil
+}
+
 // remediation says, for the violations of the policies with
 // spec.remediation, which pods it would evict (dryrun.Remediation).
 func (a *analysis) remediation(ctx context.Context, s *dryrun.Scheduler) error {
@@ -753,7 +795,7 @@ func (a *analysis) remediation(ctx context.Context, s *dryrun.Scheduler) error {
 		}
 		v.budget = dryrun.Budget(a.in.Policies[i].Spec.Remediation)
 		for _, pod := range v.bound {
-			r, err := s.Remediation(ctx, a.in.Policies[i:i+1], pod, now)
+			r, err := s.Remediation(ctx, a.in.Policies[i:i+1], pod, a.in.Owners, now)
 			if err != nil {
 				return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
 			}
@@ -778,7 +820,10 @@ func (a *analysis) violationFindings() []Finding {
 		examples := v.pods[:min(3, len(v.pods))]
 		evidence := fmt.Sprintf("%d bound pod(s) on nodes the policy refuses now (%s): %s", len(v.pods), strings.Join(examples, ", "), strings.Join(reasons[:min(2, len(reasons))], "; "))
 		if v.budget != "" {
-			evidence += fmt.Sprintf("; its remediation (%s) would evict %d of them, not %d", v.budget, len(v.wouldEvict), len(v.notEvicted))
+			evidence += fmt.Sprintf("; its remediation (%s) would evict %d of them", v.budget, len(v.wouldEvict))
+			if len(v.notEvicted) > 0 {
+				evidence += fmt.Sprintf(", not %d (%s)", len(v.notEvicted), notEvictedWhy(v.notEvicted))
+			}
 		}
 		out = append(out, Finding{Kind: RunningInViolation, Policies: []string{key[0]}, Subject: "namespace " + key[1], Pods: len(v.pods),
 			WouldEvict: v.wouldEvict, NotEvicted: v.notEvicted, Budget: v.budget,
@@ -786,6 +831,21 @@ func (a *analysis) violationFindings() []Finding {
 			Suggestion: "they were placed before the policy tightened, or by another scheduler: they do not come back to these nodes after an eviction; move them (a rollout, a descheduler) or relax the policy"})
 	}
 	return out
+}
+
+// notEvictedWhy counts the reasons of the pods remediation would not
+// evict ("namespace/name: Reason" each): "NoController: 2, ReplacementPinned: 1".
+func notEvictedWhy(notEvicted []string) string {
+	counts := map[string]int{}
+	for _, s := range notEvicted {
+		_, reason, _ := strings.Cut(s, ": ")
+		counts[reason]++
+	}
+	var parts []string
+	for _, r := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s: %d", r, counts[r]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func (a *analysis) ruleFindings() []Finding {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -168,8 +169,63 @@ func paramsFindings(ctx context.Context, in Input, compiled []*engine.CompiledPo
 			Writers: names,
 			Evidence: fmt.Sprintf("subjects bound in namespace %s may write it, and so move the fence of %s: %s",
 				obj.GetNamespace(), whose, strings.Join(described, "; ")),
-			Suggestion: "keep the params in a kind these subjects cannot write (celsched's TenantPlacement, written by celsched-tenantplacement-editor), " +
-				"or take update and patch of it out of their roles"})
+			Suggestion: writableSuggestion})
+	}
+	missing, err := missingParamsFindings(ctx, in, compiled, namespaces)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, missing...), nil
+}
+
+// writableSuggestion is the suggestion of a params object tenants may
+// write.
+const writableSuggestion = "keep the params in a kind these subjects cannot write (celsched's TenantPlacement, written by celsched-tenantplacement-editor), " +
+	"or take update, patch, create and delete of it (and bind, escalate, impersonate) out of their roles"
+
+// missingParamsFindings are the params objects a policy would read in a
+// namespace it selects (paramRef without a namespace) where none exists,
+// that subjects bound there may create (source.Access.Creators): the
+// first who does sets the namespace's fence.
+func missingParamsFindings(ctx context.Context, in Input, compiled []*engine.CompiledPolicy, namespaces map[string]*corev1.Namespace) ([]Finding, error) {
+	var out []Finding
+	names := slices.Sorted(maps.Keys(namespaces))
+	for _, p := range compiled {
+		spec := p.ParamSpec()
+		if spec == nil || spec.Namespace != "" {
+			continue
+		}
+		for _, name := range names {
+			ns := namespaces[name]
+			if !selectsNamespace(p, ns) || strings.HasPrefix(name, "kube-") || name == "celsched-system" {
+				continue
+			}
+			if slices.ContainsFunc(in.Params, func(obj *unstructured.Unstructured) bool {
+				return obj.GetNamespace() == name && dryrun.Reads(spec, dryrun.ParamsKeyOf(obj), obj.GetLabels())
+			}) {
+				continue
+			}
+			creators, err := in.Access.Creators(ctx, spec.Kind, name, spec.Name)
+			if err != nil {
+				return nil, err
+			}
+			if len(creators) == 0 {
+				continue
+			}
+			what := spec.Kind.Kind + " " + name + "/" + spec.Name
+			if spec.Name == "" {
+				what = fmt.Sprintf("a %s of namespace %s with labels %s", spec.Kind.Kind, name, spec.Selector)
+			}
+			names, described := make([]string, len(creators)), make([]string, len(creators))
+			for i, w := range creators {
+				names[i] = w.String()
+				described[i] = fmt.Sprintf("%s (%s; %s)", w.String(), strings.Join(w.Verbs, ", "), strings.Join(w.Bindings, ", "))
+			}
+			out = append(out, Finding{Kind: TenantWritableInput, Policies: []string{p.Name}, Subject: what + " (missing)", Writers: names,
+				Evidence: fmt.Sprintf("policy %s reads %s, which does not exist; subjects bound in namespace %s may create it with the values they choose, and so set the fence of its pods: %s",
+					p.Name, what, name, strings.Join(described, "; ")),
+				Suggestion: "create the params object before the namespace's users can (a platform team's GitOps), in a kind they cannot create (celsched's TenantPlacement); " + writableSuggestion})
+		}
 	}
 	return out, nil
 }

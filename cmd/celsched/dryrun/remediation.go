@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins/verdict"
@@ -22,8 +24,11 @@ type Remediation struct {
 	// WouldEvict: the pod is owned by a controller that replaces it, old
 	// enough, and its replacement has a feasible node.
 	WouldEvict bool `json:"wouldEvict"`
-	// NotEvicted says why not: NoController, TooYoung, NoFeasibleNode.
+	// NotEvicted says why not: NoController, TooYoung, NoFeasibleNode,
+	// ReplacementPinned, ReplacementOtherScheduler.
 	NotEvicted schedv1alpha1.RemediationBlockReason `json:"notEvicted,omitempty"`
+	// Why says it in words.
+	Why string `json:"why,omitempty"`
 	// Budget is the policy's: maxUnavailable per workload, evictions per
 	// minute, minAge.
 	Budget string `json:"budget"`
@@ -32,8 +37,10 @@ type Remediation struct {
 // Remediation says what remediation would do to a bound pod with the
 // policies of the Scheduler (policies are their objects, for
 // spec.remediation): nil when no enforced policy that refuses the pod its
-// node has spec.remediation. now is the clock for minAge.
-func (s *Scheduler) Remediation(ctx context.Context, policies []*schedv1alpha1.SchedulingPolicy, pod *corev1.Pod, now time.Time) (*Remediation, error) {
+// node has spec.remediation. owners reads the pod's controller, whose
+// template its replacement is judged from (nil: the pod itself, unbound).
+// now is the clock for minAge.
+func (s *Scheduler) Remediation(ctx context.Context, policies []*schedv1alpha1.SchedulingPolicy, pod *corev1.Pod, owners client.Reader, now time.Time) (*Remediation, error) {
 	refusals, err := s.Refusals(ctx, pod)
 	if err != nil {
 		return nil, err
@@ -56,15 +63,22 @@ func (s *Scheduler) Remediation(ctx context.Context, policies []*schedv1alpha1.S
 	case rem.MinAge != nil && now.Sub(pod.CreationTimestamp.Time) < rem.MinAge.Duration:
 		out.NotEvicted = schedv1alpha1.BlockedTooYoung
 	default:
-		r, err := s.Replacement(ctx, pod)
+		var tmpl *verdict.Template
+		if owners != nil {
+			if tmpl, err = verdict.OwnerTemplate(ctx, owners, pod); err != nil {
+				if !apierrors.IsNotFound(err) {
+					return nil, err
+				}
+				out.NotEvicted, out.Why = schedv1alpha1.BlockedNoController, err.Error()
+				return out, nil
+			}
+		}
+		r, err := s.Replace(ctx, pod, tmpl, spec.Name, s.EnforcingProfiles(spec))
 		if err != nil {
 			return nil, err
 		}
-		if len(r.Feasible) == 0 {
-			out.NotEvicted = schedv1alpha1.BlockedNoFeasibleNode
-		} else {
-			out.WouldEvict = true
-		}
+		out.NotEvicted, out.Why = r.Blocked, r.Message
+		out.WouldEvict = r.Blocked == ""
 	}
 	return out, nil
 }

@@ -264,7 +264,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		for j, k := range pods {
 			results[k] = out[j]
 			if results[k] != nil && results[k].Change == EvictedWouldNotReturn {
-				if results[k].Remediation, err = c.next.Remediation(ctx, draft, evaluate[k], time.Now()); err != nil {
+				if results[k].Remediation, err = c.next.Remediation(ctx, draft, evaluate[k], in.Owners, time.Now()); err != nil {
 					return err
 				}
 			}

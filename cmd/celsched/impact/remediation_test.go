@@ -47,8 +47,9 @@ func TestDraftRemediation(t *testing.T) {
 	budget := "maxUnavailable 25% per workload, 6 per minute"
 	want := map[string]*dryrun.Remediation{
 		"web/replicated": {Policy: "web-zones", WouldEvict: true, Budget: budget},
-		"web/pinned":     {Policy: "web-zones", NotEvicted: schedv1alpha1.BlockedNoFeasibleNode, Budget: budget},
-		"web/bare":       {Policy: "web-zones", NotEvicted: schedv1alpha1.BlockedNoController, Budget: budget},
+		"web/pinned": {Policy: "web-zones", NotEvicted: schedv1alpha1.BlockedNoFeasibleNode, Budget: budget,
+			Why: "the scheduler's framework finds its replacement no node under the policies in force"},
+		"web/bare": {Policy: "web-zones", NotEvicted: schedv1alpha1.BlockedNoController, Budget: budget},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("remediation (-want +got):\n%s", diff)

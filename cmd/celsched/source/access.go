@@ -10,6 +10,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -72,54 +73,124 @@ func (s BoundSubject) String() string {
 // Writer is a subject that may write an object, and how.
 type Writer struct {
 	BoundSubject
-	// Verbs are those of update and patch it may use on the object.
+	// Verbs are what it may do that changes the object: update, patch,
+	// create (of a missing object, or with delete: replace it), delete,
+	// and what lets it grant itself those (bind, escalate, impersonate).
 	Verbs []string
 }
 
 // Writers returns the subjects bound in a namespaced object's namespace
-// that may update or patch it, but may not update or patch every object
-// of its kind in every namespace (those are cluster admins, or a platform
-// team bound cluster-wide: not the namespace's users), sorted by subject.
-// A cluster-scoped object has none: RoleBindings grant no cluster-scoped
-// resource.
+// that may change it, but may not do so to every object of its kind in
+// every namespace (those are cluster admins, or a platform team bound
+// cluster-wide: not the namespace's users), sorted by subject. A subject
+// changes the object when RBAC lets it update or patch it, delete it and
+// create it again, or grant itself those (create RoleBindings with bind
+// or escalate on roles, or impersonate). A cluster-scoped object has
+// none: RoleBindings grant no cluster-scoped resource.
 func (a *Access) Writers(ctx context.Context, obj *unstructured.Unstructured) ([]Writer, error) {
-	if obj.GetNamespace() == "" {
+	return a.writers(ctx, obj.GroupVersionKind(), obj.GetNamespace(), obj.GetName(), true)
+}
+
+// Creators returns the subjects bound in the namespace that may create
+// the object of that kind, namespace and name, which does not exist (or
+// grant themselves that), as Writers does for an existing one. An empty
+// name is any object of the kind (a paramRef selector).
+func (a *Access) Creators(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string) ([]Writer, error) {
+	return a.writers(ctx, gvk, namespace, name, false)
+}
+
+func (a *Access) writers(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, exists bool) ([]Writer, error) {
+	if namespace == "" {
 		return nil, nil
 	}
-	gvk := obj.GroupVersionKind()
 	mapping, err := a.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s/%s: %w", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
+		return nil, fmt.Errorf("%s %s/%s: %w", gvk.Kind, namespace, name, err)
 	}
 	resource := mapping.Resource
-	subjects, err := a.boundIn(ctx, obj.GetNamespace())
+	subjects, err := a.boundIn(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
 	var out []Writer
 	for _, s := range subjects {
-		w := Writer{BoundSubject: s}
-		for _, verb := range []string{"update", "patch"} {
-			attrs := authorizationv1.ResourceAttributes{Namespace: obj.GetNamespace(), Name: obj.GetName(), Verb: verb, Group: resource.Group, Resource: resource.Resource}
+		// may says whether the subject may do the verb on the resource in
+		// the namespace (of that name, when named), and not everywhere.
+		may := func(verb, group, res, name string) (bool, error) {
+			attrs := authorizationv1.ResourceAttributes{Namespace: namespace, Name: name, Verb: verb, Group: group, Resource: res}
 			allowed, err := a.allowed(ctx, s.Subject, attrs)
-			if err != nil {
-				return nil, err
+			if err != nil || !allowed {
+				return false, err
 			}
-			if !allowed {
-				continue
-			}
-			key := strings.Join([]string{s.String(), verb, resource.Group, resource.Resource}, "\x00")
+			key := strings.Join([]string{s.String(), verb, group, res}, "\x00")
 			all, ok := a.everywhere[key]
 			if !ok {
-				if all, err = a.allowed(ctx, s.Subject, authorizationv1.ResourceAttributes{Verb: verb, Group: resource.Group, Resource: resource.Resource}); err != nil {
-					return nil, err
+				if all, err = a.allowed(ctx, s.Subject, authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: res}); err != nil {
+					return false, err
 				}
 				a.everywhere[key] = all
 			}
-			if !all {
-				w.Verbs = append(w.Verbs, verb)
+			return !all, nil
+		}
+		verbs := []string{"create", "delete"}
+		if exists {
+			verbs = []string{"update", "patch", "create", "delete"}
+		}
+		w := Writer{BoundSubject: s}
+		can := map[string]bool{}
+		for _, verb := range verbs {
+			named := name
+			if verb == "create" {
+				named = "" // a create request has no name: RBAC's resourceNames never allow it
+			}
+			ok, err := may(verb, resource.Group, resource.Resource, named)
+			if err != nil {
+				return nil, err
+			}
+			can[verb] = ok
+		}
+		// Granting itself: a RoleBinding to a role that allows more
+		// (create RoleBindings, with bind on any ClusterRole or escalate
+		// on roles), or acting as someone else.
+		grants := []string{}
+		if ok, err := may("create", rbacv1.GroupName, "rolebindings", ""); err != nil {
+			return nil, err
+		} else if ok {
+			for _, g := range []struct{ verb, res string }{{"bind", "clusterroles"}, {"bind", "roles"}, {"escalate", "roles"}} {
+				ok, err := may(g.verb, rbacv1.GroupName, g.res, "")
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					grants = append(grants, g.verb+" "+g.res)
+				}
 			}
 		}
+		// (Impersonating the namespace's service accounts, which the
+		// edit role allows, gives what they are bound to: they are among
+		// the subjects asked about themselves.)
+		for _, res := range []string{"users", "groups"} {
+			ok, err := may("impersonate", "", res, "")
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				grants = append(grants, "impersonate "+res)
+			}
+		}
+		switch {
+		case exists && (can["update"] || can["patch"]):
+			for _, verb := range []string{"update", "patch", "create", "delete"} {
+				if can[verb] {
+					w.Verbs = append(w.Verbs, verb)
+				}
+			}
+		case exists && can["create"] && can["delete"]:
+			w.Verbs = []string{"create", "delete"}
+		case !exists && can["create"]:
+			w.Verbs = []string{"create"}
+		}
+		w.Verbs = append(w.Verbs, grants...)
 		if len(w.Verbs) > 0 {
 			out = append(out, w)
 		}

@@ -38,6 +38,7 @@ func (s *Source) readLive(ctx context.Context, in *Input, drafts []*unstructured
 	if in.Access, err = newAccess(s.Kube); err != nil {
 		return err
 	}
+	in.Owners = c
 	paramsNamespace := func(ref *schedv1alpha1.ParamRef) string { return ref.Namespace }
 	podSelector := notTerminated()
 	if s.Pod != "" {

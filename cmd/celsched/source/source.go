@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
@@ -65,6 +66,10 @@ type Input struct {
 	// Access asks the cluster who may write its objects: set for a
 	// cluster read live, nil for files.
 	Access *Access
+	// Owners reads the controllers that own pods (their pod templates,
+	// which remediation judges a replacement from): set for a cluster
+	// read live; nil for files, where a replacement is the pod itself.
+	Owners client.Reader
 }
 
 // Source is where a command reads its Input from; its fields are the

@@ -101,12 +101,22 @@ func Widenings(policy *schedv1alpha1.SchedulingPolicy, checked *engine.CheckedPo
 		kind  RuleKind
 		exprs []engine.CheckedExpression
 	}{{Condition, checked.Conditions}, {PreEnqueue, checked.PreEnqueue}, {Filter, checked.Filters}}
+	ignore := spec.FailurePolicy == schedv1alpha1.Ignore
 	for _, r := range rules {
 		for _, e := range r.exprs {
 			f := a.expression(e.AST)
 			widens := f.raise
-			if r.kind == Condition {
+			switch {
+			case r.kind == Condition:
 				widens = f.lower // false exempts the pod from the policy
+			case ignore && f.neverFalse():
+				// The baseline pod passes the rule wherever it is not
+				// true: an error skips the rule under Ignore. Nothing the
+				// author sets lets it pass more.
+				widens = nil
+			case ignore:
+				// An error skips the rule: making it fail passes it.
+				widens = widens.Union(f.errFields())
 			}
 			if widens.Len() > 0 {
 				out = append(out, Widening{Kind: r.kind, Field: strings.TrimSuffix(e.Field, ".expression"), Name: e.Name, PodFields: sets.List(widens)})
@@ -161,6 +171,29 @@ type fact struct {
 	path []string
 	// variables marks the variables root.
 	variables bool
+	// err says the expression is an error for the baseline pod (it reads
+	// a label the baseline does not have with [] rather than [?]); nf and
+	// nt that, as a bool, it is never false (true or an error) and never
+	// true (false or an error) for the baseline, whatever the other
+	// inputs. errs are the author's fields by which the author can make
+	// it an error (a conversion of a field's value: int(), quantity(),
+	// ...). What an error does is the policy's failurePolicy: Fail
+	// refuses, Ignore skips the rule (Widenings).
+	err, nf, nt bool
+	errs        sets.Set[string]
+}
+
+// neverFalse says the expression is never false for the baseline pod:
+// true, or an error; neverTrue that it is never true.
+func (f *fact) neverFalse() bool { return f.err || f.truth() == isTrue || f.nf }
+func (f *fact) neverTrue() bool  { return f.err || f.truth() == isFalse || f.nt }
+
+// errFields are the fields by which the author makes it an error.
+func (f *fact) errFields() sets.Set[string] {
+	if f.errs == nil {
+		return sets.New[string]()
+	}
+	return f.errs
 }
 
 // none is an empty optional; emptyMap a map without entries (a pod's
@@ -291,6 +324,11 @@ func (a *analyzer) variable(name string) *fact {
 	return f
 }
 
+// conversions are the functions that fail on a value that does not
+// parse: the author of the value makes them an error.
+var conversions = sets.New("int", "uint", "double", "bool", "duration", "timestamp", "quantity", "ip", "cidr", "semver", "url",
+	"parseInt", "parseFloat")
+
 // walker evaluates the facts of one expression's AST.
 type walker struct {
 	a   *analyzer
@@ -398,6 +436,9 @@ func (w *walker) selection(e celast.Expr, sc scope) *fact {
 		return w.a.variable(sel.FieldName())
 	case op.pod:
 		field := extend(op, sel.FieldName(), false)
+		if isLabels(op.path) && !sel.IsTestOnly() {
+			field.err = true // labels.tier: the baseline has no such key
+		}
 		if sel.IsTestOnly() {
 			// has(pod.<field>): false for the baseline pod.
 			if field.fields.Len() > 0 {
@@ -443,10 +484,26 @@ func (w *walker) call(e celast.Expr, sc scope) *fact {
 		facts[i] = w.eval(arg, sc)
 	}
 	fields := sets.New[string]()
+	anyErr, errs := false, sets.New[string]()
 	for _, f := range append(facts, target) {
 		if f != nil {
 			fields = fields.Union(f.fields)
+			anyErr = anyErr || f.err
+			errs = errs.Union(f.errFields())
 		}
+	}
+	if anyErr {
+		// An error of an operand is the call's.
+		f := unknown(fields)
+		f.err, f.errs = true, errs
+		return f
+	}
+	if conversions.Has(fn) {
+		// Converting what the author writes fails on a value the
+		// author chooses.
+		f := unknown(fields)
+		f.errs = errs.Union(fields)
+		return f
 	}
 	switch fn {
 	case "orValue":
@@ -537,7 +594,10 @@ func (w *walker) index(fn string, args []celast.Expr, sc scope) *fact {
 	}
 	f := extend(op, segment, optional)
 	f.fields = f.fields.Union(key.fields)
-	return f.atom()
+	f = f.atom()
+	// labels['tier']: the baseline has no such key.
+	f.err = fn == operators.Index && isLabels(op.path) && key.known
+	return f
 }
 
 // comprehension: cel.bind binds its variable to its value's fact, and is
@@ -577,6 +637,12 @@ func and(a, b *fact) *fact {
 		t = isTrue
 	}
 	f := boolFact(t, a.fields.Union(b.fields))
+	// CEL's && is commutative over errors: false wins over an error, an
+	// error over true.
+	f.err = t != isFalse && ((a.err && b.err) || (a.err && b.truth() == isTrue) || (b.err && a.truth() == isTrue))
+	f.nf = a.neverFalse() && b.neverFalse()
+	f.nt = a.neverTrue() || b.neverTrue()
+	f.errs = a.errFields().Union(b.errFields())
 	// Raising one side makes the whole true only where the other may be.
 	if b.canTrue() {
 		f.raise, f.lower = f.raise.Union(a.raise), f.lower.Union(a.lower)
@@ -602,6 +668,7 @@ func not(a *fact) *fact {
 	}
 	f := boolFact(t, a.fields)
 	f.raise, f.lower = a.lower.Clone(), a.raise.Clone()
+	f.err, f.nf, f.nt, f.errs = a.err, a.neverTrue(), a.neverFalse(), a.errs
 	return f
 }
 
@@ -622,6 +689,17 @@ func conditional(c, x, y *fact) *fact {
 		f = &fact{}
 	}
 	f.fields, f.raise, f.lower = fields, sets.New[string](), sets.New[string]()
+	f.err = c.err
+	switch {
+	case c.truth() == isTrue:
+		f.err, f.nf, f.nt = x.err, x.neverFalse(), x.neverTrue()
+	case c.truth() == isFalse:
+		f.err, f.nf, f.nt = y.err, y.neverFalse(), y.neverTrue()
+	default:
+		f.nf = c.err || (x.neverFalse() && y.neverFalse())
+		f.nt = c.err || (x.neverTrue() && y.neverTrue())
+	}
+	f.errs = c.errFields().Union(x.errFields()).Union(y.errFields())
 	if c.canTrue() {
 		f.raise, f.lower = f.raise.Union(x.raise), f.lower.Union(x.lower)
 	}

@@ -139,6 +139,24 @@ func TestWidenings(t *testing.T) {
 			policy: policy(builder.MakePolicy("p").Filter("gold-pool", "pod.metadata.labels['tier'] == 'gold' || "+pool+" != 'gold'")),
 			want:   []Widening{{Kind: Filter, Field: "spec.filters[0]", Name: "gold-pool", PodFields: []string{tierName}}},
 		},
+		"under Ignore, a label read without a default only narrows": {
+			// The pod without the label errors where the rule is not
+			// true: Ignore skips the rule, the pod passes everywhere.
+			policy: policy(builder.MakePolicy("p").Ignore().Filter("batch-on-spot", "pod.metadata.labels['class'] != 'batch' || "+pool+" == 'spot'")),
+		},
+		"under Fail, the same rule widens": {
+			policy: policy(builder.MakePolicy("p").Filter("batch-on-spot", "pod.metadata.labels['class'] != 'batch' || "+pool+" == 'spot'")),
+			want:   []Widening{{Kind: Filter, Field: "spec.filters[0]", Name: "batch-on-spot", PodFields: []string{"pod.metadata.labels['class']"}}},
+		},
+		"under Ignore, a label the baseline reads with a default still widens": {
+			policy: policy(builder.MakePolicy("p").Ignore().Filter("gold-pool", tier+" == 'gold' || "+pool+" != 'gold'")),
+			want:   []Widening{{Kind: Filter, Field: "spec.filters[0]", Name: "gold-pool", PodFields: []string{tierName}}},
+		},
+		"under Ignore, a value the author makes fail to parse skips the rule": {
+			policy: policy(builder.MakePolicy("p").Ignore().Filter("small",
+				"!(int(pod.metadata.?annotations[?'size'].orValue('1')) in [1, 2]) ? false : "+pool+" != 'big'")),
+			want: []Widening{{Kind: Filter, Field: "spec.filters[0]", Name: "small", PodFields: []string{"pod.metadata.annotations['size']"}}},
+		},
 		"a match condition exempts a label value": {
 			policy: policy(builder.MakePolicy("p").Condition("not-system", tier+" != 'system'").Filter("zone-a", zone+" == 'a'")),
 			want:   []Widening{{Kind: Condition, Field: "spec.match.conditions[0]", Name: "not-system", PodFields: []string{tierName}}},
