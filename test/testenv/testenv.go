@@ -73,6 +73,13 @@ func StartWithFeatureGates(configDir string, gates map[string]bool) (*envtest.En
 	// envtest runs no node lifecycle controller, so the not-ready taint that
 	// this admission plugin puts on new nodes would never be removed.
 	env.ControlPlane.GetAPIServer().Configure().Append("disable-admission-plugins", "TaintNodesByCondition")
+	// Loopback, explicitly: without an advertise address kube-apiserver
+	// looks for the host's default route, which some hosts (CI
+	// containers, sandboxes, `unshare -n`) do not have.
+	// A loopback address cannot back the kubernetes Service's endpoints:
+	// nothing in this control plane reaches the API server through it.
+	env.ControlPlane.GetAPIServer().Configure().Set("advertise-address", "127.0.0.1")
+	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
 	if len(gates) > 0 {
 		env.ControlPlane.GetAPIServer().Configure().Set("feature-gates", featuregates.String(gates))
 		var apis []string
