@@ -534,7 +534,7 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 			// Held: nothing else runs, as in the scheduler.
 			r.PreEnqueue = &Rejection{Plugin: pl.Name(), Message: st.Message()}
 			if until.stopsWhenHeld() {
-				r.unevaluated(nodeInfos)
+				r.unevaluated(nodeInfos, nil)
 				return nil, nil
 			}
 			break
@@ -544,7 +544,9 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 	result, st, _ := fw.RunPreFilterPlugins(ctx, state, pod)
 	if !st.IsSuccess() && !st.IsSkip() {
 		r.PreFilter = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
-		r.unevaluated(nodeInfos)
+		// Every node is refused by the PreFilter plugin, as the scheduler's
+		// diagnosis records it (the status of the nodes not evaluated).
+		r.unevaluated(nodeInfos, r.PreFilter)
 		return nil, nil
 	}
 	if evicted != nil {
@@ -646,13 +648,14 @@ func (seen rejections) get(r Rejection) *Rejection {
 	return p
 }
 
-// unevaluated lists the nodes, none evaluated: the pod was held or
-// rejected before Filter.
-func (r *Result) unevaluated(nodeInfos []fwk.NodeInfo) {
+// unevaluated lists the nodes, none evaluated: the pod was held (rejected
+// nil: no node refused it) or rejected before Filter (rejected: every
+// node is refused by it).
+func (r *Result) unevaluated(nodeInfos []fwk.NodeInfo, rejected *Rejection) {
 	results := make([]NodeResult, len(nodeInfos))
 	r.Nodes = make([]*NodeResult, len(nodeInfos))
 	for i, ni := range nodeInfos {
-		results[i].Name = ni.Node().Name
+		results[i].Name, results[i].RejectedBy = ni.Node().Name, rejected
 		r.Nodes[i] = &results[i]
 	}
 }

@@ -40,8 +40,8 @@ resumed). The request is the annotation ` + controllers.RolloutActionAnnotation 
 on the policy, "<action>/<id>" with a new id: the manager's leader applies
 it once, at once on the annotation's event, records its id in status.rollout.lastAction and an
 Event, and removes the annotation.`,
-		Example: `  kubectl celsched rollout status no-spot-for-production
-  kubectl celsched rollout promote no-spot-for-production`,
+		Example: `  kubectl celsched rollout status gpu-nodes-for-gpu-pods
+  kubectl celsched rollout promote gpu-nodes-for-gpu-pods`,
 	}
 	kube.AddFlags(cmd.PersistentFlags())
 	cmd.AddCommand(&cobra.Command{
