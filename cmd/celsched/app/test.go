@@ -53,10 +53,6 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 	if err != nil {
 		return inputError(err)
 	}
-	cfg, err := defaultconfig.Load("")
-	if err != nil {
-		return err
-	}
 	var results []caseResult
 	for _, suite := range suites {
 		restore, err := suiteGates(suite)
@@ -64,6 +60,13 @@ func runTests(ctx context.Context, s *streams, paths []string, junit string) err
 			return inputError(fmt.Errorf("%s: featureGates: %w", suite.File, err))
 		}
 		defer restore()
+		// The configuration is defaulted under the suite's gates, as the
+		// manager's is under its own: which plugins a profile enables
+		// (GangScheduling with GenericWorkload) follows them.
+		cfg, err := defaultconfig.Load("")
+		if err != nil {
+			return err
+		}
 		for i, tc := range suite.Cases {
 			start := time.Now()
 			r, err := dryrun.Run(ctx, caseInput(suite, tc, cfg))
