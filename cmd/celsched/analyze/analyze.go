@@ -222,9 +222,14 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	r.Findings = append(r.Findings, a.scoreFindings()...)
 	for _, p := range s.Policies() {
 		if !a.applied.Has(p.Name) {
-			r.Findings = append(r.Findings, Finding{Kind: MatchesNothing, Policies: []string{p.Name},
+			f := Finding{Kind: MatchesNothing, Policies: []string{p.Name},
 				Evidence:   fmt.Sprintf("its selectors and match conditions select none of the %d pods, nor the plain pod of any of the %d namespaces", len(pods), len(namespaces)),
-				Suggestion: "check its namespaceSelector, podSelector, schedulerNames and match conditions; delete it if it is no longer needed"})
+				Suggestion: "check its namespaceSelector, podSelector, schedulerNames and match conditions; delete it if it is no longer needed"}
+			if field := gatedField(in.Policies, p.Name); field != "" && !dryrun.GroupsOn() {
+				f.Evidence += fmt.Sprintf("; its match reads %s, which is empty while the feature gate GenericWorkload is off", field)
+				f.Suggestion = "turn GenericWorkload on (kube-scheduler's --feature-gates, and the API server's) for the pod groups it is written for; it matches nothing until then"
+			}
+			r.Findings = append(r.Findings, f)
 		}
 	}
 	r.Findings = append(r.Findings, unusedOverrides(s.Policies(), namespaces)...)
@@ -535,7 +540,7 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 	case v.Rejection != nil && v.Rejection.Rule == "paramRef":
 		return []Finding{{Kind: ParamsMismatch, Policies: []string{v.Rejection.Policy.Name}, Subject: "namespace " + c.pod.Namespace, Pods: c.pods,
 			Evidence:   fmt.Sprintf("for %s, every node is refused: %s", subject, v.Rejection.String()),
-			Suggestion: "create the namespace's params object, or set parameterNotFoundAction Allow"}}
+			Suggestion: "create the namespace's params object (parameterNotFoundAction Allow would place its pods as if the policy had no params: where the missing object is the fence, it opens it)"}}
 	case v.Rejection != nil:
 		return []Finding{{Kind: NoFeasibleNode, Policies: []string{v.Rejection.Policy.Name}, Subject: subject, Pods: c.pods,
 			Evidence:   "every node is refused: " + v.Rejection.String(),
@@ -633,8 +638,17 @@ func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, builtin []int, s
 			parts = append(parts, fmt.Sprintf("of those, %s admits %s", name, nodeList(v.Nodes, kept)))
 		}
 		if len(kept) == 0 && len(f.Policies) == 1 {
-			// One policy refuses every node on its own.
+			// One policy refuses every node the built-in plugins leave.
 			reason := firstReason(pv)
+			if elsewhere := admitted(pv, allNodes(v.Nodes)); len(elsewhere) > 0 {
+				// It admits nodes, but not one the pods' own constraints
+				// (selector, affinity, tolerations), taints or capacity
+				// leave: the cause is both, not the policy alone.
+				f.Evidence = fmt.Sprintf("the built-in plugins (the pods' own node selector, affinity and tolerations, taints, resources) leave %s, and %s refuses %s: %s; %s admits %s, which the built-in plugins refuse",
+					nodeList(v.Nodes, builtin), name, them(len(builtin)), reason, pv.Policy, nodeList(v.Nodes, elsewhere))
+				f.Suggestion = "the pods' own constraints and the policy have no node in common: point the pods at nodes the policy admits, or change the policy"
+				return f
+			}
 			if pv.Params != "" || strings.Contains(reason, "rule paramRef:") {
 				f.Kind = ParamsMismatch
 				f.Subject = cmp.Or(pv.Params, subject)
@@ -655,6 +669,43 @@ func (a *analysis) noFeasibleNode(c *class, v *dryrun.Verdicts, builtin []int, s
 	slices.Sort(f.Policies)
 	f.Suggestion = "these policies cannot all be met: change one, or label nodes that meet them all"
 	return f
+}
+
+// gatedField is the pod group field the named policy's match conditions
+// read (pod.spec.schedulingGroup, or podGroup), which only GenericWorkload
+// fills; empty when they read neither.
+func gatedField(policies []*schedv1alpha1.SchedulingPolicy, name string) string {
+	for _, p := range policies {
+		if p.Name != name || p.Spec.Match == nil {
+			continue
+		}
+		for _, c := range p.Spec.Match.Conditions {
+			switch {
+			case strings.Contains(c.Expression, "schedulingGroup"):
+				return "pod.spec.schedulingGroup"
+			case strings.Contains(c.Expression, "podGroup"):
+				return "podGroup"
+			}
+		}
+	}
+	return ""
+}
+
+// allNodes are the indexes of every node.
+func allNodes(nodes []*corev1.Node) []int {
+	out := make([]int, len(nodes))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// them is "it" or "them", for n nodes.
+func them(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 func firstReason(pv dryrun.PolicyVerdicts) string {

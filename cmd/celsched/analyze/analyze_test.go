@@ -2,9 +2,14 @@ package analyze
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 
 	"github.com/celsched/celsched/cmd/celsched/source"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
@@ -61,5 +66,60 @@ func TestRunCountsViolations(t *testing.T) {
 	}
 	if again := run(); len(again.Findings) != len(r.Findings) || again.Summary.Classes != r.Summary.Classes {
 		t.Errorf("a second run found %d findings in %d classes, the first %d in %d", len(again.Findings), again.Summary.Classes, len(r.Findings), r.Summary.Classes)
+	}
+}
+
+// TestRunBlamesCauses: analyze names what refuses, as the run's record
+// says. A pod whose own nodeSelector picks a node a policy refuses is a
+// no-feasible-node class whose evidence names the built-in plugins' part
+// (the node they leave) and the nodes the policy admits: not a policy
+// that "refuses every node", nor params-mismatch. A policy whose match
+// reads the pod's scheduling group, with GenericWorkload off, matches
+// nothing because of the gate, and the finding says so rather than
+// advising to delete it.
+func TestRunBlamesCauses(t *testing.T) {
+	cfg, err := defaultconfig.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := func(name, zone string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelTopologyZone: zone}},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}}}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "pinned", Labels: map[string]string{"app": "pinned"}},
+		Spec: corev1.PodSpec{SchedulerName: "celsched", NodeSelector: map[string]string{corev1.LabelHostname: "node-b3"},
+			Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
+	policies := []*schedv1alpha1.SchedulingPolicy{
+		builder.MakePolicy("zone-a").NamespaceLabels(map[string]string{"tenant": "a"}).
+			FilterMsg("zone-a", "node.metadata.labels[?'topology.kubernetes.io/zone'].orValue('') == 'a'", "not zone a", "").Obj(),
+		builder.MakePolicy("gangs-only").Condition("in-a-group", "has(pod.spec.schedulingGroup)").Filter("any", "true").Obj(),
+	}
+	r, err := Run(context.Background(), Input{Input: source.Input{
+		Nodes:      []*corev1.Node{node("node-a1", "a"), node("node-a2", "a"), node("node-b3", "b")},
+		Namespaces: []*corev1.Namespace{{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{"tenant": "a"}}}},
+		Pods:       []*corev1.Pod{pod}, Policies: policies, Config: cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var noNode, nothing []Finding
+	for _, f := range r.Findings {
+		switch f.Kind {
+		case ParamsMismatch:
+			t.Errorf("params-mismatch for a pod that selects its own node: %+v", f)
+		case NoFeasibleNode:
+			noNode = append(noNode, f)
+		case MatchesNothing:
+			nothing = append(nothing, f)
+		}
+	}
+	want := "the built-in plugins (the pods' own node selector, affinity and tolerations, taints, resources) leave 1 node(s) (node-b3), and zone-a refuses it: " +
+		"node(s) rejected by SchedulingPolicy zone-a, rule zone-a: not zone a; zone-a admits 2 node(s) (node-a1, node-a2), which the built-in plugins refuse"
+	if len(noNode) != 1 || noNode[0].Evidence != want || strings.Contains(noNode[0].Evidence, "refuses every node") {
+		t.Errorf("no-feasible-node findings %+v, want one with evidence %q", noNode, want)
+	}
+	if len(nothing) != 1 || nothing[0].Policies[0] != "gangs-only" ||
+		!strings.Contains(nothing[0].Evidence, "its match reads pod.spec.schedulingGroup, which is empty while the feature gate GenericWorkload is off") ||
+		strings.Contains(nothing[0].Suggestion, "delete") {
+		t.Errorf("matches-nothing findings %+v, want gangs-only's, naming the gate, without advice to delete it", nothing)
 	}
 }
