@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
+	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -36,7 +38,10 @@ type PendingPods struct {
 // framework of its profile finds it a node with the policies as they are
 // (the wave audited) and none with the wave enforced (held, rejected, or
 // every node refused): the wave is what would keep it pending. A pod no
-// node fits either way is not counted. Each evaluation has its profile's
+// node fits either way counts when, capacity aside (WithoutCapacity), it
+// has nodes now and none with the wave enforced: it waits for room on
+// nodes the wave refuses, and once the wave is enforced it could never
+// run. A pod no node would fit even with room is not counted. Each evaluation has its profile's
 // time budget, as a scheduling cycle; a rule cut off under enforcement
 // rejects, so it counts. Pods of one class (equal in everything but their
 // identity, see Class) are evaluated once. It fails when the informers
@@ -114,7 +119,10 @@ type count struct {
 	snapshot, enforced *engine.Snapshot
 	pods               []*corev1.Pod
 	now, next          *Evaluator
-	classes            map[string]bool
+	// roomyNow and roomyNext are now and next with capacity aside
+	// (WithoutCapacity), built when a pod has no node either way.
+	roomyNow, roomyNext *Evaluator
+	classes             map[string]bool
 }
 
 // evaluators builds the cluster from the informers, and the evaluators.
@@ -141,10 +149,59 @@ func (c *count) evaluators(ctx context.Context) error {
 }
 
 func (c *count) close() {
-	if c.now != nil {
-		c.now.Close()
-		c.next.Close()
+	for _, e := range []*Evaluator{c.now, c.next, c.roomyNow, c.roomyNext} {
+		if e != nil {
+			e.Close()
+		}
 	}
+}
+
+// strandedAsideCapacity says whether the pod has a node with the
+// policies as they are and none with the wave enforced, when nodes had
+// room for it: the evaluators of the profiles without NodeResourcesFit's
+// filter, built the first time a pod needs them.
+func (c *count) strandedAsideCapacity(ctx context.Context, pod *corev1.Pod) (bool, error) {
+	if c.roomyNow == nil {
+		cfg := WithoutCapacity(c.pp.Config)
+		policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
+		now, err := New(ctx, c.now.cluster, policies, Options{Config: cfg})
+		if err != nil {
+			return false, err
+		}
+		policies.Snapshot = c.enforced
+		next, err := New(ctx, c.now.cluster, policies, Options{Config: cfg})
+		if err != nil {
+			now.Close()
+			return false, err
+		}
+		c.roomyNow, c.roomyNext = now, next
+	}
+	next, err := c.roomyNext.AnyFeasible(ctx, pod)
+	if err != nil || len(next.Feasible) > 0 {
+		return false, err
+	}
+	now, err := c.roomyNow.AnyFeasible(ctx, pod)
+	if err != nil {
+		return false, err
+	}
+	return len(now.Feasible) > 0, nil
+}
+
+// WithoutCapacity is a copy of a scheduler configuration whose profiles
+// do not filter by free resources (NodeResourcesFit's filter disabled):
+// which nodes a pod's own constraints, taints, cordons and the policies
+// leave it, whether or not they have room now.
+func WithoutCapacity(cfg *schedulerconfig.KubeSchedulerConfiguration) *schedulerconfig.KubeSchedulerConfiguration {
+	out := cfg.DeepCopy()
+	for i := range out.Profiles {
+		plugins := out.Profiles[i].Plugins
+		if plugins == nil {
+			plugins = &schedulerconfig.Plugins{}
+			out.Profiles[i].Plugins = plugins
+		}
+		plugins.Filter.Disabled = append(plugins.Filter.Disabled, schedulerconfig.Plugin{Name: names.NodeResourcesFit})
+	}
+	return out
 }
 
 // strands says whether enforcing the wave is what leaves the pod without
@@ -166,6 +223,16 @@ func (c *count) strands(ctx context.Context, pod *corev1.Pod) (bool, error) {
 			return false, err
 		}
 		stranded = len(now.Feasible) > 0
+		if !stranded {
+			// No node now either: pending for capacity, perhaps, on nodes
+			// the wave refuses. With capacity aside (the same profiles
+			// without NodeResourcesFit's filter), a pod that has nodes
+			// now and none with the wave enforced could never run once
+			// it is, even when the room frees.
+			if stranded, err = c.strandedAsideCapacity(ctx, pod); err != nil {
+				return false, err
+			}
+		}
 	}
 	if classed {
 		c.classes[class] = stranded

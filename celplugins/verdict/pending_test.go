@@ -137,8 +137,10 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 	cordoned.Spec.Unschedulable = true
 	full := nodeOf("od-4", "on-demand", "e")
 	full.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1")
+	smallSpot := nodeOf("spot-6", "spot", "f")
+	smallSpot.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1")
 	f.add(t, f.nodes, nodeOf("spot-1", "spot", "a"), nodeOf("spot-2", "spot", "b"), nodeOf("spot-3", "spot", "c"),
-		tainted, nodeOf("od-2", "on-demand", "b"), cordoned, full, nodeOf("spot-5", "spot", "e"))
+		tainted, nodeOf("od-2", "on-demand", "b"), cordoned, full, nodeOf("spot-5", "spot", "e"), smallSpot)
 
 	pending := func(ns, name string, changes ...func(*corev1.Pod)) *corev1.Pod {
 		p := pod(ns, name, map[string]string{"app": name})
@@ -166,6 +168,10 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 		pending("w1", "zone-e-big", zone("e"), requesting("2")),
 		// No node has 64 CPUs: not the wave's doing.
 		pending("w1", "huge", requesting("64")),
+		// Zone f has only spot-6, too small for it now: it waits for
+		// room on a node the wave refuses, and could never run there
+		// once the wave is enforced.
+		pending("w1", "zone-f-waits", zone("f"), requesting("2")),
 		pending("w1", "bound", zone("a"), func(p *corev1.Pod) { p.Spec.NodeName = "spot-1" }),
 		pending("w1", "other-scheduler", hold, func(p *corev1.Pod) { p.Spec.SchedulerName = corev1.DefaultSchedulerName }),
 		pending("w1", "deleting", hold, func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }),
@@ -188,7 +194,7 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 		wave       int
 		want       audit.Stranded
 	}{
-		{"no-spot", 3, 0, audit.Stranded{Count: 6, Pods: []string{"w1/held", "w1/twin-a", "w1/twin-a2", "w1/zone-a", "w1/zone-c"}}},
+		{"no-spot", 3, 0, audit.Stranded{Count: 7, Pods: []string{"w1/held", "w1/twin-a", "w1/twin-a2", "w1/zone-a", "w1/zone-c"}}},
 		{"no-spot", 3, 1, audit.Stranded{Count: 7, Pods: []string{"w2/held-0", "w2/held-1", "w2/held-2", "w2/held-3", "w2/held-4"}}},
 		// spot-1 has the bound pod: the only node zone-a may use is refused;
 		// zone-a-tolerating may use od-1, which is empty.
@@ -377,5 +383,40 @@ func TestPendingPodsGangMembersGatesOn(t *testing.T) {
 	}
 	if want := (audit.Stranded{Count: 2, Pods: []string{"ml/big-0", "ml/big-1"}}); got.Count != want.Count || !slices.Equal(got.Pods, want.Pods) {
 		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+// TestWouldStrandWaitsForRoom: a pending pod whose own node selector
+// leaves it only a spot node without room for it now is counted: once
+// the wave that refuses spot nodes is enforced, it could never run there,
+// even when the room frees. A pod that waits for room on a node the wave
+// admits, and one no node would fit even with room, are not.
+func TestWouldStrandWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, namespace("w1", map[string]string{"wave": "1"}))
+	f.registry.Upsert(builder.MakePolicy("no-spot").UID("policy-no-spot").Generation(1, "1").Audit().
+		Wave("first", map[string]string{"wave": "1"}, time.Minute).
+		Filter("no-spot", "node.metadata.labels['pool'] != 'spot'").Obj())
+	small := func(name, pool, zone string) *corev1.Node {
+		n := node(name, map[string]string{"pool": pool, "zone": zone})
+		n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1")
+		return n
+	}
+	f.add(t, f.nodes, small("spot-f", "spot", "f"), small("od-g", "on-demand", "g"))
+	waiting := func(name, zone, cpu string) *corev1.Pod {
+		p := pod("w1", name, map[string]string{"app": name})
+		if zone != "" {
+			p.Spec.NodeSelector = map[string]string{"zone": zone}
+		}
+		requesting(cpu)(p)
+		return p
+	}
+	f.add(t, f.pods, waiting("zone-f", "f", "2"), waiting("zone-g", "g", "2"), waiting("huge", "", "64"))
+	got, err := f.pending(t).WouldStrand(context.Background(), "no-spot", 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (audit.Stranded{Count: 1, Pods: []string{"w1/zone-f"}}); !slices.Equal(got.Pods, want.Pods) || got.Count != want.Count {
+		t.Errorf("WouldStrand = %+v, want %+v", got, want)
 	}
 }
