@@ -26,34 +26,6 @@ import (
 
 // +kubebuilder:rbac:groups=scheduling.celsched.io,resources=schedulingpolicies,verbs=get;list;watch;patch
 
-// RolloutActionAnnotation asks the rollout controller for an action on a
-// policy's rollout. Its value is "<action>/<id>": pause, resume, promote
-// (the current wave, now) or abort (every wave back to Audit), and an
-// identity of the request (ActionRequest; the CLI writes a UUID). The
-// leader applies an action once: it records the id in
-// status.rollout.lastAction in the same write that applies it, and then
-// removes the annotation; an annotation whose id status already holds is
-// only removed. A bare "<action>", written by hand, is first given the id
-// "rv-<resourceVersion>" (the policy's version when the leader saw it),
-// in a write conditional on that version.
-const RolloutActionAnnotation = "scheduling.celsched.io/rollout-action"
-
-// The actions of RolloutActionAnnotation.
-const (
-	ActionPause   = "pause"
-	ActionResume  = "resume"
-	ActionPromote = "promote"
-	ActionAbort   = "abort"
-)
-
-// MaxActionID bounds the id of a RolloutActionAnnotation request, so that
-// the whole value fits status.rollout.lastAction.id.
-const MaxActionID = 64
-
-// ActionRequest is the value of RolloutActionAnnotation that requests
-// action with the identity id.
-func ActionRequest(action, id string) string { return action + "/" + id }
-
 // actionRequest is a parsed RolloutActionAnnotation.
 type actionRequest struct {
 	// value is the annotation's value.
@@ -67,18 +39,18 @@ type actionRequest struct {
 func parseAction(value string) (actionRequest, error) {
 	action, id, identified := strings.Cut(value, "/")
 	switch action {
-	case ActionPause, ActionResume, ActionPromote, ActionAbort:
+	case schedv1alpha1.RolloutActionPause, schedv1alpha1.RolloutActionResume, schedv1alpha1.RolloutActionPromote, schedv1alpha1.RolloutActionAbort:
 	default:
 		return actionRequest{}, fmt.Errorf("unknown action %q (pause, resume, promote or abort)", action)
 	}
 	if identified && !validActionID(id) {
-		return actionRequest{}, fmt.Errorf("the id %q of %q is not 1 to %d letters, digits, '.', '_' or '-'", id, action, MaxActionID)
+		return actionRequest{}, fmt.Errorf("the id %q of %q is not 1 to %d letters, digits, '.', '_' or '-'", id, action, schedv1alpha1.MaxRolloutActionID)
 	}
 	return actionRequest{value: value, action: action, id: id}, nil
 }
 
 func validActionID(id string) bool {
-	if id == "" || len(id) > MaxActionID {
+	if id == "" || len(id) > schedv1alpha1.MaxRolloutActionID {
 		return false
 	}
 	for _, c := range id {
@@ -305,7 +277,7 @@ func (r *RolloutController) pendingRecheck() time.Duration {
 func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, mem *rolloutMemory, force bool) (*schedv1alpha1.RolloutStatus, time.Duration, error) {
 	log := ctrl.LoggerFrom(ctx).WithName("rollout")
 	now := metav1.NewTime(r.now())
-	value, requested := p.Annotations[RolloutActionAnnotation]
+	value, requested := p.Annotations[schedv1alpha1.RolloutActionAnnotation]
 	var req actionRequest
 	var invalid error
 	if requested {
@@ -378,7 +350,7 @@ func (r *RolloutController) step(ctx context.Context, p *schedv1alpha1.Schedulin
 		} else if invalid != nil {
 			// Said once the request is gone, not at every step it stays.
 			r.record(ctx, p, []rolloutEvent{{corev1.EventTypeWarning, ReasonRolloutAction,
-				fmt.Sprintf("%s %q removed, not applied: %v", RolloutActionAnnotation, value, invalid)}})
+				fmt.Sprintf("%s %q removed, not applied: %v", schedv1alpha1.RolloutActionAnnotation, value, invalid)}})
 		}
 	}
 	return st, next, nil
@@ -434,13 +406,13 @@ func shortest(a, b time.Duration) time.Duration {
 func (r *RolloutController) identify(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, req actionRequest) (actionRequest, error) {
 	id := "rv-" + p.ResourceVersion
 	if !validActionID(id) {
-		return req, fmt.Errorf("the resourceVersion %q makes no id for %s %q", p.ResourceVersion, RolloutActionAnnotation, req.value)
+		return req, fmt.Errorf("the resourceVersion %q makes no id for %s %q", p.ResourceVersion, schedv1alpha1.RolloutActionAnnotation, req.value)
 	}
-	req.id, req.value = id, ActionRequest(req.action, id)
+	req.id, req.value = id, schedv1alpha1.RolloutActionRequest(req.action, id)
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	p.Annotations[RolloutActionAnnotation] = req.value
+	p.Annotations[schedv1alpha1.RolloutActionAnnotation] = req.value
 	if err := r.Client.Patch(ctx, p, patch); err != nil {
-		return req, fmt.Errorf("giving %s %q its id: %w", RolloutActionAnnotation, req.action, err)
+		return req, fmt.Errorf("giving %s %q its id: %w", schedv1alpha1.RolloutActionAnnotation, req.action, err)
 	}
 	return req, nil
 }
@@ -448,7 +420,7 @@ func (r *RolloutController) identify(ctx context.Context, p *schedv1alpha1.Sched
 // removeAction removes the annotation if it still has the value the step
 // acted on: a request written meanwhile stays for the next step.
 func (r *RolloutController) removeAction(ctx context.Context, p *schedv1alpha1.SchedulingPolicy, value string) error {
-	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(RolloutActionAnnotation, "~", "~0"), "/", "~1")
+	path := "/metadata/annotations/" + strings.ReplaceAll(strings.ReplaceAll(schedv1alpha1.RolloutActionAnnotation, "~", "~0"), "/", "~1")
 	patch, err := json.Marshal([]map[string]string{
 		{"op": "test", "path": path, "value": value},
 		{"op": "remove", "path": path},
@@ -580,13 +552,13 @@ func apply(st *schedv1alpha1.RolloutStatus, action string, now metav1.Time) ([]r
 		return []rolloutEvent{{corev1.EventTypeNormal, ReasonRolloutAction, fmt.Sprintf(format, args...)}}, true
 	}
 	switch action {
-	case ActionPause:
+	case schedv1alpha1.RolloutActionPause:
 		if st.Phase == schedv1alpha1.RolloutProgressing && i < len(st.Waves) {
 			setPhase(st, schedv1alpha1.RolloutPaused, schedv1alpha1.PauseByRequest, fmt.Sprintf("paused by request at wave %s", st.Waves[i].Name))
 			st.Waves[i].Phase = schedv1alpha1.WavePaused
 			return note("rollout paused at wave %s (annotation)", st.Waves[i].Name)
 		}
-	case ActionResume:
+	case schedv1alpha1.RolloutActionResume:
 		if st.Phase == schedv1alpha1.RolloutPaused || st.Phase == schedv1alpha1.RolloutAborted {
 			setPhase(st, schedv1alpha1.RolloutProgressing, "", "")
 			if i < len(st.Waves) {
@@ -595,13 +567,13 @@ func apply(st *schedv1alpha1.RolloutStatus, action string, now metav1.Time) ([]r
 			}
 			return note("rollout resumed (annotation): wave %s soaks again", waveName(st, i))
 		}
-	case ActionPromote:
+	case schedv1alpha1.RolloutActionPromote:
 		if i < len(st.Waves) && st.Phase != schedv1alpha1.RolloutAborted {
 			promote(st, i, now)
 			setPhase(st, schedv1alpha1.RolloutProgressing, "", "")
 			return note("wave %s promoted to Enforce (annotation), with %d pod(s) it would have rejected", st.Waves[i].Name, st.Waves[i].WouldReject)
 		}
-	case ActionAbort:
+	case schedv1alpha1.RolloutActionAbort:
 		if st.Phase != schedv1alpha1.RolloutAborted {
 			var enforced []string
 			for j, w := range st.Waves {

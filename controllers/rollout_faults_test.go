@@ -106,7 +106,7 @@ func soakingPolicy(action string) *schedv1alpha1.SchedulingPolicy {
 		{Name: "two", Phase: schedv1alpha1.WavePending},
 	}}
 	if action != "" {
-		p.Annotations = map[string]string{RolloutActionAnnotation: action}
+		p.Annotations = map[string]string{schedv1alpha1.RolloutActionAnnotation: action}
 	}
 	return p
 }
@@ -243,11 +243,11 @@ func TestRolloutActionExactlyOnce(t *testing.T) {
 				if err := c.Get(ctx, client.ObjectKey{Name: "p"}, p); err != nil {
 					return err
 				}
-				if p.Annotations[RolloutActionAnnotation] != "promote/a6" {
+				if p.Annotations[schedv1alpha1.RolloutActionAnnotation] != "promote/a6" {
 					return nil
 				}
 				patch := client.MergeFrom(p.DeepCopy())
-				p.Annotations[RolloutActionAnnotation] = "pause/a7"
+				p.Annotations[schedv1alpha1.RolloutActionAnnotation] = "pause/a7"
 				return c.Patch(ctx, p, patch)
 			}},
 			steps:       1,
@@ -272,7 +272,7 @@ func TestRolloutActionExactlyOnce(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKey{Name: "p"}, got); err != nil {
 				t.Fatal(err)
 			}
-			if a := got.Annotations[RolloutActionAnnotation]; a != tc.wantDuring {
+			if a := got.Annotations[schedv1alpha1.RolloutActionAnnotation]; a != tc.wantDuring {
 				t.Errorf("annotation after the faulty steps: %q, want %q", a, tc.wantDuring)
 			}
 			f = faults{}
@@ -282,7 +282,7 @@ func TestRolloutActionExactlyOnce(t *testing.T) {
 			if err := c.Get(t.Context(), client.ObjectKey{Name: "p"}, got); err != nil {
 				t.Fatal(err)
 			}
-			if a, ok := got.Annotations[RolloutActionAnnotation]; ok {
+			if a, ok := got.Annotations[schedv1alpha1.RolloutActionAnnotation]; ok {
 				t.Errorf("annotation left: %q", a)
 			}
 			st := got.Status.Rollout
@@ -330,7 +330,7 @@ func TestRolloutActionAfterRestart(t *testing.T) {
 	if diff := cmp.Diff(want, phases(got.Status.Rollout)); diff != "" {
 		t.Errorf("waves (-want +got):\n%s", diff)
 	}
-	if a, ok := got.Annotations[RolloutActionAnnotation]; ok {
+	if a, ok := got.Annotations[schedv1alpha1.RolloutActionAnnotation]; ok {
 		t.Errorf("annotation left: %q", a)
 	}
 	if evs := drain(rec); len(evs) != 2 {

@@ -83,7 +83,7 @@ func TestRolloutSteps(t *testing.T) {
 		t.Errorf("the first wave not enforced did not start: %v", phases(st2))
 	}
 
-	act(st2, request(ActionAbort, "a"), at(4*time.Minute))
+	act(st2, request(schedv1alpha1.RolloutActionAbort, "a"), at(4*time.Minute))
 	pending3 := []schedv1alpha1.WavePhase{schedv1alpha1.WavePending, schedv1alpha1.WavePending, schedv1alpha1.WavePending}
 	if diff := cmp.Diff(pending3, phases(st2)); st2.Phase != schedv1alpha1.RolloutAborted || diff != "" || st2.Waves[0].PromotedTime != nil {
 		t.Errorf("aborted: %s %+v (-want +got):\n%s", st2.Phase, st2.Waves, diff)
@@ -94,20 +94,20 @@ func TestRolloutSteps(t *testing.T) {
 	if evs := advance(p2, st2, at(10*time.Minute), nil); len(evs) != 0 || !slices.Equal(phases(st2), pending3) {
 		t.Errorf("an aborted rollout advanced: %v", phases(st2))
 	}
-	act(st2, request(ActionResume, "b"), at(11*time.Minute))
+	act(st2, request(schedv1alpha1.RolloutActionResume, "b"), at(11*time.Minute))
 	advance(p2, st2, at(11*time.Minute), nil)
 	if st2.Phase != schedv1alpha1.RolloutProgressing || st2.Waves[0].Phase != schedv1alpha1.WaveSoaking || st2.Waves[1].Phase != schedv1alpha1.WavePending {
 		t.Errorf("resumed: %s %v", st2.Phase, phases(st2))
 	}
-	act(st2, request(ActionPromote, "c"), at(12*time.Minute))
-	act(st2, request(ActionPromote, "d"), at(12*time.Minute))
-	act(st2, request(ActionPromote, "e"), at(12*time.Minute))
+	act(st2, request(schedv1alpha1.RolloutActionPromote, "c"), at(12*time.Minute))
+	act(st2, request(schedv1alpha1.RolloutActionPromote, "d"), at(12*time.Minute))
+	act(st2, request(schedv1alpha1.RolloutActionPromote, "e"), at(12*time.Minute))
 	advance(p2, st2, at(12*time.Minute), nil)
 	if st2.Phase != schedv1alpha1.RolloutCompleted {
 		t.Errorf("after promoting the three waves: %s %v", st2.Phase, phases(st2))
 	}
-	act(st2, request(ActionPromote, "f"), at(13*time.Minute))
-	want := &schedv1alpha1.RolloutActionRecord{ID: "promote/f", Action: ActionPromote, Outcome: schedv1alpha1.ActionNoOp, Time: at(13 * time.Minute)}
+	act(st2, request(schedv1alpha1.RolloutActionPromote, "f"), at(13*time.Minute))
+	want := &schedv1alpha1.RolloutActionRecord{ID: "promote/f", Action: schedv1alpha1.RolloutActionPromote, Outcome: schedv1alpha1.ActionNoOp, Time: at(13 * time.Minute)}
 	if diff := cmp.Diff(want, st2.LastAction); diff != "" {
 		t.Errorf("last action of a promote with nothing to promote (-want +got):\n%s", diff)
 	}
@@ -115,7 +115,7 @@ func TestRolloutSteps(t *testing.T) {
 
 // request is an action request with an id.
 func request(action, id string) actionRequest {
-	return actionRequest{value: ActionRequest(action, id), action: action, id: id}
+	return actionRequest{value: schedv1alpha1.RolloutActionRequest(action, id), action: action, id: id}
 }
 
 // fakePending answers WouldStrand from a table the test changes, and
@@ -206,9 +206,9 @@ func TestRolloutPendingGate(t *testing.T) {
 		t.Errorf("pause reason: %q", st.PauseReason)
 	}
 	// Paused by a person: not counted, and stays paused.
-	act(st, request(ActionResume, "a"), at(5*time.Minute))
+	act(st, request(schedv1alpha1.RolloutActionResume, "a"), at(5*time.Minute))
 	step(5 * time.Minute)
-	act(st, request(ActionPause, "b"), at(5*time.Minute))
+	act(st, request(schedv1alpha1.RolloutActionPause, "b"), at(5*time.Minute))
 	asked = fake.asked
 	step(10 * time.Minute)
 	if fake.asked != asked || st.Phase != schedv1alpha1.RolloutPaused || st.PauseReason != schedv1alpha1.PauseByRequest {

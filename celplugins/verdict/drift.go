@@ -187,16 +187,20 @@ func placed(pods []*corev1.Pod) []*corev1.Pod {
 	return slices.DeleteFunc(slices.Clone(pods), func(p *corev1.Pod) bool { return p.Spec.NodeName == "" || terminated(p) })
 }
 
-// ReplacingControllers are the kinds of controllers whose pods
-// remediation evicts: they create a replacement, which the scheduler
-// places. A DaemonSet's replacement comes back on the same node.
-var ReplacingControllers = []string{"ReplicaSet", "StatefulSet", "Job", "ReplicationController"}
-
-// Replaced says whether the pod's controller replaces it once evicted
-// (ReplacingControllers); a bare pod is not replaced.
+// Replaced says whether the pod's controller replaces it once evicted: a
+// ReplicaSet, StatefulSet, Job or ReplicationController creates a
+// replacement, which the scheduler places. A bare pod is not replaced,
+// and a DaemonSet's replacement comes back on the same node.
 func Replaced(pod *corev1.Pod) bool {
 	owner := metav1.GetControllerOf(pod)
-	return owner != nil && slices.Contains(ReplacingControllers, owner.Kind)
+	if owner == nil {
+		return false
+	}
+	switch owner.Kind {
+	case "ReplicaSet", "StatefulSet", "Job", "ReplicationController":
+		return true
+	}
+	return false
 }
 
 // Refuser answers Refusals as an Evaluator over the cluster as the

@@ -118,7 +118,7 @@ func (r *GroupResult) Outcome() string {
 // to have tried every group: long enough for thousands of pods on
 // thousands of nodes on a small machine, short enough that a dry run that
 // cannot settle (a bug) fails rather than hangs.
-var GroupsSettleTimeout = 5 * time.Minute
+const GroupsSettleTimeout = 5 * time.Minute
 
 // PlaceGroups runs kube-scheduler, with the Evaluator's configuration,
 // policies and cluster, on the pending members of the groups, and returns
@@ -215,7 +215,7 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 		return nil, fmt.Errorf("building the scheduler of the pod groups: its queue is a %T, not kube-scheduler's PriorityQueue", sched.SchedulingQueue)
 	}
 	factory.Start(ctx.Done())
-	if err := waitForSync(ctx, factory); err != nil {
+	if err := waitForSync(ctx, factory, syncTimeout); err != nil {
 		return nil, err
 	}
 	// Bounded as the informers' sync is: handlers over objects in memory

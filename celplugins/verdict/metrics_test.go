@@ -9,6 +9,8 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/celsched/celsched/engine/audit"
+	enginemetrics "github.com/celsched/celsched/engine/metrics"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -29,6 +31,14 @@ func TestDryRunRecordsNoMetrics(t *testing.T) {
 	f.add(t, f.nodes, node("spot-1", map[string]string{"pool": "spot", "zone": "a"}), node("od-1", map[string]string{"pool": "od", "zone": "b"}))
 	for _, name := range []string{"a", "b", "c"} {
 		f.add(t, f.pods, pod("w1", name, map[string]string{"app": name}))
+	}
+	// The metrics registered as the manager registers them: a dry run
+	// that counted would show.
+	if err := enginemetrics.Register(ctrlmetrics.Registry); err != nil {
+		t.Fatal(err)
+	}
+	if err := audit.Register(ctrlmetrics.Registry); err != nil {
+		t.Fatal(err)
 	}
 	pp := f.pending(t)
 	for range 3 { // several counts: a cycle's tally is flushed by the next

@@ -15,11 +15,9 @@ import (
 )
 
 // TestWaitForSyncBounded: an informer that never syncs (its list always
-// fails) fails the wait within syncTimeout, naming its type, instead of
+// fails) fails the wait within its timeout, naming its type, instead of
 // hanging the dry run.
 func TestWaitForSyncBounded(t *testing.T) {
-	defer func(d time.Duration) { syncTimeout = d }(syncTimeout)
-	syncTimeout = 200 * time.Millisecond
 	client := fake.NewSimpleClientset() //nolint:staticcheck // as the Evaluator's
 	// A reactor that blocked would hold the fake clientset's lock, and
 	// every other informer's list with it: this one fails at once.
@@ -36,7 +34,7 @@ func TestWaitForSyncBounded(t *testing.T) {
 		t.Fatal("the namespace informer did not sync")
 	}
 	start := time.Now()
-	err := waitForSync(ctx, factory)
+	err := waitForSync(ctx, factory, 200*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "not synced within 200ms: *v1.Node") || strings.Contains(err.Error(), "Namespace") {
 		t.Fatalf("waitForSync: %v; want the Node informer named as not synced within 200ms, and only it", err)
 	}

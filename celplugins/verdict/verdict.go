@@ -328,7 +328,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		e.frameworks[name] = fw
 	}
 	factory.Start(ctx.Done())
-	if err := waitForSync(ctx, factory); err != nil {
+	if err := waitForSync(ctx, factory, syncTimeout); err != nil {
 		e.cancel()
 		return nil, err
 	}
@@ -338,15 +338,15 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 // syncTimeout bounds waitForSync: the informers list objects held in
 // memory, so one that has not synced by then never will, and the dry run
 // fails naming it rather than waiting forever.
-var syncTimeout = time.Minute
+const syncTimeout = time.Minute
 
 // waitForSync waits for the fake clientset's informers to sync: they list
 // objects held in memory, in well under a millisecond, where the
 // factory's own wait polls every 100 ms for each informer in turn.
-func waitForSync(ctx context.Context, factory informers.SharedInformerFactory) error {
+func waitForSync(ctx context.Context, factory informers.SharedInformerFactory, timeout time.Duration) error {
 	now := make(chan struct{})
 	close(now) // WaitForCacheSync with a closed channel checks once
-	deadline := time.NewTimer(syncTimeout)
+	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	for {
 		var unsynced []string
@@ -363,7 +363,7 @@ func waitForSync(ctx context.Context, factory informers.SharedInformerFactory) e
 			return fmt.Errorf("waiting for the built-in plugins' informers: %w", context.Cause(ctx))
 		case <-deadline.C:
 			slices.Sort(unsynced)
-			return fmt.Errorf("waiting for the built-in plugins' informers: not synced within %s: %s", syncTimeout, strings.Join(unsynced, ", "))
+			return fmt.Errorf("waiting for the built-in plugins' informers: not synced within %s: %s", timeout, strings.Join(unsynced, ", "))
 		case <-time.After(time.Millisecond):
 		}
 	}

@@ -8,6 +8,7 @@
 package audit
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,7 +21,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/engine"
@@ -33,8 +33,17 @@ var WouldRejectTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		"them off the node they were bound to (filters/NAME), by policy and rule.",
 }, []string{"policy", "rule"})
 
-func init() {
-	ctrlmetrics.Registry.MustRegister(WouldRejectTotal)
+// Register registers the audit metric with r (the manager calls it once
+// at start-up); registering it again is not an error.
+func Register(r prometheus.Registerer) error {
+	if err := r.Register(WouldRejectTotal); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) && already.ExistingCollector == WouldRejectTotal {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 // ReasonWouldReject is the reason of the event on a pod that an Audit

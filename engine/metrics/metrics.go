@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/celsched/celsched/engine"
 )
@@ -45,8 +44,29 @@ var EnforcementTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		"(enforced_by: spec.enforcementOverrides[i], spec.enforcement, or the namespace not known yet).",
 }, []string{"policy", "enforcement", "enforced_by"})
 
-func init() {
-	ctrlmetrics.Registry.MustRegister(EvaluationsTotal, EnforcementTotal, CycleDuration)
+// Register registers the engine's metrics (evaluations, enforcement,
+// cycle durations, time budget cut-offs) with r: the manager calls it
+// once at start-up (ctrlmetrics.Registry); the CLI, which serves no
+// metrics, does not. Registering them again is not an error.
+func Register(r prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{EvaluationsTotal, EnforcementTotal, CycleDuration, TimeBudgetExceededTotal} {
+		if err := registerOnce(r, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registerOnce registers c with r; c registered already is not an error.
+func registerOnce(r prometheus.Registerer, c prometheus.Collector) error {
+	if err := r.Register(c); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) && already.ExistingCollector == c {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 // CountEnforcement counts a cycle of a pod that a policy with
@@ -182,10 +202,6 @@ var TimeBudgetExceededTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		"was spent while they ran, by policy and rule (filters/NAME, scores/NAME, match/NAME): the slow rules. " +
 		"Rules not evaluated because the budget was already spent are not counted here.",
 }, []string{"policy", "rule"})
-
-func init() {
-	ctrlmetrics.Registry.MustRegister(TimeBudgetExceededTotal)
-}
 
 // CutOff returns the error of a decision that a cycle's time budget cut
 // off while it ran (not one that was not evaluated because the budget was

@@ -96,7 +96,7 @@ func TestRolloutActionAcrossACrash(t *testing.T) {
 	waitRolloutStatus(t, name, func(st *schedv1alpha1.RolloutStatus) bool { return st.Waves[0].Phase == schedv1alpha1.WaveSoaking })
 
 	stopRemovals := denyAnnotationRemovals(t, name)
-	request := controllers.ActionRequest(controllers.ActionPromote, "crash-1")
+	request := schedv1alpha1.RolloutActionRequest(schedv1alpha1.RolloutActionPromote, "crash-1")
 	annotate(t, name, request)
 	st := waitRolloutStatus(t, name, func(st *schedv1alpha1.RolloutStatus) bool {
 		return st.LastAction != nil && st.LastAction.ID == request
@@ -122,7 +122,7 @@ func TestRolloutActionAcrossACrash(t *testing.T) {
 		if err := k8sClient.Get(ctx, client.ObjectKey{Name: name}, got); err != nil {
 			return false, err
 		}
-		_, pending := got.Annotations[controllers.RolloutActionAnnotation]
+		_, pending := got.Annotations[schedv1alpha1.RolloutActionAnnotation]
 		return !pending, nil
 	})
 	if err != nil {
@@ -177,7 +177,7 @@ func denyAnnotationRemovals(t *testing.T, policy string) func() {
 				},
 			}}},
 			Validations: []admissionregistrationv1.Validation{{
-				Expression: fmt.Sprintf("object.metadata.name != %q || !(%s || %s)", policy, removes(controllers.RolloutActionAnnotation), removes(probeAnnotation)),
+				Expression: fmt.Sprintf("object.metadata.name != %q || !(%s || %s)", policy, removes(schedv1alpha1.RolloutActionAnnotation), removes(probeAnnotation)),
 				Message:    "the test denies removing this annotation",
 			}},
 		},
@@ -234,7 +234,7 @@ func annotate(t *testing.T, name, value string) {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(p.DeepCopy())
-	metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, value)
+	metav1.SetMetaDataAnnotation(&p.ObjectMeta, schedv1alpha1.RolloutActionAnnotation, value)
 	if err := k8sClient.Patch(t.Context(), p, patch); err != nil {
 		t.Fatal(err)
 	}

@@ -7,13 +7,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins/verdict"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/cmd/celsched/impact"
@@ -148,6 +146,3 @@ func writePolicy(t *testing.T, p *schedv1alpha1.SchedulingPolicy) string {
 	}
 	return file
 }
-
-// A dry run that does not settle fails in seconds here, not minutes.
-func init() { verdict.GroupsSettleTimeout = 30 * time.Second }

@@ -79,7 +79,7 @@ func TestRolloutTwoWaves(t *testing.T) {
 	st = waitRollout(t, p.Name, "completed", func(st *schedv1alpha1.RolloutStatus) bool {
 		return st.Phase == schedv1alpha1.RolloutCompleted && st.Waves[1].Phase == schedv1alpha1.WaveEnforced
 	})
-	if a := st.LastAction; a == nil || a.ID != request || a.Action != controllers.ActionPromote || a.Outcome != schedv1alpha1.ActionApplied {
+	if a := st.LastAction; a == nil || a.ID != request || a.Action != schedv1alpha1.RolloutActionPromote || a.Outcome != schedv1alpha1.ActionApplied {
 		t.Errorf("last action %+v, want %s applied", a, request)
 	}
 	time.Sleep(propagation)
@@ -89,7 +89,7 @@ func TestRolloutTwoWaves(t *testing.T) {
 	if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: p.Name}, current); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := current.Annotations[controllers.RolloutActionAnnotation]; ok {
+	if _, ok := current.Annotations[schedv1alpha1.RolloutActionAnnotation]; ok {
 		t.Error("the action annotation was not removed")
 	}
 }
@@ -166,7 +166,7 @@ func TestRolloutAbort(t *testing.T) {
 // says it wrote.
 func requested(t *testing.T, out string) string {
 	t.Helper()
-	_, after, ok := strings.Cut(out, controllers.RolloutActionAnnotation+"=")
+	_, after, ok := strings.Cut(out, schedv1alpha1.RolloutActionAnnotation+"=")
 	value, _, ok2 := strings.Cut(after, ")")
 	if !ok || !ok2 {
 		t.Fatalf("no request in the output of celsched rollout: %s", out)

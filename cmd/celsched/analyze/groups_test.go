@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -116,7 +115,3 @@ func TestRunGroups(t *testing.T) {
 		t.Errorf("gate off: notes %q, want %q", off.Notes, wantNote)
 	}
 }
-
-// A run of kube-scheduler over these few groups settles in milliseconds:
-// one that does not fails the test with the settle error.
-func init() { verdict.GroupsSettleTimeout = 20 * time.Second }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -338,9 +337,3 @@ func TestAnalyzeGroups(t *testing.T) {
 		{name: "groups-gates-off", args: []string{workloadGatesOff, "--fail-on", "group-unplaceable"}},
 	})
 }
-
-// A run of kube-scheduler over the groups of these tiny clusters settles
-// in milliseconds: one that does not fails the test with the settle
-// error (which pods are not settled, and where) rather than the
-// package's timeout.
-func init() { celverdict.GroupsSettleTimeout = 20 * time.Second }

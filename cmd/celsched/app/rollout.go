@@ -19,7 +19,6 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/cmd/celsched/source"
-	"github.com/celsched/celsched/controllers"
 )
 
 // newRolloutCommand is `celsched rollout status|pause|resume|promote|abort
@@ -36,7 +35,7 @@ pause it, resume it (the current wave soaks again, its counts reset; after
 an abort, the rollout starts again from the first wave), promote the
 current wave to Enforce now, or abort it (every wave is audited again,
 including the waves already promoted, and the rollout stops until
-resumed). The request is the annotation ` + controllers.RolloutActionAnnotation + `
+resumed). The request is the annotation ` + schedv1alpha1.RolloutActionAnnotation + `
 on the policy, "<action>/<id>" with a new id: the manager's leader applies
 it once, at once on the annotation's event, records its id in status.rollout.lastAction and an
 Event, and removes the annotation.`,
@@ -61,10 +60,10 @@ Event, and removes the annotation.`,
 		},
 	})
 	for _, action := range []struct{ name, short string }{
-		{controllers.ActionPause, "Pause the rollout at its current wave"},
-		{controllers.ActionResume, "Resume a paused rollout (the current wave soaks again) or an aborted one (from the first wave)"},
-		{controllers.ActionPromote, "Promote the current wave to Enforce now"},
-		{controllers.ActionAbort, "Audit every wave again, the promoted ones too, and stop the rollout"},
+		{schedv1alpha1.RolloutActionPause, "Pause the rollout at its current wave"},
+		{schedv1alpha1.RolloutActionResume, "Resume a paused rollout (the current wave soaks again) or an aborted one (from the first wave)"},
+		{schedv1alpha1.RolloutActionPromote, "Promote the current wave to Enforce now"},
+		{schedv1alpha1.RolloutActionAbort, "Audit every wave again, the promoted ones too, and stop the rollout"},
 	} {
 		cmd.AddCommand(&cobra.Command{
 			Use:   action.name + " POLICY",
@@ -75,12 +74,12 @@ Event, and removes the annotation.`,
 				if err != nil {
 					return err
 				}
-				request := controllers.ActionRequest(action.name, string(uuid.NewUUID()))
+				request := schedv1alpha1.RolloutActionRequest(action.name, string(uuid.NewUUID()))
 				if err := requestRollout(cmd.Context(), c, args[0], request); err != nil {
 					return err
 				}
 				fmt.Fprintf(s.out, "SchedulingPolicy %s: %s requested (annotation %s=%s); the manager acts on it at once: celsched rollout status %s\n",
-					args[0], action.name, controllers.RolloutActionAnnotation, request, args[0])
+					args[0], action.name, schedv1alpha1.RolloutActionAnnotation, request, args[0])
 				return nil
 			},
 		})
@@ -114,11 +113,11 @@ func requestRollout(ctx context.Context, c client.Client, name, request string) 
 		if err != nil {
 			return err
 		}
-		if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" && !applied(p, pending) {
+		if pending := p.Annotations[schedv1alpha1.RolloutActionAnnotation]; pending != "" && !applied(p, pending) {
 			return inputError(fmt.Errorf("SchedulingPolicy %s: %q is already requested and not yet done (is the manager running?)", name, pending))
 		}
 		patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		metav1.SetMetaDataAnnotation(&p.ObjectMeta, controllers.RolloutActionAnnotation, request)
+		metav1.SetMetaDataAnnotation(&p.ObjectMeta, schedv1alpha1.RolloutActionAnnotation, request)
 		return c.Patch(ctx, p, patch)
 	})
 }
@@ -148,7 +147,7 @@ func printRollout(w io.Writer, p *schedv1alpha1.SchedulingPolicy, now time.Time)
 	if a := st.LastAction; a != nil {
 		fmt.Fprintf(w, "Last action: %s, %s %s\n", a.ID, a.Outcome, ago(&a.Time, now))
 	}
-	if pending := p.Annotations[controllers.RolloutActionAnnotation]; pending != "" && !applied(p, pending) {
+	if pending := p.Annotations[schedv1alpha1.RolloutActionAnnotation]; pending != "" && !applied(p, pending) {
 		fmt.Fprintf(w, "Requested, not yet applied: %s\n", pending)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -112,5 +111,3 @@ func TestRunGroupsGateOff(t *testing.T) {
 		t.Errorf("notes %q, want %q", r.Notes, wantNote)
 	}
 }
-
-func init() { verdict.GroupsSettleTimeout = 20 * time.Second }

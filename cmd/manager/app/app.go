@@ -20,6 +20,7 @@ import (
 	"time"
 
 	reportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
@@ -51,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/leaderelection"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -66,6 +68,8 @@ import (
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/controllers/webhookcert"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/engine/audit"
+	enginemetrics "github.com/celsched/celsched/engine/metrics"
 )
 
 // SchedulerMetricsPath is where the metrics server serves kube-scheduler's
@@ -407,6 +411,13 @@ func newControllerManager(ctx context.Context, cfg *rest.Config, o Options) (ctr
 		fence = newLeaderFence(renewDeadline, klog.FromContext(ctx).WithName("leader-fence"))
 		lock = &fencedLock{fence: fence}
 		lockInterface = lock
+	}
+	// The manager's own metrics, registered explicitly (the CLI, which
+	// shares the engine, registers none).
+	for _, register := range []func(prometheus.Registerer) error{enginemetrics.Register, audit.Register, registerLeaderGauge} {
+		if err := register(ctrlmetrics.Registry); err != nil {
+			return nil, nil, nil, fmt.Errorf("registering metrics: %w", err)
+		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,

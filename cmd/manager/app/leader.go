@@ -2,9 +2,9 @@ package app
 
 import (
 	"context"
+	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 // leaderGauge is 1 on the replica that leads (holds the leader election
@@ -16,8 +16,17 @@ var leaderGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 	Help: "1 while this manager replica is the leader (schedules pods and writes policy status), 0 otherwise.",
 })
 
-func init() {
-	ctrlmetrics.Registry.MustRegister(leaderGauge)
+// registerLeaderGauge registers leaderGauge with r; registering it again
+// (a second manager in one process, as in the tests) is not an error.
+func registerLeaderGauge(r prometheus.Registerer) error {
+	if err := r.Register(leaderGauge); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if errors.As(err, &already) && already.ExistingCollector == leaderGauge {
+			return nil
+		}
+		return err
+	}
+	return nil
 }
 
 // leading is the runnable that sets leaderGauge while this replica leads:
