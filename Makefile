@@ -51,7 +51,7 @@ BENCHFLAGS ?= -count=5
 # The packages whose tests `make test` runs under -race (only there): the
 # engine, the plugins, the controllers and the CLI (impact and analyze
 # evaluate in parallel), none of which needs envtest.
-RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers|cmd/celsched)(/|$$)
+RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers|cmd/celsched|simulate)(/|$$)
 # `make test-verdict`: the size and seed of TestVerdictIsOne's generated
 # cluster (`make test` runs it at 12 nodes and 30 pods, seed 1).
 VERDICT_NODES ?= 60

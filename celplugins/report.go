@@ -32,7 +32,7 @@ type Reporter struct {
 	// Notify, when set, is told the name of a policy whose status has news
 	// (a rule cut off by the time budget). It must not block.
 	Notify func(name string)
-	// Dry says the decisions are a dry run's (celplugins/verdict: the
+	// Dry says the decisions are a dry run's (simulate/verdict: the
 	// CLI, the rollout gate), not the scheduler's: nothing is counted in
 	// the metrics, and no error, cut-off or audited rejection is recorded
 	// for status or reports.

@@ -28,9 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // +kubebuilder:rbac:groups="",resources=pods/eviction,verbs=create

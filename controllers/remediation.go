@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins/verdict"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // Reasons remediation does not act (status.drift.remediation.reason).

@@ -14,7 +14,7 @@
 // and cache, and the CEL environments built from the registry's
 // compatibility version (k8s.io/apiserver/pkg/cel/environment, which
 // celsched's engine uses) all read them. celsched does the same, so the
-// manager's scheduler and a dry run (celplugins/verdict, which builds its
+// manager's scheduler and a dry run (simulate/verdict, which builds its
 // frameworks from the same registry) see the same versions and gates.
 package featuregates
 

@@ -13,8 +13,8 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/impact"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/impact"
 	"github.com/celsched/celsched/test/builder"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"github.com/celsched/celsched/api/policytest"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/simulate/dryrun"
 )
 
 // caseLabel marks the nodes of one agreement case; the case's pods require

@@ -14,10 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/analyze"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/impact"
+	"github.com/celsched/celsched/simulate/analyze"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/impact"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -31,7 +31,7 @@ import (
 //
 // A pending pod that the live policies let the scheduler place is bound
 // before impact can see it, so "stranded" and "moved" (pods schedulable
-// now) are covered offline: the unit tests of cmd/celsched/impact and the
+// now) are covered offline: the unit tests of simulate/impact and the
 // golden files of cmd/celsched/app.
 func TestImpactAgreesWithScheduler(t *testing.T) {
 	const zone = corev1.LabelTopologyZone

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/analyze"
+	"github.com/celsched/celsched/simulate/analyze"
 )
 
 // TestAnalyzeFindsTenantWritableParams runs `celsched analyze` against

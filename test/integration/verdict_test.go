@@ -29,14 +29,14 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
-	"github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/cmd/celsched/analyze"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/impact"
-	"github.com/celsched/celsched/cmd/celsched/source"
 	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/simulate/analyze"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/impact"
+	"github.com/celsched/celsched/simulate/source"
+	"github.com/celsched/celsched/simulate/verdict"
 	"github.com/celsched/celsched/test/builder"
 )
 

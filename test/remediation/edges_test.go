@@ -104,7 +104,7 @@ func policyEvents(t *testing.T, policy, reason string) []string {
 // ReplicaSet and a StatefulSet pin with spec.nodeName to a node the
 // policy refuses, and a pod of a StatefulSet whose pods another scheduler
 // places, run on refused nodes (the Job's case is
-// celplugins/verdict's TestReplace: KWOK completes a Job's pods at once). Drift reports every one of them (the
+// simulate/verdict's TestReplace: KWOK completes a Job's pods at once). Drift reports every one of them (the
 // other scheduler's with placedBy OtherScheduler, as a bare pod of
 // another scheduler created with nodeName), and remediation evicts none:
 // each replacement would come back (ReplacementPinned) or be placed by a

@@ -30,9 +30,9 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/analyze"
 	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/controllers"
+	"github.com/celsched/celsched/simulate/analyze"
 	"github.com/celsched/celsched/test/kwok"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/celsched/celsched/cmd/celsched/analyze"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/analyze"
+	"github.com/celsched/celsched/simulate/source"
 )
 
 type analyzeOptions struct {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/celsched/celsched/celplugins/featuregates"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/source"
 )
 
 // Version is set by the Makefile with -ldflags.

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/source"
 )
 
 type explainOptions struct {

@@ -18,8 +18,8 @@ import (
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/celplugins/featuregates/featuregatestest"
-	celverdict "github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/simulate/dryrun"
+	celverdict "github.com/celsched/celsched/simulate/verdict"
 	"github.com/celsched/celsched/test/golden"
 )
 
@@ -162,7 +162,7 @@ func evalNodes(t *testing.T, args ...string) map[string]string {
 // The gates off, a note says the groups are not evaluated as groups.
 func TestImpactGroups(t *testing.T) {
 	dir := filepath.Join("testdata", "impact", "groups")
-	runGroupGoldens(t, dir, []string{"impact", "--dump", filepath.Join("..", "impact", "testdata", "groups-cluster.yaml"),
+	runGroupGoldens(t, dir, []string{"impact", "--dump", filepath.Join("..", "..", "..", "simulate", "impact", "testdata", "groups-cluster.yaml"),
 		"--policies", filepath.Join(dir, "live.yaml"), "-f", filepath.Join(dir, "draft.yaml"), "--delete", "freeze"}, []groupGolden{
 		{name: "table", args: []string{workloadGatesOn}},
 		{name: "markdown", args: []string{workloadGatesOn, "-o", "markdown"}},
@@ -328,7 +328,7 @@ func membersInOrder(out string) string {
 // not analyzed as groups.
 func TestAnalyzeGroups(t *testing.T) {
 	dir := filepath.Join("testdata", "analyze")
-	runGroupGoldens(t, dir, []string{"analyze", "--dump", filepath.Join("..", "analyze", "testdata", "groups-cluster.yaml"),
+	runGroupGoldens(t, dir, []string{"analyze", "--dump", filepath.Join("..", "..", "..", "simulate", "analyze", "testdata", "groups-cluster.yaml"),
 		"--policies", filepath.Join(dir, "groups-policies.yaml")}, []groupGolden{
 		{name: "groups", args: []string{workloadGatesOn}},
 		{name: "groups-markdown", args: []string{workloadGatesOn, "-o", "markdown"}},

@@ -13,9 +13,9 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/impact"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/impact"
+	"github.com/celsched/celsched/simulate/source"
 )
 
 type impactOptions struct {

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/celsched/celsched/cmd/celsched/impact"
+	"github.com/celsched/celsched/simulate/impact"
 )
 
 // printImpactMarkdown prints an impact report as GitHub-flavoured

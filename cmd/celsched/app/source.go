@@ -3,7 +3,7 @@ package app
 import (
 	"github.com/spf13/pflag"
 
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/source"
 )
 
 // addClusterFlags adds the flags of a cluster read live (the kubectl

@@ -20,8 +20,8 @@ import (
 
 	"github.com/celsched/celsched/api/policytest"
 	"github.com/celsched/celsched/celplugins/featuregates"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/simulate/dryrun"
 )
 
 func newTestCommand(s *streams) *cobra.Command {

@@ -63,13 +63,13 @@ import (
 	"github.com/celsched/celsched/celplugins/placement"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
-	"github.com/celsched/celsched/celplugins/verdict"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/controllers/webhookcert"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
 	enginemetrics "github.com/celsched/celsched/engine/metrics"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // SchedulerMetricsPath is where the metrics server serves kube-scheduler's

@@ -189,7 +189,7 @@ func TestSamplesRestrict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := filepath.Join("..", "..", "..", "..", "config", "samples")
+	samples := filepath.Join("..", "..", "..", "config", "samples")
 	policies, err := manifest.ReadPolicies(nil, []string{samples, filepath.Join(samples, "configmap-params")})
 	if err != nil {
 		t.Fatal(err)

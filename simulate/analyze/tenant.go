@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/analyze/trust"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/analyze/trust"
+	"github.com/celsched/celsched/simulate/dryrun"
 )
 
 // This file finds the fences a tenant can move (tenant-writable-input):

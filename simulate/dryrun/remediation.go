@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins/verdict"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // Remediation is what a policy's spec.remediation would do to a running

@@ -9,8 +9,8 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // groups analyzes the pod groups with pending members among pods

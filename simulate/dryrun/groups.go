@@ -10,8 +10,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/kubernetes/pkg/features"
 
-	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // GroupsOn says whether kube-scheduler places pod groups, all or nothing:

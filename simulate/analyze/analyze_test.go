@@ -11,8 +11,8 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 
-	"github.com/celsched/celsched/cmd/celsched/source"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/simulate/source"
 	"github.com/celsched/celsched/test/builder"
 )
 

@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/celsched/celsched/celplugins"
-	"github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // GroupImpact is what the draft does to a pod group: where kube-scheduler

@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/source"
 )
 
 // TestDraftRemediation: a draft that narrows a namespace's zones makes its

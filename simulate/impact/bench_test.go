@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/source"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -32,7 +32,7 @@ func largeInput(tb testing.TB, nodes, pods, pending int, draft *schedv1alpha1.Sc
 // draft that changes a policy every pod matches, so every pod is
 // evaluated with both policy sets. One op is one whole impact run.
 //
-//	go test ./cmd/celsched/impact -run '^$' -bench Run1000Nodes3000Pods -benchtime 1x
+//	go test ./simulate/impact -run '^$' -bench Run1000Nodes3000Pods -benchtime 1x
 func BenchmarkRun1000Nodes3000Pods(b *testing.B) {
 	benchmarkRun(b, largeInput(b, 1000, 3000, 500, builder.HomeZonesDraft()), 3000)
 }
@@ -41,7 +41,7 @@ func BenchmarkRun1000Nodes3000Pods(b *testing.B) {
 // a draft of the parameterized policy that the tenants' pods (half of
 // them) match, each tenant with its params ConfigMap.
 //
-//	go test ./cmd/celsched/impact -run '^$' -bench Run5000Nodes10000Pods -benchtime 1x
+//	go test ./simulate/impact -run '^$' -bench Run5000Nodes10000Pods -benchtime 1x
 func BenchmarkRun5000Nodes10000Pods(b *testing.B) {
 	benchmarkRun(b, largeInput(b, 5000, 10000, 1000, builder.TenantZonesDraft()), 5000)
 }

@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/celsched/celsched/celplugins"
-	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // Verdicts are what the policies say of a pod on every node of the

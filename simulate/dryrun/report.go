@@ -9,8 +9,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
-	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // Report is the outcome of a dry run. The verdict (PreEnqueue, PreFilter,

@@ -11,8 +11,8 @@ import (
 	"k8s.io/kubernetes/pkg/features"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/cmd/celsched/source"
+	"github.com/celsched/celsched/simulate/source"
+	"github.com/celsched/celsched/simulate/verdict"
 	"github.com/celsched/celsched/test/builder"
 )
 

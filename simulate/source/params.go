@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
+	"github.com/celsched/celsched/simulate/dryrun"
 )
 
 // paramKind is a kind that a policy's paramKind names, with the first

@@ -13,10 +13,10 @@ import (
 	st "k8s.io/kubernetes/pkg/scheduler/testing"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/source"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/source"
 	"github.com/celsched/celsched/test/builder"
 )
 

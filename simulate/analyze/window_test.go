@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/celsched/celsched/cmd/celsched/pool"
+	"github.com/celsched/celsched/simulate/pool"
 )
 
 // TestWindow: classes evaluated in parallel, in any order of completion,

@@ -29,11 +29,11 @@ import (
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
-	"github.com/celsched/celsched/celplugins/verdict"
-	"github.com/celsched/celsched/cmd/celsched/dryrun"
-	"github.com/celsched/celsched/cmd/celsched/pool"
-	"github.com/celsched/celsched/cmd/celsched/source"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/simulate/pool"
+	"github.com/celsched/celsched/simulate/source"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // Input is the cluster and its policies (source.Input's Nodes,

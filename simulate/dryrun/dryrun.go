@@ -1,6 +1,6 @@
 // Package dryrun evaluates a pod against policies, nodes and the pods on
 // them without a cluster, the way the scheduler would: the verdict is the
-// one evaluator's (celplugins/verdict: kube-scheduler's own framework
+// one evaluator's (simulate/verdict: kube-scheduler's own framework
 // in-process, the profile's built-in plugins and the CEL plugins,
 // PreEnqueue to Score, no binding), and the engine adds the per-rule
 // detail. `celsched eval`, `explain`, `test`, `impact` and `analyze` are
@@ -23,8 +23,8 @@ import (
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	"github.com/celsched/celsched/celplugins/verdict"
 	"github.com/celsched/celsched/engine"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // Input is what a dry run evaluates.
