@@ -1,7 +1,7 @@
 // Command local is `make run`: it starts a local control plane (the
 // kube-apiserver and etcd of the tests), KWOK (test/kwok: the nodes' and
 // pods' lifecycle, as kubelets would) and kube-controller-manager's
-// ReplicaSet and disruption controllers (test/kubecontrollers), installs
+// ReplicaSet, disruption, garbage collector and PodGroup protection controllers (test/kubecontrollers), installs
 // the CRD, creates simulated nodes and namespaces, applies the sample
 // policies, runs the celsched manager against it, creates sample pods and
 // prints where each landed (and that it runs) or why it is pending. It then
@@ -113,7 +113,7 @@ func run(workDir, samplesDir string, gates featuregates.Settings) error {
 		return err
 	}
 	defer stopControllers()
-	fmt.Printf("Started KWOK (nodes heartbeat, bound pods run, terminating pods are deleted; its log is %s) and the ReplicaSet and disruption controllers.\n", kwokLog)
+	fmt.Printf("Started KWOK (nodes heartbeat, bound pods run, terminating pods are deleted; its log is %s) and the ReplicaSet, disruption, garbage collector and PodGroup protection controllers.\n", kwokLog)
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme()})
 	if err != nil {

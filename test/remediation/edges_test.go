@@ -248,3 +248,33 @@ func TestRemediationStopsWhenTheReplacementComesBack(t *testing.T) {
 		t.Errorf("no RemediationBlocked event says the workload's remediation stopped: %q", notes)
 	}
 }
+
+// TestDeletingAReplicaSetDeletesItsPods: the test cluster (and `make
+// run`'s) runs kube-controller-manager's garbage collector: a deleted
+// ReplicaSet's pods go with it.
+func TestDeletingAReplicaSetDeletesItsPods(t *testing.T) {
+	id := fmt.Sprintf("%d", time.Now().UnixNano())
+	create(t, kwok.Node("gc-"+id[len(id)-6:], nil))
+	ns := createNamespace(t, "gc", nil)
+	labels := map[string]string{"app": "gc"}
+	rs := replicaSet(ns, "gc", 2, labels, nil)
+	create(t, rs)
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return len(podsOf(t, ns, labels)) == 2, nil
+	}); err != nil {
+		t.Fatalf("the ReplicaSet's pods were not created: %v", err)
+	}
+	if err := k8sClient.Delete(t.Context(), rs); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		for _, p := range podsOf(t, ns, labels) {
+			if p.DeletionTimestamp == nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Errorf("the deleted ReplicaSet's pods are still there: %v", podPlaces(podsOf(t, ns, labels)))
+	}
+}
