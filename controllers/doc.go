@@ -1,8 +1,12 @@
-// Package controllers holds what writes SchedulingPolicy objects: the status
-// reconciler (Ready and Stalled, warnings, from the policies the scheduler
-// compiled), the Audit status writer, and the validating webhook with its
-// own compiler. Controllers never feed the scheduler: its registry has one
-// writer, the scheduler's own informer (celplugins.PolicyFeed).
+// Package controllers holds what writes SchedulingPolicy objects and acts
+// on the cluster: the status reconciler (Ready and Stalled, warnings, from
+// the policies the scheduler compiled), the Audit status writer, the
+// rollout controller, the drift tracker and its reconciler with
+// remediation (DriftController: status.drift, evictions, the circuit
+// breaker per workload), the OpenReports writer, and the validating
+// webhook with its own compiler. Controllers never feed the scheduler: its
+// registry has one writer, the scheduler's own informer
+// (celplugins.PolicyFeed).
 //
 // The RBAC markers below are the permissions of the celsched manager on its
 // own API; config/rbac/role.yaml is generated from them by `make manifests`.
