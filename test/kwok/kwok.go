@@ -177,6 +177,10 @@ func run(ctx context.Context, bin, kubeconfig, home, logPath string, cleanup fun
 	// own keeps a developer's configuration out.
 	cmd.Env = append(os.Environ(), "HOME="+home)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A process group of its own: a terminal's Ctrl-C (SIGINT to the
+	// foreground group, `make run`'s) reaches the program that started
+	// KWOK, which stops it (stop), not KWOK directly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", bin, err)
