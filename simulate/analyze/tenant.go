@@ -3,6 +3,7 @@ package analyze
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -38,13 +39,26 @@ func tenantFindings(ctx context.Context, in Input, compiled []*engine.CompiledPo
 	if err != nil {
 		return nil, nil, err
 	}
-	if !slices.ContainsFunc(ok, func(p *engine.CompiledPolicy) bool { return p.ParamSpec() != nil }) {
-		return out, nil, nil
-	}
+	hasParams := slices.ContainsFunc(ok, func(p *engine.CompiledPolicy) bool { return p.ParamSpec() != nil })
 	if in.Access == nil {
+		if !hasParams {
+			return out, nil, nil
+		}
 		return out, []string{"who may write the params objects (tenant-writable-input) is asked of a live cluster only: run analyze against the cluster, not files"}, nil
 	}
-	writable, err := paramsFindings(ctx, in, ok)
+	var writable []Finding
+	if hasParams {
+		writable, err = paramsFindings(ctx, in, ok)
+	}
+	if err == nil {
+		namespaces := map[string]*corev1.Namespace{}
+		for _, ns := range in.Namespaces {
+			namespaces[ns.Name] = ns
+		}
+		var labels []Finding
+		labels, err = namespaceLabelFindings(ctx, in, ok, namespaces)
+		writable = append(writable, labels...)
+	}
 	if apierrors.IsForbidden(err) {
 		return out, []string{"who may write the params objects (tenant-writable-input) was not checked: it needs permission to list RoleBindings and ClusterRoleBindings and to create SubjectAccessReviews: " + err.Error()}, nil
 	}
@@ -176,6 +190,61 @@ func paramsFindings(ctx context.Context, in Input, compiled []*engine.CompiledPo
 		return nil, err
 	}
 	return append(out, missing...), nil
+}
+
+// namespaceLabelFindings are the namespaces whose labels subjects bound in
+// them may change (source.Access.LabelWriters), when a policy reads
+// namespace labels: a namespaceSelector, or namespaceObject in its
+// expressions. A tenant who relabels its namespace moves itself into or
+// out of those policies.
+func namespaceLabelFindings(ctx context.Context, in Input, compiled []*engine.CompiledPolicy, namespaces map[string]*corev1.Namespace) ([]Finding, error) {
+	var readers []string
+	for _, p := range compiled {
+		if p.NamespaceSelector != nil || readsNamespaceObject(in.Policies, p.Name) {
+			readers = append(readers, p.Name)
+		}
+	}
+	if len(readers) == 0 {
+		return nil, nil
+	}
+	var out []Finding
+	for _, name := range slices.Sorted(maps.Keys(namespaces)) {
+		if strings.HasPrefix(name, "kube-") || name == "celsched-system" {
+			continue
+		}
+		writers, err := in.Access.LabelWriters(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if len(writers) == 0 {
+			continue
+		}
+		names, described := make([]string, len(writers)), make([]string, len(writers))
+		for i, w := range writers {
+			names[i] = w.String()
+			described[i] = fmt.Sprintf("%s (%s; %s)", w.String(), strings.Join(w.Verbs, ", "), strings.Join(w.Bindings, ", "))
+		}
+		out = append(out, Finding{Kind: TenantWritableInput, Policies: readers, Subject: "Namespace " + name + " (labels)", Writers: names,
+			Evidence: fmt.Sprintf("these policies read namespace labels (a namespaceSelector, or namespaceObject); subjects bound in namespace %s may change its labels, and so which of them apply to its pods and what they grant: %s",
+				name, strings.Join(described, "; ")),
+			Suggestion: "take update and patch of namespaces (and bind, escalate, impersonate) out of the namespace's roles (the built-in edit and admin do not grant them; a tool that delegates namespaces may)"})
+	}
+	return out, nil
+}
+
+// readsNamespaceObject says whether the named policy's expressions read
+// namespaceObject.
+func readsNamespaceObject(policies []*schedv1alpha1.SchedulingPolicy, name string) bool {
+	for _, p := range policies {
+		if p.Name != name {
+			continue
+		}
+		data, err := json.Marshal(p.Spec)
+		if err == nil && strings.Contains(string(data), "namespaceObject") {
+			return true
+		}
+	}
+	return false
 }
 
 // writableSuggestion is the suggestion of a params object tenants may

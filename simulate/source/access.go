@@ -99,6 +99,29 @@ func (a *Access) Creators(ctx context.Context, gvk schema.GroupVersionKind, name
 	return a.writers(ctx, gvk, namespace, name, false)
 }
 
+// LabelWriters returns the subjects bound in a namespace that may update
+// or patch the Namespace itself (its labels, which namespaceSelectors and
+// namespaceObject read), or grant themselves that, as Writers does for
+// an object: a RoleBinding in the namespace may grant it (a request on a
+// Namespace is authorized in that namespace).
+func (a *Access) LabelWriters(ctx context.Context, namespace string) ([]Writer, error) {
+	out, err := a.writers(ctx, schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}, namespace, namespace, true)
+	if err != nil {
+		return nil, err
+	}
+	// Deleting a Namespace and creating it again is not a way to relabel
+	// it (it takes every object of the namespace with it).
+	return slices.DeleteFunc(out, func(w Writer) bool {
+		return !slices.Contains(w.Verbs, "update") && !slices.Contains(w.Verbs, "patch") && !slices.ContainsFunc(w.Verbs, isGrant)
+	}), nil
+}
+
+// isGrant says whether a verb of Writer.Verbs is a way to grant oneself
+// the others (bind, escalate, impersonate).
+func isGrant(verb string) bool {
+	return strings.HasPrefix(verb, "bind ") || strings.HasPrefix(verb, "escalate ") || strings.HasPrefix(verb, "impersonate ")
+}
+
 func (a *Access) writers(ctx context.Context, gvk schema.GroupVersionKind, namespace, name string, exists bool) ([]Writer, error) {
 	if namespace == "" {
 		return nil, nil

@@ -75,6 +75,20 @@ func TestAnalyzeFindsTenantWritableParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { deleteObject(t, cmY) })
+	// In team-y a user may also relabel the namespace (a Role in it that
+	// grants update on namespaces: a request on a Namespace is authorized
+	// in that namespace), and so move it out of the ConfigMap fence.
+	labeller := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: yNamespace, Name: "analyze-labeller"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"get", "update"}}}}
+	if err := k8sClient.Create(t.Context(), labeller); err != nil {
+		t.Fatal(err)
+	}
+	labellerBinding := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: yNamespace, Name: "analyze-labeller"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: labeller.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "analyze-labeller"}}}
+	if err := k8sClient.Create(t.Context(), labellerBinding); err != nil {
+		t.Fatal(err)
+	}
 	// team-z has no params object yet; its editor may create one.
 	zNamespace := createNamespace(t, "analyze-cmz", map[string]string{"celsched.io/placement": "configmap"})
 	namespaceUser(t, zNamespace, "edit", "analyze-editor")
@@ -129,6 +143,20 @@ func TestAnalyzeFindsTenantWritableParams(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("tenant-writable-input findings of the two namespaces (-want +got):\n%s", diff)
+	}
+	// Who may relabel a namespace, of the four: team-y's labeller only
+	// (edit and admin do not grant updating a Namespace).
+	var relabel []analyze.Finding
+	for _, f := range r.Findings {
+		if f.Kind == analyze.TenantWritableInput && strings.HasPrefix(f.Subject, "Namespace ") &&
+			slices.ContainsFunc([]string{cmNamespace, tpNamespace, yNamespace, zNamespace}, func(ns string) bool { return f.Subject == "Namespace "+ns+" (labels)" }) {
+			relabel = append(relabel, f)
+		}
+	}
+	if len(relabel) != 1 || relabel[0].Subject != "Namespace "+yNamespace+" (labels)" || !slices.Equal(relabel[0].Writers, []string{"User analyze-labeller"}) ||
+		!slices.Contains(relabel[0].Policies, "tenant-zones-configmap") ||
+		!strings.Contains(relabel[0].Evidence, "User analyze-labeller (update; RoleBinding analyze-labeller (Role analyze-labeller))") {
+		t.Errorf("namespace label findings %+v, want one for %s naming User analyze-labeller (update)", relabel, yNamespace)
 	}
 	if slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "tenant-writable-input") }) {
 		t.Errorf("live, the params writers are checked; notes: %q", r.Notes)
