@@ -47,6 +47,9 @@ var k8sClient client.Client
 // for the CLI.
 var kubeconfig string
 
+// cliBinary is the celsched CLI, built once (testenv.BuildCLI).
+var cliBinary string
+
 func TestMain(m *testing.M) {
 	// -v and the other klog flags, for the manager's logs.
 	klog.InitFlags(nil)
@@ -73,6 +76,10 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	if kubeconfig, err = testenv.WriteAdminKubeconfig(env, cfg, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if cliBinary, err = testenv.BuildCLI(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

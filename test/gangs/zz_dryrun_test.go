@@ -12,10 +12,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/simulate/dryrun"
 	"github.com/celsched/celsched/simulate/impact"
 	"github.com/celsched/celsched/test/builder"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // This file's name puts its test last in the package. Run before
@@ -61,7 +61,7 @@ func TestDryRunGroupsLive(t *testing.T) {
 
 	var out, errOut bytes.Buffer
 	args := []string{"impact", "--kubeconfig", kubeconfig, "-o", "json", gates, "-f", draft, "--delete", freeze.Name}
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	r := &impact.Report{}
@@ -87,7 +87,7 @@ func TestDryRunGroupsLive(t *testing.T) {
 	out.Reset()
 	errOut.Reset()
 	args = []string{"explain", "pod/wide-2", "-n", ns, "--kubeconfig", kubeconfig, "-o", "json", gates, "-f", draft}
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	report := &dryrun.Report{}
@@ -118,7 +118,7 @@ func TestDryRunGroupsLive(t *testing.T) {
 	out.Reset()
 	errOut.Reset()
 	args = []string{"explain", "pod/wide-2", "-n", ns, "--kubeconfig", kubeconfig, "-o", "json", gates}
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	report = &dryrun.Report{}

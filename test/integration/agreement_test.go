@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/celsched/celsched/api/policytest"
-	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/simulate/dryrun"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // caseLabel marks the nodes of one agreement case; the case's pods require
@@ -335,7 +335,7 @@ func writeObjects[T client.Object](t *testing.T, dir, name string, objs ...T) st
 func cliReport(t *testing.T, args ...string) *dryrun.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	r := &dryrun.Report{}

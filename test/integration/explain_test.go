@@ -8,8 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/test/golden"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // TestExplain runs `celsched explain` against the live cluster: a pod held
@@ -47,7 +47,7 @@ func TestExplain(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var out bytes.Buffer
 			args := append([]string{"explain", "--kubeconfig", kubeconfig}, tc.args...)
-			if code := cli.Run(args, strings.NewReader(""), &out, &out); code != tc.wantCode {
+			if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &out); code != tc.wantCode {
 				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out.String())
 			}
 			got := strings.NewReplacer(sandbox, "SANDBOX", accounted, "ACCOUNTED").Replace(out.String())

@@ -14,11 +14,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/simulate/analyze"
 	"github.com/celsched/celsched/simulate/dryrun"
 	"github.com/celsched/celsched/simulate/impact"
 	"github.com/celsched/celsched/test/builder"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // TestImpactAgreesWithScheduler runs `celsched impact` against the live
@@ -135,7 +135,7 @@ func impactReport(t *testing.T, args ...string) *impact.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	args = append([]string{"impact", "--kubeconfig", kubeconfig, "-o", "json"}, args...)
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	r := &impact.Report{}
@@ -285,7 +285,7 @@ func analyzeReport(t *testing.T, args ...string) *analyze.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	args = append([]string{"analyze", "--kubeconfig", kubeconfig, "-o", "json"}, args...)
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	r := &analyze.Report{}

@@ -34,6 +34,8 @@ var (
 	k8sClient  client.Client
 	clientset  kubernetes.Interface
 	kubeconfig string
+	// cliBinary is the celsched CLI, built once (testenv.BuildCLI).
+	cliBinary  string
 	testConfig *rest.Config
 )
 
@@ -62,6 +64,10 @@ func run(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	kubeconfig = filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if cliBinary, err = testenv.BuildCLI(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/test/builder"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 // TestRolloutTwoWaves: a policy rolled out in two waves. The first wave's
@@ -214,7 +214,7 @@ func waitRollout(t *testing.T, name, what string, ok func(*schedv1alpha1.Rollout
 func runCLI(t *testing.T, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	if code := cli.Run(args, strings.NewReader(""), &out, &out); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &out); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, out.String())
 	}
 	return out.String()

@@ -32,6 +32,8 @@ var (
 	// kubeconfig is an admin kubeconfig file of the control plane, for
 	// the CLI.
 	kubeconfig string
+	// cliBinary is the celsched CLI, built once (testenv.BuildCLI).
+	cliBinary string
 )
 
 // waitTimeout bounds every wait: KWOK's stages take a second or two, and
@@ -69,6 +71,10 @@ func run(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	if kubeconfig, err = testenv.WriteAdminKubeconfig(env, cfg, dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if cliBinary, err = testenv.BuildCLI(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

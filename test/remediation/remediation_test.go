@@ -30,10 +30,10 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
-	cli "github.com/celsched/celsched/cmd/celsched/app"
 	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/simulate/analyze"
 	"github.com/celsched/celsched/test/kwok"
+	"github.com/celsched/celsched/test/testenv"
 )
 
 func ready(pod *corev1.Pod) bool {
@@ -461,7 +461,7 @@ func analyzeReport(t *testing.T) *analyze.Report {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	args := []string{"analyze", "--kubeconfig", kubeconfig, "-o", "json"}
-	if code := cli.Run(args, strings.NewReader(""), &out, &errOut); code != 0 {
+	if code := testenv.RunCLI(cliBinary, args, strings.NewReader(""), &out, &errOut); code != 0 {
 		t.Fatalf("celsched %s: exit code %d: %s", strings.Join(args, " "), code, errOut.String())
 	}
 	r := &analyze.Report{}
