@@ -123,9 +123,10 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			delete(mem.told, key) // no longer drifted
 		}
 	}
-	// The rate is shared: the namespace, then the workload, evicted from
-	// longest ago (or never) goes first, so that one namespace or
-	// workload cannot take the evictions of the others.
+	// The rate is shared: the pods of the namespace evicted from longest
+	// ago (or never) go first, so that one namespace cannot take the
+	// evictions of the others (and a workload whose replacements come
+	// back is stopped by its breaker).
 	keys = slices.Clone(keys)
 	slices.SortStableFunc(keys, func(a, b types.NamespacedName) int {
 		return mem.namespaces[a.Namespace].Compare(mem.namespaces[b.Namespace])
@@ -133,7 +134,7 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 	// unavailable counts, per workload, the pods unavailable, with those
 	// evicted in this step.
 	unavailable := map[types.UID]int{}
-	profiles := verdict.EnforcingProfiles(d.Live.Config, p)
+	profiles, all := verdict.EnforcingProfiles(d.Live.Config, p), profileNames(d.Live)
 	var e *verdict.Evaluator
 	defer func() {
 		if e != nil {
@@ -189,7 +190,7 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 		// The pod must still be refused (the policy as the scheduler has
 		// it now), and its replacement, as its controller will create it,
 		// must be placed elsewhere under the policy.
-		judged, _ := verdict.AsProfile(pod, profileNames(d.Live))
+		judged, _ := verdict.AsProfile(pod, all)
 		refused, err := refusedBy(ctx, e, judged, p.Name)
 		if err != nil || !refused {
 			continue
@@ -244,7 +245,8 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 		log.Info("Evicted a drifted pod", "pod", klog(pod), "node", pod.Spec.NodeName, "policy", p.Name, "replacementNode", r.Node)
 		mem.lastEviction, last = now, now
 		mem.unwrittenEvictions++
-		mem.evicted(owner, pod, tmpl, d.workloadPods(pod.Namespace, owner.UID), now)
+		siblings, _ := d.ownedPods(pod.Namespace, owner.UID)
+		mem.evicted(owner, pod, tmpl, siblings, now)
 		later(schedv1alpha1.ReplacementDeadline)
 		unavailable[owner.UID]++
 		rs.Evicted++
@@ -266,7 +268,7 @@ func (mem *remediationMemory) tell(key types.NamespacedName, r schedv1alpha1.Rem
 }
 
 // evicted records an eviction of a workload's pod.
-func (mem *remediationMemory) evicted(owner *metav1.OwnerReference, pod *corev1.Pod, tmpl *verdict.Template, known []types.UID, now time.Time) {
+func (mem *remediationMemory) evicted(owner *metav1.OwnerReference, pod *corev1.Pod, tmpl *verdict.Template, siblings []*corev1.Pod, now time.Time) {
 	if mem.workloads == nil {
 		mem.workloads = map[types.UID]*workloadEvictions{}
 	}
@@ -283,7 +285,9 @@ func (mem *remediationMemory) evicted(owner *metav1.OwnerReference, pod *corev1.
 	w.evicted++
 	w.from.Insert(pod.Spec.NodeName)
 	w.known.Insert(pod.UID)
-	w.known.Insert(known...)
+	for _, s := range siblings {
+		w.known.Insert(s.UID)
+	}
 	if tmpl != nil {
 		w.generation = tmpl.Generation
 	}
@@ -318,14 +322,13 @@ func (d *DriftController) checkReplacements(ctx context.Context, p *schedv1alpha
 			}
 			continue
 		}
-		list, err := d.Pods.Pods(w.namespace).List(labels.Everything())
+		list, err := d.ownedPods(w.namespace, uid)
 		if err != nil {
 			continue
 		}
 		landed, back := 0, ""
 		for _, pod := range list {
-			ref := metav1.GetControllerOf(pod)
-			if ref == nil || ref.UID != uid || w.known.Has(pod.UID) || !running(pod) {
+			if w.known.Has(pod.UID) || !running(pod) {
 				continue
 			}
 			key := types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name}
@@ -385,32 +388,29 @@ func refusedBy(ctx context.Context, e *verdict.Evaluator, pod *corev1.Pod, polic
 	return false, nil
 }
 
-// workloadPods are the UIDs of a controller's pods in a namespace.
-func (d *DriftController) workloadPods(namespace string, owner types.UID) []types.UID {
+// ownedPods are a controller's pods in a namespace, as the scheduler's
+// informer holds them.
+func (d *DriftController) ownedPods(namespace string, owner types.UID) ([]*corev1.Pod, error) {
 	list, err := d.Pods.Pods(namespace).List(labels.Everything())
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-	var out []types.UID
-	for _, pod := range list {
-		if ref := metav1.GetControllerOf(pod); ref != nil && ref.UID == owner {
-			out = append(out, pod.UID)
-		}
-	}
-	return out
+	return slices.DeleteFunc(list, func(pod *corev1.Pod) bool {
+		ref := metav1.GetControllerOf(pod)
+		return ref == nil || ref.UID != owner
+	}), nil
 }
 
 // workload counts a controller's pods in a namespace that have not
 // terminated (total) and those of them that are unavailable: being
 // deleted, or not Ready.
 func (d *DriftController) workload(namespace string, owner types.UID) (unavailable, total int, err error) {
-	list, err := d.Pods.Pods(namespace).List(labels.Everything())
+	list, err := d.ownedPods(namespace, owner)
 	if err != nil {
-		return 0, 0, fmt.Errorf("listing pods: %w", err)
+		return 0, 0, err
 	}
 	for _, pod := range list {
-		ref := metav1.GetControllerOf(pod)
-		if ref == nil || ref.UID != owner || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		total++

@@ -259,6 +259,10 @@ func (p *Program) UsesNodeInfo() bool { return p.usesNodeInfo }
 // message) reads podGroup.
 func (p *Program) ReadsPodGroup() bool { return p.reads&podGroupRead != 0 }
 
+// ReadsNamespaceObject says whether an expression of the policy reads
+// namespaceObject (the pod's Namespace: its labels, among others).
+func (p *Program) ReadsNamespaceObject() bool { return p.reads&podNamespaceRead != 0 }
+
 // ReadsPodGroupMembers says whether an expression of the policy reads
 // podGroup.assignedNodes (or podGroup whole), which changes whenever a
 // member of the group is placed.

@@ -32,7 +32,7 @@ const RemediationEvict RemediationAction = "Evict"
 // (ReplacementRefused) until its template or the policy changes. Never
 // more than maxUnavailable of a workload's pods are unavailable at once,
 // counting the evicted ones, and the rate is shared between namespaces:
-// the namespace and workload evicted from longest ago go first.
+// the pods of the namespace evicted from longest ago go first.
 type Remediation struct {
 	// action is what is done to a drifted pod: Evict.
 	// +required

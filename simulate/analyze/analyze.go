@@ -524,13 +524,7 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 			if pv.Pass[n] {
 				continue
 			}
-			key := [2]string{pv.Policy, bp.Namespace}
-			if a.violations[key] == nil {
-				a.violations[key] = &violation{reasons: sets.New[string]()}
-			}
-			a.violations[key].pods = append(a.violations[key].pods, bp.Namespace+"/"+bp.Name+" on "+bp.Spec.NodeName)
-			a.violations[key].bound = append(a.violations[key].bound, bp)
-			a.violations[key].reasons.Insert(pv.Reason[n])
+			a.violate(pv.Policy, bp, "", pv.Reason[n])
 		}
 	}
 
@@ -796,6 +790,20 @@ func (a *analysis) addScores(v *dryrun.Verdicts, feasible []int) {
 	}
 }
 
+// violate records a bound pod that the policy refuses on its node, for
+// the reason; note follows its place in the evidence.
+func (a *analysis) violate(policy string, pod *corev1.Pod, note, reason string) {
+	key := [2]string{policy, pod.Namespace}
+	v := a.violations[key]
+	if v == nil {
+		v = &violation{reasons: sets.New[string]()}
+		a.violations[key] = v
+	}
+	v.pods = append(v.pods, pod.Namespace+"/"+pod.Name+" on "+pod.Spec.NodeName+note)
+	v.bound = append(v.bound, pod)
+	v.reasons.Insert(reason)
+}
+
 // otherSchedulers adds to the violations the running pods no profile
 // placed (another scheduler's, or created with spec.nodeName) that the
 // enforced policies refuse on their node, judged as the first profile
@@ -823,13 +831,7 @@ func (a *analysis) otherSchedulers(ctx context.Context, s *dryrun.Scheduler, bou
 			if scopes[r.Policy] == schedv1alpha1.DriftProfilePods {
 				continue
 			}
-			key := [2]string{r.Policy, pod.Namespace}
-			if a.violations[key] == nil {
-				a.violations[key] = &violation{reasons: sets.New[string]()}
-			}
-			a.violations[key].pods = append(a.violations[key].pods, pod.Namespace+"/"+pod.Name+" on "+pod.Spec.NodeName+" (placed by "+celplugins.SchedulerName(pod)+")")
-			a.violations[key].bound = append(a.violations[key].bound, pod)
-			a.violations[key].reasons.Insert(r.Message)
+			a.violate(r.Policy, pod, " (placed by "+celplugins.SchedulerName(pod)+")", r.Message)
 		}
 	}
 	return nil

@@ -3,7 +3,6 @@ package analyze
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -200,7 +199,7 @@ func paramsFindings(ctx context.Context, in Input, compiled []*engine.CompiledPo
 func namespaceLabelFindings(ctx context.Context, in Input, compiled []*engine.CompiledPolicy, namespaces map[string]*corev1.Namespace) ([]Finding, error) {
 	var readers []string
 	for _, p := range compiled {
-		if p.NamespaceSelector != nil || readsNamespaceObject(in.Policies, p.Name) {
+		if p.NamespaceSelector != nil || p.ReadsNamespaceObject() {
 			readers = append(readers, p.Name)
 		}
 	}
@@ -230,21 +229,6 @@ func namespaceLabelFindings(ctx context.Context, in Input, compiled []*engine.Co
 			Suggestion: "take update and patch of namespaces (and bind, escalate, impersonate) out of the namespace's roles (the built-in edit and admin do not grant them; a tool that delegates namespaces may)"})
 	}
 	return out, nil
-}
-
-// readsNamespaceObject says whether the named policy's expressions read
-// namespaceObject.
-func readsNamespaceObject(policies []*schedv1alpha1.SchedulingPolicy, name string) bool {
-	for _, p := range policies {
-		if p.Name != name {
-			continue
-		}
-		data, err := json.Marshal(p.Spec)
-		if err == nil && strings.Contains(string(data), "namespaceObject") {
-			return true
-		}
-	}
-	return false
 }
 
 // writableSuggestion is the suggestion of a params object tenants may
