@@ -64,6 +64,10 @@ type Cycle struct {
 	// audit collects what the Audit policies would have rejected: at match
 	// time, and per node; nil when no Audit policy matches.
 	audit *auditDenials
+
+	// Record, when a dry run asked for one (RecordKey), receives what the
+	// plugins decide on each node; nil in the scheduler.
+	Record *Record
 }
 
 // ExplainOnce says whether the caller is the first of the cycle to ask.

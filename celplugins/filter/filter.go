@@ -89,6 +89,7 @@ func (pl *Filter) PreFilter(ctx context.Context, state fwk.CycleState, pod *core
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
+	c.Attach(celplugins.ReadRecord(state))
 	state.Write(celplugins.StateKey, c)
 	pl.cycle.Remember(state, c)
 	if c.Rejection != nil {
@@ -124,6 +125,9 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	in, err := pl.rt.Inputs.Converter.NodeInput(node, nodeInfo.GetGeneration(), nodeInfo, celplugins.NodeInfoFrom)
 	if err != nil {
 		return fwk.AsStatus(err)
+	}
+	if c.Record != nil {
+		return pl.recorded(ctx, c, pod, &in)
 	}
 	if o := c.FilterList.Cached(c.Pod, &in); o != nil {
 		// Another pod that the same policies apply to, and that reads the
@@ -168,6 +172,23 @@ func (pl *Filter) Filter(ctx context.Context, state fwk.CycleState, pod *corev1.
 	}
 	c.FilterTally.Passed(passing, len(c.Filters))
 	c.FilterList.Remember(c.Pod, &in, outcome)
+	return nil
+}
+
+// recorded is Filter in a cycle that records (a dry run's): every policy
+// is evaluated on the node and recorded (Cycle.FilterNode), and the node's
+// status is the first that ends its filtering, as Filter's.
+func (pl *Filter) recorded(ctx context.Context, c *celplugins.Cycle, pod *corev1.Pod, in *engine.NodeInput) *fwk.Status {
+	passing := 0
+	for i, o := range c.FilterNode(ctx, in) {
+		if metrics.Plain(&o.Decision) {
+			continue
+		}
+		if status, done := pl.decided(ctx, c, pod, in, &passing, i, &o.Decision); done {
+			return status
+		}
+	}
+	c.FilterTally.Passed(passing, len(c.Filters))
 	return nil
 }
 

@@ -195,6 +195,7 @@ func (pl *Score) PreScore(ctx context.Context, state fwk.CycleState, pod *corev1
 		if c, err = pl.rt.Prepare(ctx, pod, celplugins.DefaultEvaluationBudget); err != nil {
 			return fwk.AsStatus(err)
 		}
+		c.Attach(celplugins.ReadRecord(state))
 	}
 	if len(c.Scores) == 0 {
 		return fwk.NewStatus(fwk.Skip)
@@ -231,7 +232,13 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		return 0, fwk.AsStatus(err)
 	}
 	raw := s.row(row)
-	if o := s.cycle.ScoreList.Cached(s.cycle.Pod, &in); o != nil {
+	// decisions are the policies' decisions on the node, for a cycle that
+	// records them (a dry run's); nil in the scheduler.
+	var decisions []engine.Decision
+	if s.cycle.Record != nil {
+		decisions = make([]engine.Decision, len(s.cycle.Scores))
+		defer func() { s.cycle.RecordScores(node.Name, decisions, raw) }()
+	} else if o := s.cycle.ScoreList.Cached(s.cycle.Pod, &in); o != nil {
 		// Another pod that the same policies apply to, and that reads the
 		// same of the pod, was scored on this node version (and NodeInfo
 		// generation): its raw values are this pod's.
@@ -258,6 +265,9 @@ func (pl *Score) Score(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		d := p.Score(s.cycle.Ctx, s.cycle.Pod, &in, values)
 		if timed {
 			s.tally.Time(i, time.Since(start))
+		}
+		if decisions != nil {
+			decisions[i] = d
 		}
 		if metrics.Plain(&d) {
 			continue

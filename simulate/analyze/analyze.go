@@ -277,7 +277,7 @@ func evaluateClass(ctx context.Context, s, base *dryrun.Scheduler, c *class, min
 	needBase := func(r *verdict.Result) bool {
 		return cv.verdicts.Rejection == nil && len(r.Feasible) < max(minFeasible, 1)
 	}
-	if cv.feasible, err = feasibility(ctx, s, base, c.pod, needBase); err != nil {
+	if cv.feasible, err = feasibility(ctx, base, c.pod, cv.verdicts.Result, needBase); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
 	}
 	return cv, nil
@@ -457,16 +457,13 @@ type classFeasible struct {
 	policies, builtin *verdict.Result
 }
 
-// feasibility runs the framework for the class's pod with the policies
-// (s), and without (base) when needBase says the findings need it, past
-// any PreEnqueue hold: a hold waits for a change by design (a namespace's
-// approval), and what analyze asks is which nodes the pods may have once
-// released.
-func feasibility(ctx context.Context, s, base *dryrun.Scheduler, pod *corev1.Pod, needBase func(withPolicies *verdict.Result) bool) (*classFeasible, error) {
-	withPolicies, err := s.FeasibleOnceReleased(ctx, pod)
-	if err != nil {
-		return nil, err
-	}
+// feasibility is what the framework says of the class's pod with the
+// policies (withPolicies: the run Verdicts recorded), and without them
+// (base) when needBase says the findings need it, past any PreEnqueue
+// hold: a hold waits for a change by design (a namespace's approval), and
+// what analyze asks is which nodes the pods may have once released.
+func feasibility(ctx context.Context, base *dryrun.Scheduler, pod *corev1.Pod, withPolicies *verdict.Result, needBase func(withPolicies *verdict.Result) bool) (*classFeasible, error) {
+	var err error
 	out := &classFeasible{policies: withPolicies}
 	if needBase(withPolicies) {
 		if out.builtin, err = base.FeasibleOnceReleased(ctx, pod); err != nil {

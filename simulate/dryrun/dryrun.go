@@ -18,11 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
-	fwk "k8s.io/kube-scheduler/framework"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/simulate/verdict"
 )
@@ -74,18 +73,29 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if _, err := s.SchedulerName(pod); err != nil {
 		return nil, err
 	}
-	r, err := s.Schedule(ctx, pod)
-	if err != nil {
-		return nil, err
-	}
-	if r.Group, err = placeGroup(ctx, s, pod, in.PodGroups, in.Pods); err != nil {
-		return nil, err
-	}
 	var why *engine.Why
 	if in.Why {
 		why = s.why
 	}
-	if err := r.explain(ctx, s.Runtime(), s.compiled, pod, cluster.NodeInfo, why); err != nil {
+	rec := &celplugins.Record{Rules: true, Why: why}
+	r, err := s.report(ctx, pod, func(ctx context.Context, pod *corev1.Pod) (*verdict.Result, error) {
+		return s.Evaluator.Record(ctx, pod, rec)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r.PreEnqueue != nil {
+		// Held: nothing else ran, as in the scheduler. The policies'
+		// detail is of the pod once released.
+		rec = &celplugins.Record{Rules: true, Why: why}
+		if _, err := s.Evaluator.RecordReleased(ctx, pod, rec); err != nil {
+			return nil, err
+		}
+	}
+	if r.Group, err = placeGroup(ctx, s, pod, in.PodGroups, in.Pods); err != nil {
+		return nil, err
+	}
+	if err := r.explain(ctx, s.Runtime(), s.compiled, pod, rec, why); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -297,23 +307,14 @@ func (s *Scheduler) report(ctx context.Context, pod *corev1.Pod, evaluate func(c
 // left out.
 func (s *Scheduler) Why(ctx context.Context, pod *corev1.Pod, node string) ([]*PolicyResult, error) {
 	pod = verdict.Default(pod)
-	r := &Report{}
-	var ni fwk.NodeInfo
-	if node != "" {
-		var err error
-		if ni, err = s.cluster.NodeInfo(node); err != nil {
-			return nil, fmt.Errorf("no node %s", node)
-		}
-		if pod.Spec.NodeName == node {
-			ni = ni.Snapshot()
-			if err := ni.RemovePod(klog.FromContext(ctx), pod); err != nil {
-				return nil, fmt.Errorf("removing pod %s/%s from its node: %w", pod.Namespace, pod.Name, err)
-			}
-		}
-		r.Nodes = []*NodeResult{{Name: node}}
+	rec := &celplugins.Record{Rules: true, Why: s.why}
+	res, err := s.Evaluator.RecordOn(ctx, pod, node, rec)
+	if err != nil {
+		return nil, err
 	}
+	r := &Report{Result: *res}
 	pod.Spec.NodeName = ""
-	if err := r.explain(ctx, s.Runtime(), s.compiled, pod, func(string) (fwk.NodeInfo, error) { return ni, nil }, s.why); err != nil {
+	if err := r.explain(ctx, s.Runtime(), s.compiled, pod, rec, s.why); err != nil {
 		return nil, err
 	}
 	var out []*PolicyResult

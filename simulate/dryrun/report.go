@@ -6,7 +6,6 @@ import (
 	"math"
 
 	corev1 "k8s.io/api/core/v1"
-	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -93,8 +92,12 @@ type ScoreResult struct {
 	Error      string  `json:"error,omitempty"`
 }
 
-// explain fills Policies with every policy's detail.
-func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
+// explain fills Policies with every policy's detail: whether it applies
+// and why (its match), its preEnqueue rules, and, per node, what the CEL
+// plugins decided in the run that gave the verdict (rec): each filter
+// rule's verdict with the false ones' sub-expressions when why is set, and
+// the score rules' values on the nodes scored.
+func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies []*engine.CompiledPolicy, pod *corev1.Pod, rec *celplugins.Record, why *engine.Why) error {
 	in, err := rt.Inputs.PodInput(pod)
 	if err != nil {
 		return err
@@ -102,7 +105,7 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 	for _, base := range policies {
 		matches := base.MatchAll(ctx, in)
 		for i := range matches {
-			if err := r.explainPolicy(ctx, rt, &matches[i], in, nodeInfo, why); err != nil {
+			if err := r.explainPolicy(ctx, &matches[i], in, rec, why); err != nil {
 				return err
 			}
 		}
@@ -112,7 +115,7 @@ func (r *Report) explain(ctx context.Context, rt *celplugins.Runtime, policies [
 
 // explainPolicy adds one policy's detail (of a parameterized one, with
 // one params object).
-func (r *Report) explainPolicy(ctx context.Context, rt *celplugins.Runtime, m *engine.MatchResult, in *engine.PodInput, nodeInfo func(string) (fwk.NodeInfo, error), why *engine.Why) error {
+func (r *Report) explainPolicy(ctx context.Context, m *engine.MatchResult, in *engine.PodInput, rec *celplugins.Record, why *engine.Why) error {
 	p := m.Decision.Policy
 	pr := &PolicyResult{Name: p.Name, Enforcement: string(p.Enforcement)}
 	if p.HasOverrides() {
@@ -156,31 +159,53 @@ func (r *Report) explainPolicy(ctx context.Context, rt *celplugins.Runtime, m *e
 		pr.Scores = map[string][]ScoreResult{}
 	}
 	for _, n := range r.Nodes {
-		ni, err := nodeInfo(n.Name)
-		if err != nil {
-			return err
-		}
-		nin, err := rt.Inputs.Converter.Node(ni.Node(), func() *engine.NodeInfo { return celplugins.NodeInfo(ni) })
-		if err != nil {
-			return err
-		}
 		if p.HasFilters() {
-			verdicts, _ := p.FilterRules(ctx, in, nin)
-			pr.Filters[n.Name] = ruleResults(verdicts)
-			if err := explainFalse(pr.Filters[n.Name], func(rule string) ([]engine.Step, error) {
-				return why.Filter(ctx, p, in, nin, rule)
-			}, why); err != nil {
-				return err
+			if o := outcomeOf(rec.Filters(n.Name), pr, func(o *celplugins.FilterOutcome) *engine.Decision { return &o.Decision }); o != nil {
+				pr.Filters[n.Name] = filterResults(o)
 			}
 		}
 		if p.HasScores() {
-			pr.Scores[n.Name] = scoreResults(ctx, p, in, nin)
+			if o := outcomeOf(rec.Scores(n.Name), pr, func(o *celplugins.ScoreOutcome) *engine.Decision { return &o.Decision }); o != nil {
+				pr.Scores[n.Name] = scoreResults(p, o)
+			}
 		}
 	}
 	if p.HasScores() {
 		normalize(pr, p, r.Feasible)
 	}
 	return nil
+}
+
+// outcomeOf returns the outcome, among a node's, of the policy (with the
+// params object) that pr reports, or nil when the plugins did not
+// evaluate it there.
+func outcomeOf[T any](outcomes []T, pr *PolicyResult, decision func(*T) *engine.Decision) *T {
+	for i := range outcomes {
+		d := decision(&outcomes[i])
+		if d.Policy == nil || d.Policy.Name != pr.Name {
+			continue
+		}
+		params := ""
+		if ps := d.Policy.Params(); ps != nil {
+			params = ps.String()
+		}
+		if params == pr.Params {
+			return &outcomes[i]
+		}
+	}
+	return nil
+}
+
+// filterResults are a filter policy's rules on a node as the plugin
+// recorded them, with the sub-expressions of those that are false.
+func filterResults(o *celplugins.FilterOutcome) []RuleResult {
+	out := ruleResults(o.Rules)
+	for i := range out {
+		if !out[i].Passed {
+			out[i].Why = o.Why[out[i].Rule]
+		}
+	}
+	return out
 }
 
 // explainFalse adds the sub-expressions' values to the rules that are
@@ -213,11 +238,12 @@ func ruleResults(verdicts []engine.RuleVerdict) []RuleResult {
 	return out
 }
 
-func scoreResults(ctx context.Context, p *engine.CompiledPolicy, in *engine.PodInput, node *engine.NodeInput) []ScoreResult {
+// scoreResults are a score policy's rules on a node as CELScore recorded
+// them: each rule's raw value, or why it has none.
+func scoreResults(p *engine.CompiledPolicy, o *celplugins.ScoreOutcome) []ScoreResult {
 	rules := p.ScoreRules()
 	out := make([]ScoreResult, len(rules))
-	raw := make([]float64, len(rules))
-	d := p.Score(ctx, in, node, raw)
+	d := &o.Decision
 	failed := map[string]error{}
 	for _, err := range d.Ignored {
 		failed[ruleOf(err)] = err
@@ -234,7 +260,7 @@ func scoreResults(ctx context.Context, p *engine.CompiledPolicy, in *engine.PodI
 		case failed[rule.Name] != nil:
 			out[i].Error = failed[rule.Name].Error() + " (failurePolicy Ignore: scores 0)"
 		default:
-			out[i].Raw = raw[i]
+			out[i].Raw = o.Raw[i]
 		}
 	}
 	return out

@@ -1,9 +1,12 @@
 package dryrun
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"math"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -12,12 +15,16 @@ import (
 	"github.com/celsched/celsched/simulate/verdict"
 )
 
-// Verdicts are what the policies say of a pod on every node of the
-// cluster, policy by policy and rule by rule, apart from the scheduler's
-// other plugins: the engine's detail that `celsched analyze` reads to
-// name policies and rules (which nodes the pod may have is the one
-// evaluator's answer, verdict.Evaluator).
+// Verdicts are what the CEL plugins decided of a pod on every node, in
+// the one evaluator's run that gave the pod's verdict (a
+// celplugins.Record): each enforced filter policy's decision and rules on
+// every node (a node a built-in plugin refused too), and the score rules'
+// values on the nodes scored. `celsched analyze` reads them to name
+// policies and rules.
 type Verdicts struct {
+	// Result is the framework's verdict on the pod once released (the
+	// run's: Evaluator.RecordReleased).
+	Result *verdict.Result
 	// Nodes are the cluster's nodes, in name order; the slices below are
 	// indexed alike.
 	Nodes []*corev1.Node
@@ -46,77 +53,57 @@ type PolicyVerdicts struct {
 	Rules map[string][]int8
 }
 
-// ScoreValues are one policy's score rules on every node.
+// ScoreValues are one policy's score rules on the nodes scored.
 type ScoreValues struct {
 	Policy string
-	// Rules are, per rule, its raw value on each node (NaN: an error).
+	// Rules are, per rule, its raw value on each node (NaN: an error, or
+	// a node not scored).
 	Rules map[string][]float64
 }
 
-// Verdicts evaluates the pod's policies on every node, as a scheduling
-// cycle would (match, params, filters and scores), but every rule of every
-// policy on every node.
+// Verdicts runs the pod's cycle once released (past any PreEnqueue hold),
+// recording what the CEL plugins decide, and arranges the record by
+// policy.
 func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, error) {
-	pod = verdict.Default(pod)
-	c, err := s.Runtime().Prepare(ctx, pod, s.cluster.EvaluationBudget)
+	rec := &celplugins.Record{Rules: true}
+	res, err := s.RecordReleased(ctx, pod, rec)
 	if err != nil {
 		return nil, err
 	}
 	infos := s.cluster.NodeInfos()
-	v := &Verdicts{Rejection: c.Rejection, Nodes: make([]*corev1.Node, len(infos))}
-	for _, p := range c.Filters {
-		if !p.Enforced() {
-			continue
-		}
-		pv := PolicyVerdicts{Policy: p.Name, Pass: make([]bool, len(infos)), Reason: make([]string, len(infos)), Rules: map[string][]int8{}}
-		if params := p.Params(); params != nil {
-			pv.Params = params.String()
-		}
-		for _, name := range p.FilterRuleNames() {
-			pv.Rules[name] = make([]int8, len(infos))
-		}
-		v.Filters = append(v.Filters, pv)
+	v := &Verdicts{Result: res, Rejection: rec.Rejection(), Nodes: make([]*corev1.Node, len(infos))}
+	if v.Rejection != nil && !v.Rejection.Acts() {
+		v.Rejection = nil
 	}
-	for _, p := range c.Scores {
-		sv := ScoreValues{Policy: p.Name, Rules: map[string][]float64{}}
-		for _, r := range p.ScoreRules() {
-			sv.Rules[r.Name] = make([]float64, len(infos))
-		}
-		v.Scores = append(v.Scores, sv)
-	}
-	// One buffer per score policy for every node's raw rule values, and
-	// its rules' columns, taken once.
-	raws := make([][]float64, len(c.Scores))
-	columns := make([][][]float64, len(c.Scores))
-	for j, p := range c.Scores {
-		raws[j] = make([]float64, p.NumScoreRules())
-		for _, r := range p.ScoreRules() {
-			columns[j] = append(columns[j], v.Scores[j].Rules[r.Name])
-		}
-	}
+	filters := map[*engine.CompiledPolicy]int{} // index in v.Filters
+	scores := map[*engine.CompiledPolicy]int{}  // index in v.Scores
 	for n, info := range infos {
-		v.Nodes[n] = info.Node()
-		in, err := s.Runtime().Inputs.Converter.NodeInput(info.Node(), info.GetGeneration(), info, celplugins.NodeInfoFrom)
-		if err != nil {
-			return nil, err
-		}
-		i := 0
-		for _, p := range c.Filters {
+		node := info.Node()
+		v.Nodes[n] = node
+		for _, o := range rec.Filters(node.Name) {
+			p := o.Decision.Policy
 			if !p.Enforced() {
 				continue
 			}
+			i, ok := filters[p]
+			if !ok {
+				i = len(v.Filters)
+				filters[p] = i
+				pv := PolicyVerdicts{Policy: p.Name, Pass: make([]bool, len(infos)), Reason: make([]string, len(infos)), Rules: map[string][]int8{}}
+				if params := p.Params(); params != nil {
+					pv.Params = params.String()
+				}
+				for _, name := range p.FilterRuleNames() {
+					pv.Rules[name] = make([]int8, len(infos))
+				}
+				v.Filters = append(v.Filters, pv)
+			}
 			pv := &v.Filters[i]
-			i++
-			d := p.Filter(c.Ctx, c.Pod, &in)
-			pv.Pass[n] = d.Verdict == engine.Pass
+			pv.Pass[n] = !o.Refuses()
 			if !pv.Pass[n] {
-				pv.Reason[n] = d.String()
+				pv.Reason[n] = o.Decision.String()
 			}
-			rules, err := p.FilterRules(c.Ctx, c.Pod, &in)
-			if err != nil {
-				continue
-			}
-			for _, rv := range rules {
+			for _, rv := range o.Rules {
 				switch {
 				case rv.Err != nil:
 					pv.Rules[rv.Rule][n] = -1
@@ -125,19 +112,43 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 				}
 			}
 		}
-		for j, p := range c.Scores {
-			raw := raws[j]
-			clear(raw)
-			d := p.Score(c.Ctx, c.Pod, &in, raw)
-			for k, column := range columns[j] {
-				if d.Verdict != engine.Pass {
-					raw[k] = math.NaN()
+		for _, o := range rec.Scores(node.Name) {
+			p := o.Decision.Policy
+			if p == nil {
+				continue // not evaluated: an earlier policy failed the node
+			}
+			i, ok := scores[p]
+			if !ok {
+				i = len(v.Scores)
+				scores[p] = i
+				sv := ScoreValues{Policy: p.Name, Rules: map[string][]float64{}}
+				for _, r := range p.ScoreRules() {
+					sv.Rules[r.Name] = nans(len(infos))
 				}
-				column[n] = raw[k]
+				v.Scores = append(v.Scores, sv)
+			}
+			for k, r := range p.ScoreRules() {
+				if o.Decision.Verdict == engine.Pass {
+					v.Scores[i].Rules[r.Name][n] = o.Raw[k]
+				}
 			}
 		}
 	}
+	// The cycle's order (by name), whichever node saw a policy first.
+	slices.SortStableFunc(v.Filters, func(a, b PolicyVerdicts) int {
+		return cmp.Or(strings.Compare(a.Policy, b.Policy), strings.Compare(a.Params, b.Params))
+	})
+	slices.SortStableFunc(v.Scores, func(a, b ScoreValues) int { return strings.Compare(a.Policy, b.Policy) })
 	return v, nil
+}
+
+// nans is n NaNs.
+func nans(n int) []float64 {
+	out := make([]float64, n)
+	for i := range out {
+		out[i] = math.NaN()
+	}
+	return out
 }
 
 // Class is a key that pods every policy treats alike share: the

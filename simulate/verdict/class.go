@@ -90,7 +90,7 @@ func (e *Evaluator) EvaluateClass(ctx context.Context, pod *corev1.Pod) (*ClassV
 	pod.Spec.SchedulerName = profile
 	c := &ClassVerdict{e: e, fw: fw, profile: profile, pod: pod, result: &Result{}, plugins: fw.ListPlugins()}
 	e.sweeps.Add(1)
-	if c.state, err = c.result.schedule(ctx, fw, pod, e.cluster.nodeInfos, nil, scoredTotals, e.groups.Known(pod)); err != nil {
+	if c.state, err = c.result.schedule(ctx, fw, pod, e.cluster.nodeInfos, nil, scoredTotals, e.groups.Known(pod), nil); err != nil {
 		return nil, err
 	}
 	for _, n := range c.result.Ranking {

@@ -80,12 +80,11 @@ func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration,
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range c.Filters {
-		if !p.Enforced() {
-			continue
-		}
-		if d := p.Filter(c.Ctx, c.Pod, &in); d.Verdict != engine.Pass {
-			out = append(out, Refusal{Policy: p.Name, Message: d.String()})
+	// CELFilter's own evaluation of a node (it records with it in a dry
+	// run): what refuses the pod here is what the plugin would act on.
+	for _, o := range c.FilterNode(ctx, &in) {
+		if o.Refuses() {
+			out = append(out, Refusal{Policy: o.Decision.Policy.Name, Message: o.Decision.String()})
 		}
 	}
 	return out, nil

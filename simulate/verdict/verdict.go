@@ -442,13 +442,16 @@ const (
 	scored
 	// scoredTotals is scored without each node's PluginScores.
 	scoredTotals
+	// releasedScored is released, then scored: what the pod would be
+	// given once released.
+	releasedScored
 )
 
 // scores says whether a cycle runs PreScore and Score.
-func (s stage) scores() bool { return s == scored || s == scoredTotals }
+func (s stage) scores() bool { return s == scored || s == scoredTotals || s == releasedScored }
 
 // stopsWhenHeld says whether a cycle stops where a PreEnqueue plugin holds the pod.
-func (s stage) stopsWhenHeld() bool { return s != released }
+func (s stage) stopsWhenHeld() bool { return s != released && s != releasedScored }
 
 // Schedule evaluates a pod as a scheduling cycle would: PreEnqueue to
 // Score, no binding. An empty schedulerName means the first profile.
@@ -504,7 +507,53 @@ func (e *Evaluator) Framework(pod *corev1.Pod) (framework.Framework, error) {
 	return e.frameworks[name], nil
 }
 
+// Record is Schedule that records what the CEL plugins decide (rec, a
+// celplugins.Record: every filter policy's decision on every node, each
+// score policy's raw values on the feasible nodes) in the same run that
+// decides. A node that a built-in filter refused before CELFilter saw it
+// is given to CELFilter too, so that rec has every policy's decision on
+// every node; the node's verdict stays the framework's.
+func (e *Evaluator) Record(ctx context.Context, pod *corev1.Pod, rec *celplugins.Record) (*Result, error) {
+	return e.recorded(ctx, pod, nil, scored, rec)
+}
+
+// RecordReleased is Record for a pod that its PreEnqueue plugins release:
+// PreEnqueue is evaluated (Result.PreEnqueue says whether it holds the
+// pod), and the rest of the cycle runs whatever it says.
+func (e *Evaluator) RecordReleased(ctx context.Context, pod *corev1.Pod, rec *celplugins.Record) (*Result, error) {
+	return e.recorded(ctx, pod, nil, releasedScored, rec)
+}
+
+// RecordOn is RecordReleased on one node (no node: none, the pod's
+// PreEnqueue and match alone); a pod bound to that node is evaluated off
+// it, as Reschedule evaluates it.
+func (e *Evaluator) RecordOn(ctx context.Context, pod *corev1.Pod, node string, rec *celplugins.Record) (*Result, error) {
+	var nodes []fwk.NodeInfo
+	var evicted *corev1.Pod
+	if node != "" {
+		info, err := e.cluster.snapshot.NodeInfos().Get(node)
+		if err != nil {
+			return nil, fmt.Errorf("no node %s", node)
+		}
+		nodes = []fwk.NodeInfo{info}
+		if pod.Spec.NodeName == node {
+			evicted = pod
+		}
+	}
+	again := pod.DeepCopy()
+	again.Spec.NodeName = ""
+	return e.runOn(ctx, again, evicted, nodes, released, rec)
+}
+
 func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until stage) (*Result, error) {
+	return e.recorded(ctx, pod, evicted, until, nil)
+}
+
+func (e *Evaluator) recorded(ctx context.Context, pod, evicted *corev1.Pod, until stage, rec *celplugins.Record) (*Result, error) {
+	return e.runOn(ctx, pod, evicted, e.cluster.nodeInfos, until, rec)
+}
+
+func (e *Evaluator) runOn(ctx context.Context, pod, evicted *corev1.Pod, nodeInfos []fwk.NodeInfo, until stage, rec *celplugins.Record) (*Result, error) {
 	pod = Default(pod)
 	name, err := e.SchedulerName(pod)
 	if err != nil {
@@ -514,10 +563,23 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 	pod.Spec.SchedulerName = name
 	r := &Result{}
 	e.sweeps.Add(1)
-	if _, err := r.schedule(ctx, fw, pod, e.cluster.nodeInfos, evicted, until, e.groups.Known(pod)); err != nil {
+	var rc *recording
+	if rec != nil {
+		rc = &recording{rec: rec}
+		rc.filter, _ = e.plugins[name][filter.Name].(fwk.FilterPlugin)
+	}
+	if _, err := r.schedule(ctx, fw, pod, nodeInfos, evicted, until, e.groups.Known(pod), rc); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// recording is a run that records what the CEL plugins decide: the
+// Record, and the profile's CELFilter (nil: it has none), which is given
+// the nodes another filter refused first.
+type recording struct {
+	rec    *celplugins.Record
+	filter fwk.FilterPlugin
 }
 
 // schedule runs the framework's extension points as a scheduling cycle
@@ -525,7 +587,8 @@ func (e *Evaluator) run(ctx context.Context, pod, evicted *corev1.Pod, until sta
 // bound: it is removed from its node first. It returns the cycle's state
 // once PreFilter admitted the pod (nil when held or rejected before).
 // groupKnown says the pod's PodGroup is in the cluster (StaticPodGroups.Known).
-func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage, groupKnown bool) (fwk.CycleState, error) {
+// rc, when set, records what the CEL plugins decide (Evaluator.Record).
+func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *corev1.Pod, nodeInfos []fwk.NodeInfo, evicted *corev1.Pod, until stage, groupKnown bool, rc *recording) (fwk.CycleState, error) {
 	for _, pl := range fw.PreEnqueuePlugins() {
 		if leftOutAlone(pl.Name(), groupKnown) {
 			continue
@@ -541,12 +604,16 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 		}
 	}
 	state := framework.NewCycleState()
+	if rc != nil {
+		state.Write(celplugins.RecordKey, rc.rec)
+	}
 	result, st, _ := fw.RunPreFilterPlugins(ctx, state, pod)
 	if !st.IsSuccess() && !st.IsSkip() {
 		r.PreFilter = &Rejection{Plugin: st.Plugin(), Message: st.Message()}
 		// Every node is refused by the PreFilter plugin, as the scheduler's
 		// diagnosis records it (the status of the nodes not evaluated).
 		r.unevaluated(nodeInfos, r.PreFilter)
+		rc.completeAll(ctx, state, pod, nodeInfos)
 		return nil, nil
 	}
 	if evicted != nil {
@@ -575,6 +642,7 @@ func (r *Result) schedule(ctx context.Context, fw framework.Framework, pod *core
 		n := &results[0]
 		results = results[1:]
 		filterNode(ctx, fw, state, pod, result, ni, n, rejections)
+		rc.complete(ctx, state, pod, ni)
 		r.Nodes = append(r.Nodes, n)
 		if !n.Feasible {
 			continue
@@ -628,6 +696,40 @@ func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleStat
 		return
 	}
 	n.Feasible = true
+}
+
+// complete gives CELFilter a node the run did not have it evaluate (a
+// built-in filter refused it first, or PreFilter left it out), so that
+// the Record holds every policy's decision on every node. Its status is
+// not the node's: the framework's verdict stands.
+func (rc *recording) complete(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo) {
+	if rc == nil || rc.filter == nil || rc.rec.Filters(ni.Node().Name) != nil {
+		return
+	}
+	if c := celplugins.ReadCycle(state); c == nil || len(c.Filters) == 0 {
+		return
+	}
+	rc.filter.Filter(ctx, state, pod, ni)
+}
+
+// completeAll gives CELFilter every node of a cycle that PreFilter
+// rejected (CELFilter's own PreFilter, which records the rejection, or
+// another's first, before CELFilter's ran: it is run then), so that the
+// Record still holds every policy's decision on every node.
+func (rc *recording) completeAll(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodeInfos []fwk.NodeInfo) {
+	if rc == nil || rc.filter == nil {
+		return
+	}
+	if !rc.rec.Matched() {
+		pre, ok := rc.filter.(fwk.PreFilterPlugin)
+		if !ok {
+			return
+		}
+		pre.PreFilter(ctx, state, pod, nodeInfos)
+	}
+	for _, ni := range nodeInfos {
+		rc.complete(ctx, state, pod, ni)
+	}
 }
 
 // rejections are the distinct Rejections of one cycle's nodes, shared by
