@@ -126,6 +126,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
 	setRolloutPaused(&status, policy)
+	status.Enforcement = effectiveEnforcement(policy, status.Rollout)
 	r.setSlow(&status, policy.Name, policy.Generation)
 	r.setEvaluationError(&status, policy.Name, policy.Generation)
 	if apiequality.Semantic.DeepEqual(status, policy.Status) {
@@ -211,6 +212,38 @@ func compileErrors(p *engine.CompiledPolicy) string {
 		lines[i] = e.Error()
 	}
 	return strings.Join(lines, "\n")
+}
+
+// effectiveEnforcement is status.enforcement: where the policy is
+// enforced now, from its spec and its rollout's status (which the
+// RolloutController writes).
+func effectiveEnforcement(policy *schedv1alpha1.SchedulingPolicy, st *schedv1alpha1.RolloutStatus) string {
+	if r := policy.Spec.Rollout; r != nil {
+		enforced := 0
+		if st != nil && st.ObservedGeneration == policy.Generation {
+			for _, w := range st.Waves {
+				if w.Phase == schedv1alpha1.WaveEnforced {
+					enforced++
+				}
+			}
+		}
+		if enforced == 0 {
+			return string(schedv1alpha1.Audit)
+		}
+		return fmt.Sprintf("%s in %d/%d waves", schedv1alpha1.Enforce, enforced, len(r.Waves))
+	}
+	out := string(policy.Spec.Enforcement)
+	if out == "" {
+		out = string(schedv1alpha1.Enforce)
+	}
+	switch n := len(policy.Spec.EnforcementOverrides); n {
+	case 0:
+	case 1:
+		out += " + 1 override"
+	default:
+		out += fmt.Sprintf(" + %d overrides", n)
+	}
+	return out
 }
 
 // setRolloutPaused sets the RolloutPaused condition from status.rollout

@@ -625,6 +625,14 @@ type SchedulingPolicyStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// enforcement is where the policy is enforced now, for people
+	// (`kubectl get schedpol`): spec.enforcement, with the number of
+	// enforcementOverrides; with spec.rollout, "Enforce in <k>/<n> waves"
+	// once a wave of this generation is Enforced, "Audit" before.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Enforcement string `json:"enforcement,omitempty"`
+
 	// conditions describe the policy's state. Ready is True when every
 	// expression compiled and the policy is active in the scheduler;
 	// Stalled is True while an expression does not compile (kstatus).
@@ -884,7 +892,7 @@ type AuditViolation struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=schedpol,categories=celsched
-// +kubebuilder:printcolumn:name="Enforcement",type=string,JSONPath=`.spec.enforcement`
+// +kubebuilder:printcolumn:name="Enforcement",type=string,JSONPath=`.status.enforcement`
 // +kubebuilder:printcolumn:name="Rollout",type=string,JSONPath=`.status.rollout.phase`
 // +kubebuilder:printcolumn:name="Drifted",type=integer,JSONPath=`.status.drift.count`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
