@@ -179,6 +179,10 @@ perf-binary: build ## Measure the built manager binary as a process against a lo
 	@assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) run ./hack/perfbinary -manager $(BIN)/manager $(PERF_BINARY_FLAGS)
 
+.PHONY: perf-plot
+perf-plot: ## Draw docs/perf-history/ratios.svg, the ratios of every full make perf run, from docs/perf-history/runs.csv (docs/performance.md).
+	$(GO) run ./hack/perfplot -in docs/perf-history/runs.csv -out docs/perf-history/ratios.svg
+
 ##@ Build
 
 .PHONY: build
