@@ -170,3 +170,13 @@ func newerVersion(a, b *corev1.Namespace) bool {
 	c, err := resourceversion.CompareResourceVersion(a.ResourceVersion, b.ResourceVersion)
 	return err == nil && c > 0
 }
+
+// Victim converts a running pod that preemption would evict for the pod
+// of m, on its node, for the victim rules (engine.Converter.Victim).
+func (in *Inputs) Victim(m *Match, victim *corev1.Pod, node *corev1.Node) (*engine.VictimInput, error) {
+	ns, err := in.podNamespace(victim)
+	if err != nil {
+		return nil, err
+	}
+	return in.Converter.Victim(m.Pod, victim, ns, node)
+}

@@ -30,6 +30,10 @@ type Match struct {
 	// interned lists (engine.PolicyList): their outcome on a node may be
 	// kept with the node.
 	FilterList, ScoreList *engine.PolicyList
+	// Preemption are the matching policies with victim rules, in name
+	// order (Audit ones included): whom the pod may preempt
+	// (celplugins/preemption).
+	Preemption []*engine.CompiledPolicy
 	// Audit are the matching Audit policies, reported on when the pod is
 	// bound (ReportAudit).
 	Audit []*engine.CompiledPolicy
@@ -222,6 +226,9 @@ func newMatch(ctx context.Context, snapshot *engine.Snapshot, podIn *engine.PodI
 		}
 		if p.HasScores() {
 			m.Scores = append(m.Scores, p)
+		}
+		if p.HasVictimRules() {
+			m.Preemption = append(m.Preemption, p)
 		}
 	}
 	if len(m.Filters) > 0 {

@@ -92,7 +92,9 @@ type Program struct {
 	// and spec.placement.scores (placement.go).
 	placementFilters []*placementRule
 	placementScores  []*placementRule
-	usesNodeInfo     bool
+	// victimRules are spec.preemption.victims (preemption.go).
+	victimRules  []*placementRule
+	usesNodeInfo bool
 	// paramSpec is the policy's paramKind and paramRef, nil without.
 	paramSpec *ParamSpec
 	// signs is what the filters, scores, messageExpressions and variables
@@ -358,6 +360,7 @@ func (c *Compiler) CompileContext(ctx context.Context, policy *schedv1alpha1.Sch
 		explain: opts.Explain}
 	cc.compile(spec)
 	cc.compilePlacement(spec, c.env.placement)
+	cc.compilePreemption(spec, c.env.preemption)
 	switch {
 	case cc.cancelled != nil:
 		out.Errors = append(out.Errors, field.InternalError(field.NewPath("spec"),

@@ -55,6 +55,8 @@ type Environment struct {
 
 	// placement are the environments of placement rules (placement.go).
 	placement *placementEnvs
+	// preemption is the environment of victim rules (preemption.go).
+	preemption *placementEnv
 
 	// memo numbers the memo slots and ids of everything compiled,
 	// listed or converted over this environment (memoNumbers).
@@ -126,6 +128,9 @@ func NewEnvironmentFor(compatibility *version.Version) (*Environment, error) {
 	}
 	e.envSet = envSet
 	if e.placement, err = newPlacementEnvs(base); err != nil {
+		return nil, err
+	}
+	if e.preemption, err = newPreemptionEnv(base, e.roots[PodVar], e.roots[NodeVar], e.roots[NamespaceVar]); err != nil {
 		return nil, err
 	}
 	return e, nil

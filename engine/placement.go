@@ -189,14 +189,21 @@ func (pc *policyCompiler) compilePlacement(spec *schedv1alpha1.SchedulingPolicyS
 	}
 }
 
-// placementProgram parses, type-checks (its result must be want) and
-// cost-checks one placement rule and builds its program, or records its
-// errors and returns nil. Every
-// placement rule is tracked at runtime: placement.nodes is declared to hold
-// at most celcost.MaxPlacementNodes nodes for the estimates, and a larger
-// cluster's placements may hold more, so the runtime limit
-// (celcost.PerExpressionCostLimit) is what bounds them.
+// placementProgram is trackedProgram for a placement rule: placement.nodes
+// is declared to hold at most celcost.MaxPlacementNodes nodes for the
+// estimates, and a larger cluster's placements may hold more.
 func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, text string, want outputKind) celcost.Program {
+	return pc.trackedProgram(env, path, text, want, fmt.Sprintf("placements of up to %d nodes", celcost.MaxPlacementNodes), "large placements")
+}
+
+// trackedProgram parses, type-checks (its result must be want) and
+// cost-checks one rule of an environment of its own (placement and victim
+// rules) and builds its program, or records its errors and returns nil.
+// assumed says what the estimate assumed, cutOff where it would be cut
+// off. Every such rule is tracked at runtime: the runtime limit
+// (celcost.PerExpressionCostLimit) is what bounds inputs larger than the
+// estimate's.
+func (pc *policyCompiler) trackedProgram(env *placementEnv, path *field.Path, text string, want outputKind, assumed, cutOff string) celcost.Program {
 	if pc.stopped() {
 		return nil
 	}
@@ -209,7 +216,7 @@ func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, 
 		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("estimating cost: %w", err)))
 		return nil
 	}
-	if !pc.withinCost(path, ast, typical.Max, fmt.Sprintf("placements of up to %d nodes", celcost.MaxPlacementNodes), "large placements") {
+	if !pc.withinCost(path, ast, typical.Max, assumed, cutOff) {
 		return nil
 	}
 	prg, err := celcost.NewTracked(celEnv, ast, celcost.PerExpressionCostLimit)
@@ -294,7 +301,7 @@ func (p *CompiledPolicy) PlacementFilter(ctx context.Context, in *PlacementInput
 	}
 	var spent uint64
 	for _, r := range p.placementFilters {
-		v, err := p.evalPlacement(ctx, r, in, &spent)
+		v, err := p.evalRule(ctx, r, in.vars, &spent)
 		if err == nil {
 			if _, ok := v.(types.Bool); !ok {
 				err = fmt.Errorf("evaluated to %s, want bool", v.Type().TypeName())
@@ -337,7 +344,7 @@ func (p *CompiledPolicy) PlacementScore(ctx context.Context, in *PlacementInput,
 	}
 	var spent uint64
 	for i, r := range p.placementScores {
-		v, err := p.evalPlacement(ctx, r, in, &spent)
+		v, err := p.evalRule(ctx, r, in.vars, &spent)
 		var f float64
 		if err == nil {
 			f, err = number(v)
@@ -361,12 +368,12 @@ func noValues(raw []float64) {
 	}
 }
 
-// evalPlacement evaluates one placement rule, adding what it cost to
-// *spent, the cost of the policy's evaluation on the placement so far,
-// which must stay within the policy's budget. A failed evaluation is an
-// error, not a value.
-func (p *CompiledPolicy) evalPlacement(ctx context.Context, r *placementRule, in *PlacementInput, spent *uint64) (ref.Val, error) {
-	v, cost, err := r.prg.Eval(ctx, in.vars)
+// evalRule evaluates one placement or victim rule over vars, adding what
+// it cost to *spent, the cost of the policy's evaluation on the input so
+// far, which must stay within the policy's budget. A failed evaluation is
+// an error, not a value.
+func (p *CompiledPolicy) evalRule(ctx context.Context, r *placementRule, vars interpreter.Activation, spent *uint64) (ref.Val, error) {
+	v, cost, err := r.prg.Eval(ctx, vars)
 	*spent += cost
 	if err == nil {
 		err = errorOf(ctx, v)

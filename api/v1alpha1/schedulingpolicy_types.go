@@ -198,7 +198,7 @@ func (w *RolloutWave) Gate() int64 {
 
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="!has(self.rollout) || self.enforcement == 'Audit'",message="spec.enforcement must be Audit with spec.rollout: the waves decide where the policy is enforced",fieldPath=".enforcement"
-// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && ((has(self.placement.filters) && size(self.placement.filters) > 0) || (has(self.placement.scores) && size(self.placement.scores) > 0)))",message="at least one of preEnqueue, filters, scores, placement.filters or placement.scores must be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && ((has(self.placement.filters) && size(self.placement.filters) > 0) || (has(self.placement.scores) && size(self.placement.scores) > 0))) || has(self.preemption)",message="at least one of preEnqueue, filters, scores, placement.filters, placement.scores or preemption.victims must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramKind) || has(self.paramRef)",message="paramKind requires paramRef"
 type SchedulingPolicySpec struct {
@@ -326,6 +326,57 @@ type SchedulingPolicySpec struct {
 	// member pods the policy matches.
 	// +optional
 	Placement *PlacementRules `json:"placement,omitempty"`
+
+	// preemption holds the rules over whom the pods the policy matches may
+	// preempt. kube-scheduler's DefaultPreemption considers a running pod
+	// of lower priority as a victim only if every preemption rule of every
+	// enforced policy that matches the preemptor admits it. Preemptors at
+	// or above system-cluster-critical's priority (2000000000) are never
+	// refused a victim.
+	// +optional
+	Preemption *PreemptionRules `json:"preemption,omitempty"`
+}
+
+// PreemptionRules are the rules of a policy over whom its pods may
+// preempt.
+type PreemptionRules struct {
+	// victims are CEL expressions over pod (the preemptor),
+	// namespaceObject (its namespace), victim (a running pod of lower
+	// priority that preemption would evict; for a pod group, each of its
+	// pods), victimNamespaceObject (the victim's namespace) and node (the
+	// node the victim runs on). A victim is eligible only when every rule
+	// is true; a false rule protects it, and its message says why.
+	// +required
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	Victims []VictimRule `json:"victims"`
+}
+
+// VictimRule is a named CEL expression over a preemptor and one candidate
+// victim.
+type VictimRule struct {
+	// name identifies the rule in messages and events: lowercase letters,
+	// digits and '-', at most 63 characters, unique within the list.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// expression is a CEL expression that evaluates to a bool; true lets
+	// the preemptor evict the victim.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Expression string `json:"expression"`
+
+	// message says why a victim is protected when the rule is false. When
+	// omitted, the message is "expression is false".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // PlacementRules are the rules of a policy over a pod group's candidate

@@ -8,6 +8,7 @@ import (
 
 	"github.com/celsched/celsched/celplugins/filter"
 	"github.com/celsched/celsched/celplugins/placement"
+	"github.com/celsched/celsched/celplugins/preemption"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 )
@@ -32,7 +33,7 @@ func TestBuiltInSchedulerConfig(t *testing.T) {
 	for _, p := range plugins.MultiPoint.Enabled {
 		names = append(names, p.Name)
 	}
-	for _, want := range []string{preenqueue.Name, filter.Name, score.Name, placement.Name} {
+	for _, want := range []string{preenqueue.Name, filter.Name, score.Name, placement.Name, preemption.Name} {
 		if !enabled(names)[want] {
 			t.Errorf("plugin %s is not enabled in multiPoint: %v", want, names)
 		}
@@ -46,8 +47,17 @@ func TestBuiltInSchedulerConfig(t *testing.T) {
 	if !enabled(disabled)["TopologyPlacementGenerator"] {
 		t.Errorf("TopologyPlacementGenerator is not disabled at placementGenerate: %v", disabled)
 	}
-	// The default plugins stay enabled beside them.
-	for _, builtin := range []string{"NodeResourcesFit", "TaintToleration", "NodeAffinity", "DefaultPreemption", "DefaultBinder"} {
+	// CELPreemption is DefaultPreemption with the victim rules: it takes
+	// its place.
+	disabled = nil
+	for _, p := range plugins.MultiPoint.Disabled {
+		disabled = append(disabled, p.Name)
+	}
+	if !enabled(disabled)["DefaultPreemption"] || enabled(names)["DefaultPreemption"] {
+		t.Errorf("DefaultPreemption is not replaced by %s: enabled %v, disabled %v", preemption.Name, names, disabled)
+	}
+	// The other default plugins stay enabled beside them.
+	for _, builtin := range []string{"NodeResourcesFit", "TaintToleration", "NodeAffinity", "DefaultBinder"} {
 		if !enabled(names)[builtin] {
 			t.Errorf("built-in plugin %s is not enabled: %v", builtin, names)
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/filter"
 	"github.com/celsched/celsched/celplugins/placement"
+	"github.com/celsched/celsched/celplugins/preemption"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/engine"
@@ -191,6 +192,7 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 		filter.Name:     celplugins.Factory(rt, filter.New),
 		score.Name:      celplugins.Factory(rt, score.New),
 		placement.Name:  celplugins.Factory(rt, placement.New),
+		preemption.Name: celplugins.Factory(rt, preemption.New),
 	}
 	profiles := make([]schedulerconfig.KubeSchedulerProfile, len(e.cfg.Profiles))
 	for i := range e.cfg.Profiles {

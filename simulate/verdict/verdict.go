@@ -42,6 +42,7 @@ import (
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/filter"
 	"github.com/celsched/celsched/celplugins/placement"
+	"github.com/celsched/celsched/celplugins/preemption"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/engine"
@@ -271,6 +272,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		filter.Name:     celplugins.Factory(e.rt, filter.New),
 		score.Name:      celplugins.Factory(e.rt, score.New),
 		placement.Name:  celplugins.Factory(e.rt, placement.New),
+		preemption.Name: celplugins.Factory(e.rt, preemption.New),
 	}); err != nil {
 		return nil, err
 	}

@@ -157,6 +157,15 @@ func (b *PolicyWrapper) FilterMsg(name, expression, message, messageExpression s
 	return b
 }
 
+// Victim appends a victim rule (spec.preemption.victims).
+func (b *PolicyWrapper) Victim(name, expression, message string) *PolicyWrapper {
+	if b.p.Spec.Preemption == nil {
+		b.p.Spec.Preemption = &schedv1alpha1.PreemptionRules{}
+	}
+	b.p.Spec.Preemption.Victims = append(b.p.Spec.Preemption.Victims, schedv1alpha1.VictimRule{Name: name, Expression: expression, Message: message})
+	return b
+}
+
 // PlacementFilter appends a placement filter (spec.placement.filters).
 func (b *PolicyWrapper) PlacementFilter(name, expression, message string) *PolicyWrapper {
 	b.placement().Filters = append(b.placement().Filters, schedv1alpha1.PlacementFilter{Name: name, Expression: expression, Message: message})

@@ -42,6 +42,7 @@ import (
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/filter"
 	celplacement "github.com/celsched/celsched/celplugins/placement"
+	celpreemption "github.com/celsched/celsched/celplugins/preemption"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	"github.com/celsched/celsched/engine"
@@ -77,7 +78,7 @@ func perfOptions() []benchmark.SchedulerPerfOption {
 	}
 }
 
-// outOfTreeRegistry registers the four CEL plugins, and the Go plugin of
+// outOfTreeRegistry registers the five CEL plugins, and the Go plugin of
 // NodeOnly10Plugin's native profile. scheduler_perf starts a new scheduler
 // per workload with the same registry, so the CEL plugins find their
 // runtime in current, which the pre-run hook replaces per workload.
@@ -87,6 +88,7 @@ func outOfTreeRegistry() frameworkruntime.Registry {
 		filter.Name:          pluginFactory(filter.New),
 		score.Name:           pluginFactory(score.New),
 		celplacement.Name:    pluginFactory(celplacement.New),
+		celpreemption.Name:   pluginFactory(celpreemption.New),
 		nodeOnly10PluginName: newNodeOnly10Plugin,
 	}
 }

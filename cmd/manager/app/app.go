@@ -61,6 +61,7 @@ import (
 	"github.com/celsched/celsched/celplugins/featuregates"
 	"github.com/celsched/celsched/celplugins/filter"
 	"github.com/celsched/celsched/celplugins/placement"
+	"github.com/celsched/celsched/celplugins/preemption"
 	"github.com/celsched/celsched/celplugins/preenqueue"
 	"github.com/celsched/celsched/celplugins/score"
 	defaultconfig "github.com/celsched/celsched/config/scheduler"
@@ -660,6 +661,7 @@ func newSchedulerRunner(ctx context.Context, cfg *rest.Config, schedCfg *schedul
 		filter.Name:     celplugins.Factory(rt, filter.New),
 		score.Name:      celplugins.Factory(rt, score.New),
 		placement.Name:  celplugins.Factory(rt, placement.New),
+		preemption.Name: celplugins.Factory(rt, preemption.New),
 	}
 	// The scheduler adds its event handler (the queueing hints) to the
 	// SchedulingPolicy informer of this factory: the feed runs in it, before

@@ -1,0 +1,207 @@
+// Package preemption is the PostFilter plugin of celsched:
+// kube-scheduler's DefaultPreemption, unchanged, with its IsEligiblePod
+// hook asking the victim rules of the policies that match the preemptor
+// (spec.preemption.victims) whether it may evict each candidate victim.
+package preemption
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	ktypes "k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/tools/events"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+
+	"github.com/celsched/celsched/celplugins"
+	"github.com/celsched/celsched/engine"
+)
+
+// Name is the plugin's name in a KubeSchedulerConfiguration. It takes
+// DefaultPreemption's place at PostFilter.
+const Name = "CELPreemption"
+
+// Preemption is DefaultPreemption whose victims the policies' victim
+// rules may protect.
+type Preemption struct {
+	*defaultpreemption.DefaultPreemption
+	rt       *celplugins.Runtime
+	recorder events.EventRecorder
+
+	// mu guards protected: what the rules protected during the PostFilter
+	// of each preemptor (by UID), which IsEligiblePod records from the
+	// nodes' goroutines and PostFilter reports.
+	mu        sync.Mutex
+	protected map[ktypes.UID]*protections
+}
+
+// protections are the victims protected during one PostFilter: by an
+// enforced policy (the victim was not eligible) or, would have been, by
+// an Audit one.
+type protections struct {
+	enforced, audited map[string]bool
+}
+
+var (
+	_ fwk.PostFilterPlugin = &Preemption{}
+	_ fwk.PreEnqueuePlugin = &Preemption{}
+)
+
+// New builds the plugin; use celplugins.Factory(rt, New) to register it.
+// Its arguments are DefaultPreemption's (DefaultPreemptionArgs, v1).
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.Runtime) (*Preemption, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	dp, err := defaultpreemption.New(ctx, args, h, feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	pl := &Preemption{DefaultPreemption: dp, rt: rt, recorder: h.EventRecorder(), protected: map[ktypes.UID]*protections{}}
+	dp.IsEligiblePod = pl.isEligible
+	return pl, nil
+}
+
+// decodeArgs reads DefaultPreemptionArgs (v1, defaulted as kube-scheduler
+// defaults them) from a plugin's args: none, or JSON.
+func decodeArgs(obj runtime.Object) (*config.DefaultPreemptionArgs, error) {
+	v1 := configv1.DefaultPreemptionArgs{}
+	if u, ok := obj.(*runtime.Unknown); ok && len(u.Raw) > 0 {
+		if err := json.Unmarshal(u.Raw, &v1); err != nil {
+			return nil, fmt.Errorf("decoding its args (DefaultPreemptionArgs): %w", err)
+		}
+	} else if obj != nil {
+		if _, ok := obj.(*runtime.Unknown); !ok {
+			return nil, fmt.Errorf("args of type %T, want DefaultPreemptionArgs", obj)
+		}
+	}
+	args := &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}
+	if v1.MinCandidateNodesPercentage != nil {
+		args.MinCandidateNodesPercentage = *v1.MinCandidateNodesPercentage
+	}
+	if v1.MinCandidateNodesAbsolute != nil {
+		args.MinCandidateNodesAbsolute = *v1.MinCandidateNodesAbsolute
+	}
+	return args, nil
+}
+
+// Name implements fwk.Plugin.
+func (pl *Preemption) Name() string { return Name }
+
+// PostFilter implements fwk.PostFilterPlugin: DefaultPreemption's, and
+// when it finds no victims, the status names the victims the rules
+// protected (the pod's PodScheduled condition shows it) and an event
+// lists them.
+func (pl *Preemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
+	pl.mu.Lock()
+	pl.protected[pod.UID] = &protections{enforced: map[string]bool{}, audited: map[string]bool{}}
+	pl.mu.Unlock()
+	result, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
+	pl.mu.Lock()
+	p := pl.protected[pod.UID]
+	delete(pl.protected, pod.UID)
+	pl.mu.Unlock()
+	if len(p.audited) > 0 {
+		pl.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPreemptionWouldProtect, "Preempt",
+			"%s", engine.Truncate("Audit: "+strings.Join(sortedKeys(p.audited), "; "), maxEventNote))
+	}
+	if len(p.enforced) == 0 || status.IsSuccess() {
+		return result, status
+	}
+	protected := strings.Join(sortedKeys(p.enforced), "; ")
+	pl.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPreemptionRefused, "Preempt", "%s", engine.Truncate(protected, maxEventNote))
+	reasons := append(slices.Clone(status.Reasons()), engine.Truncate("victims protected: "+protected, engine.MaxMessageLength))
+	return result, fwk.NewStatus(status.Code(), reasons...).WithPlugin(status.Plugin())
+}
+
+// Reasons of the events PostFilter records on the preemptor.
+const (
+	// ReasonPreemptionRefused lists the victims that enforced victim rules
+	// protected, when preemption found no victims.
+	ReasonPreemptionRefused = "PreemptionRefused"
+	// ReasonPreemptionWouldProtect lists the victims that Audit victim
+	// rules would have protected.
+	ReasonPreemptionWouldProtect = "PreemptionWouldProtect"
+)
+
+// maxEventNote is the API server's bound on an event's note.
+const maxEventNote = 1024
+
+// isEligible is DefaultPreemption's IsEligiblePod: a victim (a pod, or
+// each pod of a group) is eligible unless an enforced policy that matches
+// the preemptor has a victim rule that refuses it. A preemptor at or above
+// system-cluster-critical's priority is never refused; one whose policies
+// cannot be matched now keeps DefaultPreemption's answer (the scheduling
+// cycle before has matched them: failing closed here would block system
+// recovery, and the match error is the cycle's to report).
+func (pl *Preemption) isEligible(nodeInfo fwk.NodeInfo, victim preemption.Victim, preemptor *corev1.Pod) bool {
+	if corev1helpers.PodPriority(preemptor) >= engine.SystemCriticalPriority {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), celplugins.DefaultEvaluationBudget)
+	defer cancel()
+	m, err := pl.rt.Inputs.Match(ctx, preemptor)
+	if err != nil || len(m.Preemption) == 0 {
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Victim rules not evaluated", "pod", klog.KObj(preemptor), "err", err)
+		}
+		return true
+	}
+	eligible := true
+	for _, pi := range victim.Pods() {
+		v, err := pl.rt.Inputs.Victim(m, pi.GetPod(), nodeInfo.Node())
+		if err != nil {
+			pl.protect(preemptor, fmt.Sprintf("pod %s/%s protected: %v", pi.GetPod().Namespace, pi.GetPod().Name, err), true)
+			return false
+		}
+		for _, p := range m.Preemption {
+			d := p.Victim(ctx, v)
+			switch {
+			case d.Acts():
+				pl.protect(preemptor, engine.Protection(v.Victim, &d), true)
+				eligible = false
+			case d.WouldAct():
+				pl.protect(preemptor, engine.Protection(v.Victim, &d), false)
+			}
+		}
+	}
+	return eligible
+}
+
+// protect records a protection during the preemptor's PostFilter.
+func (pl *Preemption) protect(preemptor *corev1.Pod, what string, enforced bool) {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	p := pl.protected[preemptor.UID]
+	if p == nil {
+		return // outside PostFilter (a dry run's direct call): nothing to report
+	}
+	if enforced {
+		p.enforced[what] = true
+	} else {
+		p.audited[what] = true
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,187 @@
+package engine
+
+// Victim rules: spec.preemption.victims, CEL expressions over a preemptor
+// (pod, namespaceObject), one running pod that preemption would evict
+// (victim, victimNamespaceObject) and its node, compiled against their own
+// environment and decided with the policy's failurePolicy and enforcement
+// like every other rule. kube-scheduler's DefaultPreemption asks them
+// through its IsEligiblePod hook (celplugins/preemption).
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/ext"
+	"github.com/google/cel-go/interpreter"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
+	apiservercel "k8s.io/apiserver/pkg/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
+)
+
+// Names of the CEL variables of victim rules, beside pod, namespaceObject
+// and node.
+const (
+	VictimVar          = "victim"
+	VictimNamespaceVar = "victimNamespaceObject"
+)
+
+// PointPreemption is the victim rules, per preemptor and candidate victim.
+const PointPreemption Point = PointPlacementScore + 1
+
+// SystemCriticalPriority is the priority of system-cluster-critical: a
+// preemptor at or above it is never refused a victim (kube-scheduler asks
+// that preemption customizations always let system services preempt).
+const SystemCriticalPriority int32 = 2000000000
+
+// newPreemptionEnv declares the variables of victim rules over the base
+// environment: the pod, node and namespace types of the policies' own
+// environment (pod, victim, node, namespaceObject, victimNamespaceObject),
+// and nothing else (no params, variables, nodeInfo or podGroup).
+func newPreemptionEnv(base *environment.EnvSet, pod, node, namespace *apiservercel.DeclType) (*placementEnv, error) {
+	envSet, err := base.Extend(environment.VersionedOptions{
+		IntroducedVersion: version.MajorMinor(1, 0),
+		EnvOptions: []cel.EnvOption{
+			cel.Variable(PodVar, pod.CelType()),
+			cel.Variable(VictimVar, pod.CelType()),
+			cel.Variable(NodeVar, node.CelType()),
+			cel.Variable(NamespaceVar, namespace.CelType()),
+			cel.Variable(VictimNamespaceVar, namespace.CelType()),
+			ext.Bindings(),
+		},
+		DeclTypes: []*apiservercel.DeclType{pod, node, namespace},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building the CEL environment of victim rules: %w", err)
+	}
+	roots := map[string]*apiservercel.DeclType{PodVar: pod, VictimVar: pod, NodeVar: node, NamespaceVar: namespace, VictimNamespaceVar: namespace}
+	return &placementEnv{
+		envSet:  envSet,
+		worst:   celcost.NewEstimator(roots, celcost.Vars{}, false),
+		typical: celcost.NewEstimator(roots, celcost.Vars{}, true),
+	}, nil
+}
+
+// HasVictimRules says whether the policy has victim rules.
+func (p *Program) HasVictimRules() bool { return len(p.victimRules) > 0 }
+
+// compilePreemption compiles spec.preemption.victims.
+func (pc *policyCompiler) compilePreemption(spec *schedv1alpha1.SchedulingPolicySpec, env *placementEnv) {
+	if spec.Preemption == nil || len(spec.Preemption.Victims) == 0 {
+		return
+	}
+	path := field.NewPath("spec", "preemption", "victims")
+	if env == nil {
+		pc.out.Errors = append(pc.out.Errors, field.InternalError(path, fmt.Errorf("no environment for victim rules")))
+		return
+	}
+	for i, r := range spec.Preemption.Victims {
+		rulePath := path.Index(i).Child("expression")
+		if prg := pc.trackedProgram(env, rulePath, r.Expression, outputBool, "pods and nodes of typical size", "large pods"); prg != nil {
+			pc.out.victimRules = append(pc.out.victimRules, &placementRule{name: r.Name, path: rulePath, prg: prg, message: r.Message})
+		}
+	}
+}
+
+// VictimInput is a preemptor and one candidate victim on its node, as
+// victim rules read them. Build it once per victim and node
+// (Converter.Victim) and decide every matching policy's rules on it.
+type VictimInput struct {
+	// Victim is the candidate victim.
+	Victim *corev1.Pod
+	vars   interpreter.Activation
+}
+
+// Victim converts a candidate victim of the preemptor (in: its input,
+// whose namespace is the preemptor's), the victim's namespace (nil when
+// unknown: rules reading it fail) and the victim's node.
+func (c *Converter) Victim(in *PodInput, victim *corev1.Pod, victimNS *corev1.Namespace, node *corev1.Node) (*VictimInput, error) {
+	every := podTable().every
+	victimVal, err := c.env.podVal(victim, every)
+	if err != nil {
+		return nil, fmt.Errorf("converting pod %s/%s: %w", victim.Namespace, victim.Name, err)
+	}
+	nodeVal, err := c.NodeValue(node)
+	if err != nil {
+		return nil, err
+	}
+	var nsVal ref.Val = types.NewErr("the victim's namespace %q is not known", victim.Namespace)
+	if victimNS != nil {
+		if nsVal, err = c.cached(c.namespaces, victimNS.Name, victimNS.UID, victimNS.ResourceVersion, victimNS, c.env.namespaceValues); err != nil {
+			return nil, fmt.Errorf("converting namespace %s: %w", victimNS.Name, err)
+		}
+	}
+	var preemptorNS ref.Val = types.NewErr("the pod's namespace %q is not known", in.Pod.Namespace)
+	if in.namespace != nil {
+		preemptorNS = in.namespace
+	}
+	vars, err := interpreter.NewActivation(map[string]any{
+		PodVar:             in.podValue(every),
+		NamespaceVar:       preemptorNS,
+		VictimVar:          victimVal,
+		VictimNamespaceVar: nsVal,
+		NodeVar:            nodeVal,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("converting victim %s/%s: %w", victim.Namespace, victim.Name, err)
+	}
+	return &VictimInput{Victim: victim, vars: vars}, nil
+}
+
+// Victim decides the victim rules on one candidate victim: Reject (the
+// victim is protected) at the first false rule, Error at the first error
+// under Fail (which protects it too, when enforced). Under Ignore a failing
+// rule is skipped and the rules after it still apply. The policy must
+// apply to the preemptor (Match); the caller acts on the decision (Acts:
+// the victim is not eligible) or reports it (WouldAct).
+func (p *CompiledPolicy) Victim(ctx context.Context, in *VictimInput) Decision {
+	d := Decision{Policy: p, Point: PointPreemption}
+	if err := p.Err(); err != nil {
+		d.fail("", err)
+		return d
+	}
+	var spent uint64
+	for _, r := range p.victimRules {
+		v, err := p.evalRule(ctx, r, in.vars, &spent)
+		if err == nil {
+			if _, ok := v.(types.Bool); !ok {
+				err = fmt.Errorf("evaluated to %s, want bool", v.Type().TypeName())
+			}
+		}
+		if err != nil {
+			if d.fail(r.name, &EvalError{Policy: p.Name, Rule: r.name, Field: r.path.String(), Err: err}) {
+				return d
+			}
+			continue
+		}
+		if v == types.False {
+			d.Verdict, d.Rule = Reject, r.name
+			d.Message = r.message
+			if d.Message == "" {
+				d.Message = "expression is false"
+			}
+			return d
+		}
+	}
+	return d
+}
+
+// Protection is a victim rule's decision as the preemptor's owner reads
+// it, on one line and at most MaxMessageLength bytes: which victim, which
+// policy and rule, and the rule's message (or the error).
+func Protection(victim *corev1.Pod, d *Decision) string {
+	switch d.Verdict {
+	case Reject:
+		return Truncate(fmt.Sprintf("pod %s/%s protected by SchedulingPolicy %s, rule preemption.victims/%s: %s", victim.Namespace, victim.Name, d.Policy.Name, d.Rule, oneLine(d.Message)), MaxMessageLength)
+	case Error:
+		return Truncate(fmt.Sprintf("pod %s/%s protected: %s", victim.Namespace, victim.Name, podErrorMessage(d.Err)), MaxMessageLength)
+	}
+	return ""
+}

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+)
+
+// ownTenant: a preemptor may evict pods of its own namespace, and of
+// namespaces labelled batch, only.
+const ownTenant = "victim.metadata.namespace == pod.metadata.namespace || victimNamespaceObject.metadata.?labels[?'tier'].orValue('') == 'batch'"
+
+func preemptionPolicy(failurePolicy schedv1alpha1.FailurePolicyType, rules ...schedv1alpha1.VictimRule) *schedv1alpha1.SchedulingPolicy {
+	return &schedv1alpha1.SchedulingPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-preemption"},
+		Spec: schedv1alpha1.SchedulingPolicySpec{
+			FailurePolicy: failurePolicy,
+			Preemption:    &schedv1alpha1.PreemptionRules{Victims: rules},
+		},
+	}
+}
+
+func TestVictimRuleCompileErrors(t *testing.T) {
+	c := NewCompiler(testEnv(t))
+	tests := map[string]struct {
+		expression string
+		want       string
+	}{
+		"not bool":      {expression: "victim.metadata.name", want: "spec.preemption.victims[1].expression: Invalid value: \"victim.metadata.name\": must evaluate to bool, but evaluates to string"},
+		"no such field": {expression: "victim.spec.zone == ''", want: "spec.preemption.victims[1].expression: Invalid value: \"victim.spec.zone == ''\": compilation failed: ERROR: <input>:1:12: undefined field 'zone'"},
+		"no params":     {expression: "params.data['x'] == ''", want: "spec.preemption.victims[1].expression: Invalid value: \"params.data['x'] == ''\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'params'"},
+		"no nodeInfo":   {expression: "nodeInfo.pods.size() > 0", want: "spec.preemption.victims[1].expression: Invalid value: \"nodeInfo.pods.size() > 0\": compilation failed: ERROR: <input>:1:1: undeclared reference to 'nodeInfo'"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := c.Compile(preemptionPolicy("", schedv1alpha1.VictimRule{Name: "ok", Expression: ownTenant},
+				schedv1alpha1.VictimRule{Name: "bad", Expression: tc.expression}), CompileOptions{})
+			if len(p.Errors) != 1 {
+				t.Fatalf("want one error, got %v", p.Errors)
+			}
+			if got := p.Errors[0].Error(); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("error:\n got %s\nwant prefix %s", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestVictim: the victim rules read the preemptor, the victim, both
+// namespaces and the node; a false rule protects the victim with its
+// message; an error protects it under Fail and is skipped under Ignore.
+func TestVictim(t *testing.T) {
+	env := testEnv(t)
+	c := NewCompiler(env)
+	conv := NewConverter(env, 0)
+	teamA, teamB := makeNamespace("team-a", nil), makeNamespace("team-b", nil)
+	batch := makeNamespace("batch", map[string]string{"tier": "batch"})
+	node := makeNode("n1", map[string]string{"pool": "shared"})
+	preemptor := makePod("team-a", "urgent", nil)
+	in, err := conv.Pod(preemptor, teamA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := func(ns string) *VictimInput {
+		t.Helper()
+		namespaces := map[string]*corev1.Namespace{"team-a": teamA, "team-b": teamB, "batch": batch}
+		v, err := conv.Victim(in, makePod(ns, "running", nil), namespaces[ns], node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	rules := []schedv1alpha1.VictimRule{
+		{Name: "own-tenant", Expression: ownTenant, Message: "another tenant's pod"},
+		{Name: "shared-pool", Expression: "node.metadata.labels['pool'] == 'shared'"},
+	}
+	p := c.Compile(preemptionPolicy("", rules...), CompileOptions{})
+	if len(p.Errors) > 0 {
+		t.Fatal(p.Errors)
+	}
+	ctx := context.Background()
+	for ns, want := range map[string]Verdict{"team-a": Pass, "batch": Pass, "team-b": Reject} {
+		d := p.Victim(ctx, victim(ns))
+		if d.Verdict != want {
+			t.Errorf("victim in %s: %v (%s), want %v", ns, d.Verdict, d.String(), want)
+		}
+	}
+	d := p.Victim(ctx, victim("team-b"))
+	if got, want := Protection(victim("team-b").Victim, &d), "pod team-b/running protected by SchedulingPolicy tenant-preemption, rule preemption.victims/own-tenant: another tenant's pod"; got != want {
+		t.Errorf("Protection:\n got %s\nwant %s", got, want)
+	}
+
+	failing := schedv1alpha1.VictimRule{Name: "fails", Expression: "victim.metadata.labels['missing'] == 'x'"}
+	for fp, want := range map[schedv1alpha1.FailurePolicyType]Verdict{schedv1alpha1.Fail: Error, schedv1alpha1.Ignore: Pass} {
+		p := c.Compile(preemptionPolicy(fp, failing), CompileOptions{})
+		if d := p.Victim(ctx, victim("team-a")); d.Verdict != want {
+			t.Errorf("failurePolicy %s: %v, want %v", fp, d.Verdict, want)
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celsched/celsched/test/builder"
+)
+
+// TestPreemptionRules: a policy's victim rules decide whom its pods may
+// preempt, through DefaultPreemption's own hook. A team-a pod of high
+// priority cannot preempt team-b's pod (it stays pending, its condition
+// and a PreemptionRefused event name the policy, the rule and the victim,
+// and the victim is not touched), but preempts team-a's own pod of lower
+// priority; a system-cluster-critical pod preempts across tenants. With
+// the policy in Audit, the victim is preempted and the event says what
+// would have been protected.
+func TestPreemptionRules(t *testing.T) {
+	low, high := priorityClass(t, "celsched-test-low", 100), priorityClass(t, "celsched-test-high", 1000)
+	tenant := map[string]string{"preempt-test": "true"}
+	a := createNamespace(t, "preempt-a", nil)
+	b := createNamespace(t, "preempt-b", nil)
+	createNodes(t, nodeSpec{name: "preempt-1", cpu: "1"}, nodeSpec{name: "preempt-2", cpu: "1"})
+	p := applyPolicy(t, builder.MakePolicy("own-tenant-preemption").PodLabels(tenant).
+		Victim("own-tenant", "victim.metadata.namespace == pod.metadata.namespace", "another tenant's pod").Obj())
+	waitPolicyReady(t, p.Name, metav1.ConditionTrue)
+	time.Sleep(propagation)
+
+	big := withRequests("800m", "100Mi")
+	// Another tenant's pod: protected.
+	other := createPod(t, b, "running", withLabels(tenant), big, onNode("preempt-1"), withPriority(low))
+	expectNode(t, other, "preempt-1")
+	urgent := createPod(t, a, "urgent", withLabels(tenant), big, onNode("preempt-1"), withPriority(high))
+	protected := fmt.Sprintf("pod %s/running protected by SchedulingPolicy own-tenant-preemption, rule preemption.victims/own-tenant: another tenant's pod", b)
+	waitPending(t, urgent, corev1.PodReasonUnschedulable, protected)
+	waitEvents(t, urgent, "PreemptionRefused", protected)
+	if terminating(t, other) {
+		t.Errorf("pod %s/%s was preempted: another tenant's pod must be protected", other.Namespace, other.Name)
+	}
+
+	// Its own pod: preempted.
+	own := createPod(t, a, "own", withLabels(tenant), big, onNode("preempt-2"), withPriority(low))
+	expectNode(t, own, "preempt-2")
+	again := createPod(t, a, "again", withLabels(tenant), big, onNode("preempt-2"), withPriority(high))
+	waitPreempted(t, own)
+	waitNominated(t, again, "preempt-2")
+
+	// A system-cluster-critical pod preempts across tenants.
+	critical := createPod(t, "kube-system", "critical-"+a, withLabels(tenant), big, onNode("preempt-1"), withPriority("system-cluster-critical"))
+	waitPreempted(t, other)
+	waitNominated(t, critical, "preempt-1")
+
+	// Audit: records what it would have protected, protects nothing.
+	deleteObject(t, p)
+	audited := applyPolicy(t, builder.MakePolicy("own-tenant-preemption-audit").PodLabels(tenant).Audit().
+		Victim("own-tenant", "victim.metadata.namespace == pod.metadata.namespace", "another tenant's pod").Obj())
+	waitPolicyReady(t, audited.Name, metav1.ConditionTrue)
+	time.Sleep(propagation)
+	c := createNamespace(t, "preempt-c", nil)
+	createNodes(t, nodeSpec{name: "preempt-3", cpu: "1"})
+	victim := createPod(t, b, "audited", withLabels(tenant), big, onNode("preempt-3"), withPriority(low))
+	expectNode(t, victim, "preempt-3")
+	preemptor := createPod(t, c, "preemptor", withLabels(tenant), big, onNode("preempt-3"), withPriority(high))
+	waitPreempted(t, victim)
+	waitEvents(t, preemptor, "PreemptionWouldProtect", fmt.Sprintf("Audit: pod %s/audited protected by SchedulingPolicy own-tenant-preemption-audit, rule preemption.victims/own-tenant: another tenant's pod", b))
+}
+
+// priorityClass creates a PriorityClass and deletes it when the test ends.
+func priorityClass(t *testing.T, name string, value int32) string {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+	if err := k8sClient.Create(t.Context(), pc); err != nil {
+		t.Fatalf("creating PriorityClass %s: %v", name, err)
+	}
+	t.Cleanup(func() { deleteObject(t, pc) })
+	return name
+}
+
+func withPriority(class string) podOption {
+	return func(p *corev1.Pod) { p.Spec.PriorityClassName = class }
+}
+
+// terminating says whether the pod is being deleted (or is gone): with no
+// kubelet, a preempted pod keeps its deletionTimestamp.
+func terminating(t *testing.T, pod *corev1.Pod) bool {
+	t.Helper()
+	got := &corev1.Pod{}
+	if err := k8sClient.Get(t.Context(), client.ObjectKeyFromObject(pod), got); err != nil {
+		return client.IgnoreNotFound(err) == nil
+	}
+	return got.DeletionTimestamp != nil
+}
+
+// waitPreempted waits until the scheduler has deleted the pod.
+func waitPreempted(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
+		return terminating(t, pod), nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s was not preempted: %v", pod.Namespace, pod.Name, err)
+	}
+}
+
+// waitNominated waits until the preemptor is nominated to the node.
+func waitNominated(t *testing.T, pod *corev1.Pod, node string) {
+	t.Helper()
+	got := &corev1.Pod{}
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(pod), got); err != nil {
+			return false, err
+		}
+		return got.Status.NominatedNodeName == node || got.Spec.NodeName == node, nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s was not nominated to %s: %v; nominated %q, PodScheduled: %s", pod.Namespace, pod.Name, node, err, got.Status.NominatedNodeName, scheduledCondition(got))
+	}
+}
