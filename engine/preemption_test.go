@@ -2,11 +2,15 @@ package engine
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 )
@@ -99,6 +103,50 @@ func TestVictim(t *testing.T) {
 		p := c.Compile(preemptionPolicy(fp, failing), CompileOptions{})
 		if d := p.Victim(ctx, victim("team-a")); d.Verdict != want {
 			t.Errorf("failurePolicy %s: %v, want %v", fp, d.Verdict, want)
+		}
+	}
+}
+
+// TestPreemptionSample: the shipped sample compiles, protects another
+// tenant's production pod and lets the preemptor evict its own pods and
+// batch pods.
+func TestPreemptionSample(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "config", "samples", "preemption", "tenant-preemption.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var policy schedv1alpha1.SchedulingPolicy
+	if err := yaml.UnmarshalStrict(data, &policy); err != nil {
+		t.Fatal(err)
+	}
+	env := testEnv(t)
+	p := NewCompiler(env).Compile(&policy, CompileOptions{})
+	if len(p.Errors) > 0 || !p.HasVictimRules() {
+		t.Fatalf("sample: errors %v, victim rules %v", p.Errors, p.HasVictimRules())
+	}
+	conv := NewConverter(env, 0)
+	tenant := map[string]string{"celsched.io/tenant": "a"}
+	in, err := conv.Pod(makePod("team-a", "urgent", nil), makeNamespace("team-a", tenant))
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespaces := map[string]*corev1.Namespace{
+		"team-a": makeNamespace("team-a", tenant),
+		"batch":  makeNamespace("batch", map[string]string{"celsched.io/tier": "batch"}),
+		"team-b": makeNamespace("team-b", map[string]string{"celsched.io/tenant": "b", "celsched.io/environment": "production"}),
+		"dev":    makeNamespace("dev", map[string]string{"celsched.io/tenant": "c"}),
+		// Batch in production: production wins.
+		"reports": makeNamespace("reports", map[string]string{"celsched.io/tier": "batch", "celsched.io/environment": "production"}),
+	}
+	want := map[string]string{"team-a": "", "batch": "", "team-b": "own-namespace-or-batch", "dev": "own-namespace-or-batch",
+		"reports": "never-another-tenants-production"}
+	for ns, rule := range want {
+		v, err := conv.Victim(in, makePod(ns, "running", nil), namespaces[ns], makeNode("n1", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := p.Victim(context.Background(), v); d.Rule != rule {
+			t.Errorf("victim in %s: rule %q refused (%s), want %q", ns, d.Rule, d.String(), rule)
 		}
 	}
 }
