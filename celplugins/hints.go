@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,6 +36,11 @@ type Requeuer struct {
 	// activator requeues pods (the scheduling queue, through the first
 	// framework handle attached), and lists them: for params events.
 	activator atomic.Pointer[podActivator]
+	// refused are the pending pods whose preemption a victim rule
+	// refused, by UID (preemptors.go). Written by CELPreemption's
+	// PostFilter, and by the pod event handler when a pod is bound or
+	// deleted; read on policy and namespace events.
+	refused sync.Map // ktypes.UID -> *corev1.Pod
 }
 
 // podActivator is what ParamsChanged needs of the scheduler.

@@ -51,6 +51,9 @@ type PolicyFeed struct {
 	// policy event, to watch the param kinds the policies name
 	// (ParamsStore.Sync).
 	Params interface{ Sync(*engine.Snapshot) }
+	// Preemptors, when set, is told of each policy event, to requeue the
+	// pods whose preemption a victim rule refused (Requeuer.PreemptorsChanged).
+	Preemptors interface{ PreemptorsChanged(why string) }
 	Logger klog.Logger
 
 	attached atomic.Bool
@@ -131,6 +134,9 @@ func (f *PolicyFeed) remove(obj any) {
 func (f *PolicyFeed) notify(name string) {
 	if f.Params != nil {
 		f.Params.Sync(f.Registry.Snapshot())
+	}
+	if f.Preemptors != nil {
+		f.Preemptors.PreemptorsChanged("SchedulingPolicy " + name + " changed")
 	}
 	if f.Compiled != nil {
 		f.Compiled(name)

@@ -129,18 +129,21 @@ func (rt *Runtime) Attach(h fwk.Handle) error {
 			return
 		}
 		// A pod's kept Match (Inputs.Match) leaves when the pod is bound or
-		// deleted: it has no cycle to come.
+		// deleted: it has no cycle to come; so does its record as a refused
+		// preemptor.
 		_, err = h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			UpdateFunc: func(oldObj, newObj any) {
 				oldPod, okOld := oldObj.(*corev1.Pod)
 				pod, ok := newObj.(*corev1.Pod)
 				if ok && okOld && oldPod.Spec.NodeName == "" && pod.Spec.NodeName != "" {
 					rt.Inputs.forgetPod(pod.UID)
+					rt.Requeue.PreemptorDone(pod.UID)
 				}
 			},
 			DeleteFunc: func(obj any) {
 				if pod, ok := tombstoned[*corev1.Pod](obj); ok {
 					rt.Inputs.forgetPod(pod.UID)
+					rt.Requeue.PreemptorDone(pod.UID)
 				}
 			},
 		})

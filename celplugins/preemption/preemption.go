@@ -120,8 +120,10 @@ func (pl *Preemption) PostFilter(ctx context.Context, state fwk.CycleState, pod 
 			"%s", engine.Truncate("Audit: "+strings.Join(sortedKeys(p.audited), "; "), maxEventNote))
 	}
 	if len(p.enforced) == 0 || status.IsSuccess() {
+		pl.rt.Requeue.PreemptorDone(pod.UID)
 		return result, status
 	}
+	pl.rt.Requeue.RefusedPreemptor(pod)
 	protected := strings.Join(sortedKeys(p.enforced), "; ")
 	pl.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonPreemptionRefused, "Preempt", "%s", engine.Truncate(protected, maxEventNote))
 	reasons := append(slices.Clone(status.Reasons()), engine.Truncate("victims protected: "+protected, engine.MaxMessageLength))

@@ -10,8 +10,10 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -19,8 +21,9 @@ import (
 // preempt, through DefaultPreemption's own hook. A team-a pod of high
 // priority cannot preempt team-b's pod (it stays pending, its condition
 // and a PreemptionRefused event name the policy, the rule and the victim,
-// and the victim is not touched), but preempts team-a's own pod of lower
-// priority; a system-cluster-critical pod preempts across tenants. With
+// and the victim is not touched) until a rule change lets it, which
+// requeues it at once; it preempts team-a's own pod of lower priority; a
+// system-cluster-critical pod preempts across tenants. With
 // the policy in Audit, the victim is preempted and the event says what
 // would have been protected.
 func TestPreemptionRules(t *testing.T) {
@@ -46,6 +49,12 @@ func TestPreemptionRules(t *testing.T) {
 		t.Errorf("pod %s/%s was preempted: another tenant's pod must be protected", other.Namespace, other.Name)
 	}
 
+	// A rule change releases the waiting preemptor at once (its rejecting
+	// plugins, room and node selector, register no policy event).
+	setVictimRule(t, p.Name, fmt.Sprintf("victim.metadata.namespace in [pod.metadata.namespace, %q]", b))
+	waitPreempted(t, other)
+	waitNominated(t, urgent, "preempt-1")
+
 	// Its own pod: preempted.
 	own := createPod(t, a, "own", withLabels(tenant), big, onNode("preempt-2"), withPriority(low))
 	expectNode(t, own, "preempt-2")
@@ -53,10 +62,16 @@ func TestPreemptionRules(t *testing.T) {
 	waitPreempted(t, own)
 	waitNominated(t, again, "preempt-2")
 
-	// A system-cluster-critical pod preempts across tenants.
-	critical := createPod(t, "kube-system", "critical-"+a, withLabels(tenant), big, onNode("preempt-1"), withPriority("system-cluster-critical"))
-	waitPreempted(t, other)
-	waitNominated(t, critical, "preempt-1")
+	// A system-cluster-critical pod preempts across tenants, whatever the
+	// rules.
+	setVictimRule(t, p.Name, "victim.metadata.namespace == pod.metadata.namespace")
+	time.Sleep(propagation)
+	createNodes(t, nodeSpec{name: "preempt-4", cpu: "1"})
+	tenantB := createPod(t, b, "running-4", withLabels(tenant), big, onNode("preempt-4"), withPriority(low))
+	expectNode(t, tenantB, "preempt-4")
+	critical := createPod(t, "kube-system", "critical-"+a, withLabels(tenant), big, onNode("preempt-4"), withPriority("system-cluster-critical"))
+	waitPreempted(t, tenantB)
+	waitNominated(t, critical, "preempt-4")
 
 	// Audit: records what it would have protected, protects nothing.
 	deleteObject(t, p)
@@ -71,6 +86,22 @@ func TestPreemptionRules(t *testing.T) {
 	preemptor := createPod(t, c, "preemptor", withLabels(tenant), big, onNode("preempt-3"), withPriority(high))
 	waitPreempted(t, victim)
 	waitEvents(t, preemptor, "PreemptionWouldProtect", fmt.Sprintf("Audit: pod %s/audited protected by SchedulingPolicy own-tenant-preemption-audit, rule preemption.victims/own-tenant: another tenant's pod", b))
+}
+
+// setVictimRule sets the expression of the policy's first victim rule.
+func setVictimRule(t *testing.T, name, expression string) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current := &schedv1alpha1.SchedulingPolicy{}
+		if err := k8sClient.Get(t.Context(), client.ObjectKey{Name: name}, current); err != nil {
+			return err
+		}
+		current.Spec.Preemption.Victims[0].Expression = expression
+		return k8sClient.Update(t.Context(), current)
+	})
+	if err != nil {
+		t.Fatalf("updating SchedulingPolicy %s: %v", name, err)
+	}
 }
 
 // priorityClass creates a PriorityClass and deletes it when the test ends.

@@ -498,11 +498,12 @@ func newPolicies(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, env *e
 	}
 	p.rt.Inputs.Params = p.params
 	p.feed = &celplugins.PolicyFeed{
-		Registry:  p.registry,
-		Logger:    klog.FromContext(ctx).WithName("policy-feed"),
-		Compiled:  notify,
-		Namespace: p.rt.Inputs.ObserveNamespace,
-		Params:    p.params,
+		Registry:   p.registry,
+		Logger:     klog.FromContext(ctx).WithName("policy-feed"),
+		Compiled:   notify,
+		Namespace:  p.rt.ObserveNamespace,
+		Params:     p.params,
+		Preemptors: p.rt.Requeue,
 	}
 	return p, nil
 }
