@@ -19,6 +19,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
 PROMQL := $(BIN)/promql
+CYCLONEDX_GOMOD := $(BIN)/cyclonedx-gomod
 # KWOK's controller, at the version hack/tools/kwok pins, in a directory of
 # that version with the stages it runs (kwok-stages.yaml, assembled from the
 # same module): test/kwok starts it (KWOK=path), `make run` and the tests
@@ -202,6 +203,9 @@ $(BENCHSTAT): hack/tools/benchstat/go.mod
 
 $(HELM): hack/tools/helm/go.mod
 	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+
+$(CYCLONEDX_GOMOD): hack/tools/cyclonedx-gomod/go.mod
+	cd hack/tools/cyclonedx-gomod && $(GO) build -o $@ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
 # Not a third-party command: Prometheus's rule loader (rulefmt, as promtool
 # uses it) and PromQL parser behind a small main of ours; the chart test
