@@ -67,6 +67,12 @@ VERDICT_SEED ?= 1
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 6h
+# `make release`: the os/arch pairs to build, the directory the release
+# goes to (absent or empty), and the modification time of the files in the
+# archives (the commit's, so that a commit gives the same archives).
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST ?= $(CURDIR)/dist
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # `make run`: kube-scheduler's feature gates for the manager (and the local
 # kube-apiserver), e.g. FEATURE_GATES=GenericWorkload=true, and the
 # Kubernetes version the manager's scheduler emulates (the local
@@ -187,6 +193,11 @@ build: ## Build the manager and the celsched CLI (also as the kubectl plugin kub
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/manager ./cmd/manager
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched ./cmd/celsched
 	ln -sf celsched $(BIN)/kubectl-celsched
+
+.PHONY: release
+release: $(HELM) $(CYCLONEDX_GOMOD) ## Build the release VERSION (e.g. v0.1.0) into DIST (dist/): per platform of PLATFORMS the CLI's and the manager's archives, the SBOM, the Helm chart, the install YAML, the krew manifest and checksums.txt (docs/release.md).
+	$(GO) run ./hack/release -version "$(VERSION)" -platforms "$(PLATFORMS)" -dist "$(DIST)" -ldflags "$(LDFLAGS) -s -w" \
+		-helm "$(HELM)" -cyclonedx-gomod "$(CYCLONEDX_GOMOD)" -mtime "$(SOURCE_DATE_EPOCH)"
 
 .PHONY: update-k8s
 update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.37.2).
