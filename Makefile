@@ -139,7 +139,7 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, a release for this platform (test/release), the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
