@@ -53,6 +53,12 @@ BENCHFLAGS ?= -count=5
 # engine, the plugins, the controllers and the CLI (impact and analyze
 # evaluate in parallel), none of which needs envtest.
 RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers|cmd/celsched|simulate)(/|$$)
+# TestRelease (test/release) runs `make release` for this platform. `make
+# test` runs it last and alone, with time for a cold build: the release's
+# flags (CGO_ENABLED=0, -trimpath) share no build cache with the tests', and
+# building the manager and the CLI from cold takes minutes on 2 cores.
+RELEASE_PKG := github.com/celsched/celsched/test/release
+RELEASE_TEST_TIMEOUT ?= 30m
 # `make test-verdict`: the size and seed of TestVerdictIsOne's generated
 # cluster (`make test` runs it at 12 nodes and 30 pods, seed 1).
 VERDICT_NODES ?= 60
@@ -139,10 +145,11 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, a release for this platform (test/release), the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), a release for this platform (TestRelease), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)' | grep -v -x '$(RELEASE_PKG)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
+	$(GO) test -timeout $(RELEASE_TEST_TIMEOUT) $(TESTFLAGS) $(RELEASE_PKG)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: test-verdict
