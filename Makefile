@@ -19,6 +19,7 @@ GOLANGCI_LINT := $(BIN)/golangci-lint
 BENCHSTAT := $(BIN)/benchstat
 HELM := $(BIN)/helm
 PROMQL := $(BIN)/promql
+CYCLONEDX_GOMOD := $(BIN)/cyclonedx-gomod
 # KWOK's controller, at the version hack/tools/kwok pins, in a directory of
 # that version with the stages it runs (kwok-stages.yaml, assembled from the
 # same module): test/kwok starts it (KWOK=path), `make run` and the tests
@@ -52,6 +53,12 @@ BENCHFLAGS ?= -count=5
 # engine, the plugins, the controllers and the CLI (impact and analyze
 # evaluate in parallel), none of which needs envtest.
 RACE_PKGS_RE := ^github.com/celsched/celsched/(engine|celplugins|controllers|cmd/celsched|simulate)(/|$$)
+# TestRelease (test/release) runs `make release` for this platform. `make
+# test` runs it last and alone, with time for a cold build: the release's
+# flags (CGO_ENABLED=0, -trimpath) share no build cache with the tests', and
+# building the manager and the CLI from cold takes minutes on 2 cores.
+RELEASE_PKG := github.com/celsched/celsched/test/release
+RELEASE_TEST_TIMEOUT ?= 30m
 # `make test-verdict`: the size and seed of TestVerdictIsOne's generated
 # cluster (`make test` runs it at 12 nodes and 30 pods, seed 1).
 VERDICT_NODES ?= 60
@@ -66,6 +73,12 @@ VERDICT_SEED ?= 1
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 6h
+# `make release`: the os/arch pairs to build, the directory the release
+# goes to (absent or empty), and the modification time of the files in the
+# archives (the commit's, so that a commit gives the same archives).
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST ?= $(CURDIR)/dist
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
 # `make run`: kube-scheduler's feature gates for the manager (and the local
 # kube-apiserver), e.g. FEATURE_GATES=GenericWorkload=true, and the
 # Kubernetes version the manager's scheduler emulates (the local
@@ -132,10 +145,11 @@ envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), a release for this platform (TestRelease), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)')
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)' | grep -v -x '$(RELEASE_PKG)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')
+	$(GO) test -timeout $(RELEASE_TEST_TIMEOUT) $(TESTFLAGS) $(RELEASE_PKG)
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: test-verdict
@@ -191,6 +205,11 @@ build: ## Build the manager and the celsched CLI (also as the kubectl plugin kub
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/celsched ./cmd/celsched
 	ln -sf celsched $(BIN)/kubectl-celsched
 
+.PHONY: release
+release: $(HELM) $(CYCLONEDX_GOMOD) ## Build the release VERSION (e.g. v0.1.0) into DIST (dist/): per platform of PLATFORMS the CLI's and the manager's archives, the SBOM, the Helm chart, the install YAML, the krew manifest and checksums.txt (docs/release.md).
+	$(GO) run ./hack/release -version "$(VERSION)" -platforms "$(PLATFORMS)" -dist "$(DIST)" -ldflags "$(LDFLAGS) -s -w" \
+		-helm "$(HELM)" -cyclonedx-gomod "$(CYCLONEDX_GOMOD)" -mtime "$(SOURCE_DATE_EPOCH)"
+
 .PHONY: update-k8s
 update-k8s: ## Re-pin k8s.io/kubernetes and its staging modules (K8S=v1.37.2).
 	hack/update-k8s-replaces.sh $(K8S)
@@ -206,6 +225,9 @@ $(BENCHSTAT): hack/tools/benchstat/go.mod
 
 $(HELM): hack/tools/helm/go.mod
 	cd hack/tools/helm && $(GO) build -o $@ helm.sh/helm/v3/cmd/helm
+
+$(CYCLONEDX_GOMOD): hack/tools/cyclonedx-gomod/go.mod
+	cd hack/tools/cyclonedx-gomod && $(GO) build -o $@ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
 # Not a third-party command: Prometheus's rule loader (rulefmt, as promtool
 # uses it) and PromQL parser behind a small main of ours; the chart test

@@ -69,7 +69,8 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
-	root.AddCommand(newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
+	root.SetVersionTemplate(versions() + "\n")
+	root.AddCommand(newVersionCommand(s), newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
 	cmd, err := root.ExecuteC()
 	err = errors.Join(err, prof.stop())
 	if err == nil {
