@@ -130,6 +130,57 @@ func (pl *Preemption) PostFilter(ctx context.Context, state fwk.CycleState, pod 
 	return result, fwk.NewStatus(status.Code(), reasons...).WithPlugin(status.Plugin())
 }
 
+// DryRun is what DefaultPreemption's PostFilter would decide for a pod
+// that no node fits, without acting (no victim deleted, nothing
+// nominated): its own dry run (Evaluator.DryRunPreemption) over the
+// nodes given (those a filter refused as resolvable: Unschedulable, not
+// UnschedulableAndUnresolvable), every one of them a candidate, and the
+// candidate it would pick (nil: none). dp is the profile's preemption
+// plugin (CELPreemption's, or a stock profile's DefaultPreemption); for
+// CELPreemption, protected are the victims the rules protected while it
+// looked. PodDisruptionBudgets are not read. why says why the pod may not
+// preempt at all (preemptionPolicy Never), when it may not.
+func DryRun(ctx context.Context, plugin fwk.Plugin, state fwk.CycleState, pod *corev1.Pod, potential []fwk.NodeInfo) (best preemption.Candidate, protected []string, why string, err error) {
+	var dp *defaultpreemption.DefaultPreemption
+	pl, cel := plugin.(*Preemption)
+	switch {
+	case cel:
+		dp = pl.DefaultPreemption
+	default:
+		if dp, _ = plugin.(*defaultpreemption.DefaultPreemption); dp == nil {
+			return nil, nil, "", fmt.Errorf("plugin %s is not DefaultPreemption", plugin.Name())
+		}
+	}
+	if ok, msg := dp.PodEligibleToPreemptOthers(ctx, pod, nil); !ok {
+		return nil, nil, msg, nil
+	}
+	if len(potential) == 0 {
+		return nil, nil, "no node that preemption could help (every node is refused for a reason removing pods does not change)", nil
+	}
+	if cel {
+		pl.mu.Lock()
+		pl.protected[pod.UID] = &protections{enforced: map[string]bool{}, audited: map[string]bool{}}
+		pl.mu.Unlock()
+	}
+	candidates, _, err := dp.Evaluator.DryRunPreemption(ctx, state, pod, potential, nil, 0, int32(len(potential)))
+	if cel {
+		pl.mu.Lock()
+		protected = sortedKeys(pl.protected[pod.UID].enforced)
+		delete(pl.protected, pod.UID)
+		pl.mu.Unlock()
+	}
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if best = dp.Evaluator.SelectCandidate(ctx, candidates); best == nil {
+		why = "no node where evicting pods of lower priority makes room"
+		if len(protected) > 0 {
+			why += "; victims protected: " + strings.Join(protected, "; ")
+		}
+	}
+	return best, protected, why, nil
+}
+
 // Reasons of the events PostFilter records on the preemptor.
 const (
 	// ReasonPreemptionRefused lists the victims that enforced victim rules

@@ -92,6 +92,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 			return nil, err
 		}
 	}
+	if len(r.Feasible) == 0 && r.PreEnqueue == nil && r.PreFilter == nil {
+		if _, r.Preemption, err = s.Evaluator.Preempt(ctx, pod); err != nil {
+			return nil, err
+		}
+	}
 	if r.Group, err = placeGroup(ctx, s, pod, in.PodGroups, in.Pods); err != nil {
 		return nil, err
 	}

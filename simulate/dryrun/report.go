@@ -26,8 +26,14 @@ type Report struct {
 	// Group is, for a member of a pod group, what kube-scheduler does
 	// with the whole group (its pending members, all or nothing): placed
 	// where, or why not, and the placements the policies refused.
-	Group    *verdict.GroupResult `json:"group,omitempty"`
-	Policies []*PolicyResult      `json:"policies"`
+	Group *verdict.GroupResult `json:"group,omitempty"`
+	// Preemption is, for a pod that no node fits, what kube-scheduler's
+	// preemption would do (DefaultPreemption's dry run with the victim
+	// rules): which node and victims, or why not, and the victims the
+	// rules protected. It reads the pod's spec.priority (as admission sets
+	// it from priorityClassName) and no PodDisruptionBudget.
+	Preemption *PreemptionResult `json:"preemption,omitempty"`
+	Policies   []*PolicyResult   `json:"policies"`
 }
 
 // The evaluator's types, as reports show them.
@@ -38,6 +44,8 @@ type (
 	RankedNode = verdict.RankedNode
 	// GroupResult is what kube-scheduler does with a pod group.
 	GroupResult = verdict.GroupResult
+	// PreemptionResult is what kube-scheduler's preemption would do.
+	PreemptionResult = verdict.PreemptionResult
 )
 
 // PolicyResult is one policy's evaluation for the pod.

@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	k8scorev1 "k8s.io/kubernetes/pkg/apis/core/v1"
 	"k8s.io/kubernetes/pkg/features"
@@ -322,6 +323,9 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 			frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
 			frameworkruntime.WithPodsInPreBind(frameworkruntime.NewPodsInPreBindMap()),
 			frameworkruntime.WithParallelism(1),
+			// A snapshot has no pod nominated to a node (preemption's dry
+			// run asks, Evaluator.Preempt).
+			frameworkruntime.WithPodNominator(noNominations{}),
 		)
 		if err != nil {
 			e.cancel()
@@ -336,6 +340,15 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	}
 	return e, nil
 }
+
+// noNominations is the pod nominator of an evaluation: the cluster's
+// snapshot nominates no pod to a node, and a dry run nominates none.
+type noNominations struct{}
+
+func (noNominations) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
+func (noNominations) DeleteNominatedPodIfExists(*corev1.Pod)                        {}
+func (noNominations) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)      {}
+func (noNominations) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }
 
 // syncTimeout bounds waitForSync: the informers list objects held in
 // memory, so one that has not synced by then never will, and the dry run
@@ -393,6 +406,10 @@ type NodeResult struct {
 	// plugin's weighted share; set for feasible nodes when scored.
 	Score        int64            `json:"score,omitempty"`
 	PluginScores map[string]int64 `json:"pluginScores,omitempty"`
+	// resolvable says the node was refused for a reason that removing pods
+	// may change (fwk.Unschedulable, not UnschedulableAndUnresolvable):
+	// preemption looks at it (Evaluator.Preempt).
+	resolvable bool
 }
 
 // RankedNode is a feasible node and its total score.
@@ -488,6 +505,64 @@ func (e *Evaluator) Reschedule(ctx context.Context, pod *corev1.Pod) (*Result, e
 	again := pod.DeepCopy()
 	again.Spec.NodeName = ""
 	return e.run(ctx, again, pod, scored)
+}
+
+// PreemptionResult is what kube-scheduler's preemption would do for a pod
+// that no node fits: DefaultPreemption's own dry run, with the profile's
+// victim rules (CELPreemption), acting on nothing.
+type PreemptionResult struct {
+	// Node is the node the pod would be nominated to, its Victims the
+	// pods evicted there (namespace/name); empty when preemption cannot
+	// place the pod, and Reason says why.
+	Node    string   `json:"node,omitempty"`
+	Victims []string `json:"victims,omitempty"`
+	// Protected are the candidate victims that a victim rule protected,
+	// with the policy and rule.
+	Protected []string `json:"protected,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+}
+
+// Preempt is Feasible and, when no node fits the pod after PreFilter
+// admitted it, what preemption would do (nil otherwise: a node fits, or
+// the pod is held or rejected before Filter).
+func (e *Evaluator) Preempt(ctx context.Context, pod *corev1.Pod) (*Result, *PreemptionResult, error) {
+	pod = Default(pod)
+	name, err := e.SchedulerName(pod)
+	if err != nil {
+		return nil, nil, err
+	}
+	pod.Spec.SchedulerName = name
+	r := &Result{}
+	state, err := r.schedule(ctx, e.frameworks[name], pod, e.cluster.nodeInfos, nil, filterOnly, e.groups.Known(pod), nil)
+	if err != nil || state == nil || len(r.Feasible) > 0 {
+		return r, nil, err
+	}
+	plugin := e.plugins[name][preemption.Name]
+	if plugin == nil {
+		plugin = e.plugins[name][names.DefaultPreemption]
+	}
+	if plugin == nil {
+		return r, &PreemptionResult{Reason: "the profile runs no preemption plugin"}, nil
+	}
+	var potential []fwk.NodeInfo
+	for i, n := range r.Nodes {
+		if n.resolvable {
+			potential = append(potential, e.cluster.nodeInfos[i])
+		}
+	}
+	best, protected, why, err := preemption.DryRun(ctx, plugin, state, pod, potential)
+	if err != nil {
+		return nil, nil, fmt.Errorf("preemption's dry run: %w", err)
+	}
+	out := &PreemptionResult{Protected: protected, Reason: why}
+	if best != nil {
+		out.Node = best.Name()
+		for _, v := range best.Victims().Pods {
+			out.Victims = append(out.Victims, v.Namespace+"/"+v.Name)
+		}
+		slices.Sort(out.Victims)
+	}
+	return r, out, nil
 }
 
 // SchedulerName returns the profile a pod is evaluated with: its
@@ -695,6 +770,7 @@ func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleStat
 	}
 	if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
 		n.RejectedBy = seen.get(Rejection{Plugin: st.Plugin(), Message: st.Message()})
+		n.resolvable = st.Code() == fwk.Unschedulable
 		return
 	}
 	n.Feasible = true

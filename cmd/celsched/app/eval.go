@@ -209,7 +209,27 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		ranking[i] = fmt.Sprintf("%s (%d)", n.Node, n.Score)
 	}
 	fmt.Fprintf(out, "Ranking:  %s\n", orNone(strings.Join(ranking, ", ")))
+	printPreemption(out, r.Preemption)
 	printGroup(out, r.Group)
+}
+
+// printPreemption says what kube-scheduler's preemption would do for a
+// pod no node fits.
+func printPreemption(out io.Writer, p *dryrun.PreemptionResult) {
+	if p == nil {
+		return
+	}
+	if p.Node != "" {
+		fmt.Fprintf(out, "Preemption: would nominate %s, evicting %s\n", p.Node, strings.Join(p.Victims, ", "))
+	} else {
+		fmt.Fprintf(out, "Preemption: would not place the pod: %s\n", p.Reason)
+	}
+	if len(p.Protected) > 0 && p.Node != "" {
+		fmt.Fprintln(out, "  protected by the victim rules:")
+		for _, v := range p.Protected {
+			fmt.Fprintf(out, "    %s\n", v)
+		}
+	}
 }
 
 // printGroup says what kube-scheduler does with the pod's group.
