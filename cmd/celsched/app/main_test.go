@@ -71,7 +71,7 @@ func TestValidateParams(t *testing.T) {
 func TestValidateSamples(t *testing.T) {
 	samples := filepath.Join("..", "..", "..", "config", "samples")
 	code, out := runCLI(t, "validate", "-f", samples)
-	if code != 0 || out != "12 SchedulingPolicies valid\n" {
+	if code != 0 || out != "13 SchedulingPolicies valid\n" {
 		t.Errorf("exit code %d, output %q", code, out)
 	}
 }
