@@ -105,7 +105,7 @@ func TestWorkloadPolicies(t *testing.T) {
 		"NoPolicy": 0, "NonMatching10": 10, "NodeOnly10": 10, "NodeOnly10Native": 10, "NodeOnly10Plugin": 10, "NodeOnly10Batchable": 10,
 		"Mixed100": 100, "Mixed100Native": 100,
 		"RequiredAffinity": 1, "PreferredAffinity": 1, "PodAndNode": 1, "Spread": 1,
-		"Gangs": 1,
+		"Gangs": 1, "Preemption": 1,
 	}
 	if len(testCases) != len(wantPolicies) {
 		t.Errorf("%d test cases in %s, want %d", len(testCases), configFile, len(wantPolicies))
@@ -184,10 +184,12 @@ func TestPhases(t *testing.T) {
 		"Gangs": true,
 	}
 	// plain are the stock pod templates without rules: plain pods, the
-	// pods of ten Deployments, the members of a pod group (whose
-	// constraints are the same in every profile's phases).
+	// pods of ten Deployments, the members of a pod group and the
+	// high-priority preemptors (whose constraints are the same in every
+	// profile's phases).
 	plain := map[string]bool{
 		"templates/pod-stock.yaml": true, "templates/pod-stock-deployment.yaml": true, "templates/pod-stock-gang.yaml": true,
+		"templates/pod-stock-high-priority.yaml": true,
 	}
 	for _, tc := range testCases {
 		t.Run(tc.Name, func(t *testing.T) {

@@ -34,12 +34,15 @@ type policyWrites struct {
 	// drift changed status.drift (the pods bound during a wave's soak on
 	// nodes the policy refuses run there once the wave is enforced).
 	drift int
+	// enforcement changed status.enforcement (the status reconciler's
+	// summary of where the policy is enforced: once per wave promoted).
+	enforcement int
 	// other changed something else (the conditions, observedGeneration).
 	other int
 }
 
 func (w policyWrites) total() int {
-	return w.audit + w.rolloutEvidence + w.rolloutDecisions + w.drift + w.other
+	return w.audit + w.rolloutEvidence + w.rolloutDecisions + w.drift + w.enforcement + w.other
 }
 
 // TestWriteBudget: a policy in Audit, rolled out in two waves (soaks of
@@ -156,8 +159,8 @@ count:
 		}
 	}
 	t.Logf("%.0f s, %d pods created (%.1f/s), %d of them bound, --audit-status-interval %s", elapsed.Seconds(), pods, rate, bound, *interval)
-	t.Logf("policy writes: %d (%.1f/min): status.audit %d, status.rollout evidence %d, decisions %d, status.drift %d, other %d",
-		got.total(), perMinute(got.total()), got.audit, got.rolloutEvidence, got.rolloutDecisions, got.drift, got.other)
+	t.Logf("policy writes: %d (%.1f/min): status.audit %d, status.rollout evidence %d, decisions %d, status.drift %d, status.enforcement %d, other %d",
+		got.total(), perMinute(got.total()), got.audit, got.rolloutEvidence, got.rolloutDecisions, got.drift, got.enforcement, got.other)
 	totalReports := 0
 	for _, ns := range namespaces {
 		totalReports += reportWrites[ns]
@@ -195,6 +198,9 @@ count:
 	if got.drift > limit+2 {
 		t.Errorf("status.drift written %d times in %s, want at most %d", got.drift, *window, limit+2)
 	}
+	if got.enforcement > 2 {
+		t.Errorf("status.enforcement written %d times, want at most 2 (once per wave promoted)", got.enforcement)
+	}
 	if got.other > 2 {
 		t.Errorf("%d other writes of the policy (conditions), want at most 2", got.other)
 	}
@@ -222,6 +228,8 @@ func classify(w *policyWrites, before, after *schedv1alpha1.SchedulingPolicy) {
 		w.audit++
 	case !apiequality.Semantic.DeepEqual(b.Drift, a.Drift):
 		w.drift++
+	case b.Enforcement != a.Enforcement && b.Enforcement != "":
+		w.enforcement++
 	default:
 		w.other++
 	}
