@@ -6,7 +6,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -154,20 +153,28 @@ func printAnalyze(w io.Writer, r *analyze.Report, format string) error {
 	default:
 		return printStructured(w, r, format)
 	}
-	fmt.Fprintf(w, "Analyzed %s: %s\n", analyzed(&r.Summary), findingCounts(r))
+	writeWrapped(w, 0, 4, fmt.Sprintf("Analyzed %s: %s", analyzed(&r.Summary), findingCounts(r)))
 	printNotes(w, r.Notes)
 	if len(r.Findings) == 0 {
 		return nil
 	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KIND\tPOLICIES\tSUBJECT\tPODS\tEVIDENCE")
+	// One block per finding, folded to tableWidth: its kind, policies,
+	// subject and pods, then the evidence and the suggestion.
 	for i := range r.Findings {
 		f := &r.Findings[i]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.Kind, findingPolicies(f), orDash(f.Subject), orDash(podCount(f.Pods)), f.Evidence)
-		fmt.Fprintf(tw, "\t\t\t\t-> %s\n", f.Suggestion)
+		fmt.Fprintln(w)
+		head := fmt.Sprintf("%s: %s", f.Kind, orDash(f.Subject))
+		if policies := findingPolicies(f); policies != "" {
+			head += " [" + policies + "]"
+		}
+		if f.Pods > 0 {
+			head += " (" + plural(f.Pods, "pod") + ")"
+		}
+		writeWrapped(w, 0, 4, head)
+		writeWrapped(w, 4, 6, f.Evidence)
+		writeWrapped(w, 4, 7, "-> "+f.Suggestion)
 	}
-	return tw.Flush()
+	return nil
 }
 
 func printAnalyzeMarkdown(w io.Writer, r *analyze.Report) error {
@@ -194,7 +201,7 @@ func printAnalyzeMarkdown(w io.Writer, r *analyze.Report) error {
 func analyzed(sum *analyze.Summary) string {
 	groups := ""
 	if sum.Groups > 0 {
-		groups = fmt.Sprintf(", %d pod groups", sum.Groups)
+		groups = ", " + plural(sum.Groups, "pod group")
 	}
 	return fmt.Sprintf("%d nodes, %d pods in %d classes%s, %d SchedulingPolicies", sum.Nodes, sum.Pods, sum.Classes, groups, sum.Policies)
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -145,15 +144,17 @@ func printStructured(w io.Writer, r any, format string) error {
 
 func printTable(out io.Writer, r *dryrun.Report) {
 	fmt.Fprintf(out, "Pod %s, scheduler %s\n", r.Pod, r.SchedulerName)
-	fmt.Fprintf(out, "Plugins evaluated (kube-scheduler framework, no binding):\n  PreEnqueue: %s\n  Filter:     %s\n  Score:      %s\n",
-		strings.Join(r.Plugins.PreEnqueue, ", "), strings.Join(r.Plugins.Filter, ", "), strings.Join(r.Plugins.Score, ", "))
+	fmt.Fprintln(out, "Plugins evaluated (kube-scheduler framework, no binding):")
+	writeLabelled(out, 2, "PreEnqueue: ", strings.Join(r.Plugins.PreEnqueue, ", "))
+	writeLabelled(out, 2, "Filter:     ", strings.Join(r.Plugins.Filter, ", "))
+	writeLabelled(out, 2, "Score:      ", strings.Join(r.Plugins.Score, ", "))
 	for _, n := range r.Plugins.NotEvaluated {
-		fmt.Fprintf(out, "  not evaluated: %s\n", n)
+		writeLabelled(out, 2, "not evaluated: ", n)
 	}
 	printNotes(out, r.Notes)
 
 	fmt.Fprintln(out, "\nPolicies:")
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	fmt.Fprintln(w, "  POLICY\tENFORCEMENT\tMATCHES\tWHY")
 	for _, p := range r.Policies {
 		why := p.Reason
@@ -173,9 +174,11 @@ func printTable(out io.Writer, r *dryrun.Report) {
 
 	switch {
 	case r.PreEnqueue != nil:
-		fmt.Fprintf(out, "\nPreEnqueue: the pod is held by %s: %s\n", r.PreEnqueue.Plugin, r.PreEnqueue.Message)
+		fmt.Fprintln(out)
+		writeWrapped(out, 0, 4, fmt.Sprintf("PreEnqueue: the pod is held by %s: %s", r.PreEnqueue.Plugin, r.PreEnqueue.Message))
 	case r.PreFilter != nil:
-		fmt.Fprintf(out, "\nPreFilter: the pod is rejected by %s: %s\n", r.PreFilter.Plugin, r.PreFilter.Message)
+		fmt.Fprintln(out)
+		writeWrapped(out, 0, 4, fmt.Sprintf("PreFilter: the pod is rejected by %s: %s", r.PreFilter.Plugin, r.PreFilter.Message))
 	default:
 		fmt.Fprintln(out, "\nPreEnqueue: the pod enters the scheduling queue")
 	}
@@ -187,12 +190,23 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		return
 	}
 	fmt.Fprintln(out, "\nNodes:")
-	w = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w = newTable(out)
 	fmt.Fprintln(w, "  NODE\tFEASIBLE\tSCORE\tREJECTED BY\tREASON")
+	// A reason longer than a column's room is named by a number and given
+	// whole below the table (nodes refused alike share one).
+	var reasons []string
 	for _, n := range r.Nodes {
 		var by, reason, score string
 		if n.RejectedBy != nil {
 			by, reason = n.RejectedBy.Plugin, n.RejectedBy.Message
+		}
+		if len(reason) > maxReasonColumn {
+			i := slices.Index(reasons, reason)
+			if i < 0 {
+				reasons = append(reasons, reason)
+				i = len(reasons) - 1
+			}
+			reason = fmt.Sprintf("[%d]", i+1)
 		}
 		if n.Feasible {
 			score = fmt.Sprint(n.Score)
@@ -200,6 +214,9 @@ func printTable(out io.Writer, r *dryrun.Report) {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", n.Name, yesNo(n.Feasible), score, by, reason)
 	}
 	_ = w.Flush()
+	for i, reason := range reasons {
+		writeLabelled(out, 2, fmt.Sprintf("[%d] ", i+1), reason)
+	}
 
 	printRules(out, r)
 
@@ -212,6 +229,10 @@ func printTable(out io.Writer, r *dryrun.Report) {
 	printPreemption(out, r.Preemption)
 	printGroup(out, r.Group)
 }
+
+// maxReasonColumn is the longest reason the Nodes table shows in its
+// column; longer ones are given below it.
+const maxReasonColumn = 50
 
 // printPreemption says what kube-scheduler's preemption would do for a
 // pod no node fits.
@@ -237,9 +258,10 @@ func printGroup(out io.Writer, g *dryrun.GroupResult) {
 	if g == nil {
 		return
 	}
-	fmt.Fprintf(out, "\nPod group %s (minCount %d, %d pending): %s\n", g.Group, g.MinCount, len(g.Members), g.Outcome())
+	fmt.Fprintln(out)
+	writeWrapped(out, 0, 4, fmt.Sprintf("Pod group %s (minCount %d, %d pending): %s", g.Group, g.MinCount, len(g.Members), g.Outcome()))
 	for _, m := range g.Members {
-		fmt.Fprintf(out, "  %s: %s\n", m.Pod, cmp.Or(m.Node, m.Reason))
+		writeWrapped(out, 2, 6, fmt.Sprintf("%s: %s", m.Pod, cmp.Or(m.Node, m.Reason)))
 	}
 	if len(g.Refused) > 0 {
 		fmt.Fprintln(out, "Placements refused by the policies:")
@@ -251,13 +273,13 @@ func printGroup(out io.Writer, g *dryrun.GroupResult) {
 
 func printNotes(w io.Writer, notes []string) {
 	for _, n := range notes {
-		fmt.Fprintf(w, "Note: %s\n", n)
+		writeWrapped(w, 0, 6, "Note: "+n)
 	}
 }
 
 // printRules prints every CEL rule of the matching policies.
 func printRules(out io.Writer, r *dryrun.Report) {
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	w := newTable(out)
 	header := false
 	row := func(format string, args ...any) {
 		if !header {

@@ -281,7 +281,7 @@ func TestEvalGroups(t *testing.T) {
 			if code != tc.wantCode {
 				t.Errorf("exit code %d, want %d; output:\n%s", code, tc.wantCode, out)
 			}
-			if !strings.Contains(out, tc.want) {
+			if !strings.Contains(unwrapped(out), unwrapped(tc.want)) {
 				t.Errorf("output lacks %q:\n%s", tc.want, out)
 			}
 			if tc.wantCode != 0 && strings.Count(out, "\n") != 1 {

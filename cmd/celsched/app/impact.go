@@ -180,13 +180,13 @@ func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) erro
 	default:
 		return printStructured(w, r, format)
 	}
-	fmt.Fprintln(w, "Draft: "+draftLine(r))
+	writeWrapped(w, 0, 4, "Draft: "+draftLine(r))
 	if line := paramsLine(r); line != "" {
-		fmt.Fprintln(w, "Params: "+line)
+		writeWrapped(w, 0, 4, "Params: "+line)
 	}
-	fmt.Fprintln(w, "Pods: "+podsLine(&r.Summary))
+	writeWrapped(w, 0, 4, "Pods: "+podsLine(&r.Summary))
 	if line := r.Summary.GroupsLine(); line != "" {
-		fmt.Fprintln(w, "Pod groups: "+line)
+		writeWrapped(w, 0, 4, "Pod groups: "+line)
 	}
 	printNotes(w, r.Notes)
 
@@ -211,15 +211,21 @@ func printImpact(w io.Writer, r *impact.Report, format string, maxPods int) erro
 		fmt.Fprintln(w, "\nNo pod changes.")
 		return nil
 	}
+	// One block per pod, folded to tableWidth: the pod, its node, the
+	// change and the policies, then its outcome now and with the draft.
 	fmt.Fprintln(w, "\nPods that change:")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  POD\tNODE\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
 	for i := range r.Pods {
 		p := &r.Pods[i]
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\n", p.Pod, orDash(p.Node), p.Change, outcome(p.Now), outcome(p.Draft), podPolicies(p))
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+		head := fmt.Sprintf("%s: %s", p.Pod, p.Change)
+		if p.Node != "" {
+			head = fmt.Sprintf("%s on %s: %s", p.Pod, p.Node, p.Change)
+		}
+		if policies := podPolicies(p); policies != "" {
+			head += " (" + policies + ")"
+		}
+		writeWrapped(w, 2, 6, head)
+		writeWrapped(w, 6, 8, "now: "+outcome(p.Now))
+		writeWrapped(w, 6, 8, "with the draft: "+outcome(p.Draft))
 	}
 	printWhy(w, r)
 	printRemediation(w, r)
@@ -246,14 +252,19 @@ func printGroups(w io.Writer, r *impact.Report) error {
 		fmt.Fprintln(w, "\nNo pod group changes.")
 		return nil
 	}
+	// One block per group, as per pod (printImpact).
 	fmt.Fprintln(w, "\nPod groups that change:")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  GROUP\tCHANGE\tNOW\tWITH THE DRAFT\tPOLICIES")
 	for i := range r.Groups {
 		g := &r.Groups[i]
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", g.Group, g.Change, g.Now.Outcome(), g.Draft.Outcome(), strings.Join(g.Policies, ", "))
+		head := fmt.Sprintf("%s: %s", g.Group, g.Change)
+		if len(g.Policies) > 0 {
+			head += " (" + strings.Join(g.Policies, ", ") + ")"
+		}
+		writeWrapped(w, 2, 6, head)
+		writeWrapped(w, 6, 8, "now: "+g.Now.Outcome())
+		writeWrapped(w, 6, 8, "with the draft: "+g.Draft.Outcome())
 	}
-	return tw.Flush()
+	return nil
 }
 
 // draftLine says what the draft does to the policies.
@@ -351,12 +362,12 @@ func printWhy(w io.Writer, r *impact.Report) {
 				name += " (" + pr.Enforcement + " by " + pr.EnforcedBy + ")"
 			}
 			if msg := pr.CompileError + pr.MatchError; msg != "" {
-				fmt.Fprintf(w, "  %s: SchedulingPolicy %s: %s\n", p.Pod, name, msg)
+				writeWrapped(w, 2, 6, fmt.Sprintf("%s: SchedulingPolicy %s: %s", p.Pod, name, msg))
 			}
 			rules := map[string][]dryrun.RuleResult{"preEnqueue": pr.PreEnqueue, "filters": pr.Filters[p.Node]}
 			for _, point := range []string{"preEnqueue", "filters"} {
 				for _, v := range rules[point] {
-					fmt.Fprintf(w, "  %s: SchedulingPolicy %s, %s/%s: %s\n", p.Pod, name, point, v.Rule, verdict(v))
+					writeWrapped(w, 2, 6, fmt.Sprintf("%s: SchedulingPolicy %s, %s/%s: %s", p.Pod, name, point, v.Rule, verdict(v)))
 					for _, s := range v.Why {
 						fmt.Fprintf(w, "      %s\n", s)
 					}
