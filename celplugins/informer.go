@@ -54,7 +54,7 @@ type PolicyFeed struct {
 	// Preemptors, when set, is told of each policy event, to requeue the
 	// pods whose preemption a victim rule refused (Requeuer.PreemptorsChanged).
 	Preemptors interface{ PreemptorsChanged(why string) }
-	Logger klog.Logger
+	Logger     klog.Logger
 
 	attached atomic.Bool
 }

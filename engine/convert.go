@@ -42,6 +42,12 @@ type Converter struct {
 	// (LRU). Invalidated by a new version and ForgetNamespace. Written by
 	// pod conversion.
 	namespaces *lru.Cache
+	// victims holds the CEL value of each running pod that victim rules
+	// read (*cachedValue, Victim): preemption asks of the same pods for
+	// preemptor after preemptor. Key: namespace/name (UID and
+	// resourceVersion checked on read). Bound: max (LRU). Invalidated by a
+	// new version of the pod. Written by Victim.
+	victims *lru.Cache
 	// podKeys interns pod keys (memo.go).
 	podKeys podKeys
 	// smallMemo bounds the results a node version remembers per
@@ -69,8 +75,13 @@ func NewConverter(env *Environment, maxCached int) *Converter {
 	if maxCached <= 0 {
 		maxCached = DefaultMaxCachedNodes
 	}
-	return &Converter{env: env, nodes: nodecache.New[nodeValue](maxCached), namespaces: lru.New(maxCached), podKeys: podKeys{ids: lru.New(maxCached)}}
+	return &Converter{env: env, nodes: nodecache.New[nodeValue](maxCached), namespaces: lru.New(maxCached), victims: lru.New(maxVictims),
+		podKeys: podKeys{ids: lru.New(maxCached)}}
 }
+
+// maxVictims bounds the victims' values a Converter keeps: the pods a busy
+// preemption looks at, about the pods of a tenth of 5000 nodes.
+const maxVictims = 16384
 
 // cachedValue is an object's CEL value for one version of the object.
 type cachedValue struct {

@@ -104,7 +104,7 @@ type VictimInput struct {
 // unknown: rules reading it fail) and the victim's node.
 func (c *Converter) Victim(in *PodInput, victim *corev1.Pod, victimNS *corev1.Namespace, node *corev1.Node) (*VictimInput, error) {
 	every := podTable().every
-	victimVal, err := c.env.podVal(victim, every)
+	victimVal, err := c.cached(c.victims, victim.Namespace+"/"+victim.Name, victim.UID, victim.ResourceVersion, victim, c.env.podValues)
 	if err != nil {
 		return nil, fmt.Errorf("converting pod %s/%s: %w", victim.Namespace, victim.Name, err)
 	}

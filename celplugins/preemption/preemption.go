@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -48,11 +49,54 @@ type Preemption struct {
 	protected map[ktypes.UID]*protections
 }
 
-// protections are the victims protected during one PostFilter: by an
-// enforced policy (the victim was not eligible) or, would have been, by
-// an Audit one.
+// protections are one PostFilter's (or DryRun's) state: the preemptor's
+// Match and the context its victim rules run under, made once, and the
+// victims protected, by an enforced policy (the victim was not eligible)
+// or, would have been, by an Audit one.
 type protections struct {
+	ctx               context.Context
+	cancel            context.CancelFunc
+	match             *celplugins.Match
 	enforced, audited map[string]bool
+}
+
+// budget bounds the victim rules of one preemptor's PostFilter, all
+// candidate victims on all the nodes it looks at together (a scheduling
+// cycle's filters have DefaultEvaluationBudget): a rule cut off fails,
+// and under failurePolicy Fail protects its victim.
+const budget = time.Second
+
+// begin starts a preemptor's PostFilter or DryRun: its Match and a
+// context with the CEL time budget, for every victim rule it asks. end
+// ends it and returns what was protected.
+func (pl *Preemption) begin(ctx context.Context, pod *corev1.Pod) {
+	p := &protections{enforced: map[string]bool{}, audited: map[string]bool{}}
+	p.ctx, p.cancel = context.WithTimeoutCause(ctx, budget, fmt.Errorf("%w (%s)", engine.ErrTimeBudgetExceeded, budget))
+	m, err := pl.rt.Inputs.Match(p.ctx, pod)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Victim rules not evaluated: the preemptor's policies could not be matched", "pod", klog.KObj(pod), "err", err)
+	}
+	p.match = m
+	pl.mu.Lock()
+	pl.protected[pod.UID] = p
+	pl.mu.Unlock()
+}
+
+func (pl *Preemption) end(pod *corev1.Pod) *protections {
+	pl.mu.Lock()
+	p := pl.protected[pod.UID]
+	delete(pl.protected, pod.UID)
+	pl.mu.Unlock()
+	p.cancel()
+	return p
+}
+
+// current is the preemptor's state during its PostFilter or DryRun, or
+// nil.
+func (pl *Preemption) current(pod *corev1.Pod) *protections {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.protected[pod.UID]
 }
 
 var (
@@ -107,14 +151,9 @@ func (pl *Preemption) Name() string { return Name }
 // protected (the pod's PodScheduled condition shows it) and an event
 // lists them.
 func (pl *Preemption) PostFilter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, m fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	pl.mu.Lock()
-	pl.protected[pod.UID] = &protections{enforced: map[string]bool{}, audited: map[string]bool{}}
-	pl.mu.Unlock()
+	pl.begin(ctx, pod)
 	result, status := pl.DefaultPreemption.PostFilter(ctx, state, pod, m)
-	pl.mu.Lock()
-	p := pl.protected[pod.UID]
-	delete(pl.protected, pod.UID)
-	pl.mu.Unlock()
+	p := pl.end(pod)
 	if len(p.audited) > 0 {
 		pl.recorder.Eventf(pod, nil, corev1.EventTypeNormal, ReasonPreemptionWouldProtect, "Preempt",
 			"%s", engine.Truncate("Audit: "+strings.Join(sortedKeys(p.audited), "; "), maxEventNote))
@@ -158,16 +197,11 @@ func DryRun(ctx context.Context, plugin fwk.Plugin, state fwk.CycleState, pod *c
 		return nil, nil, "no node that preemption could help (every node is refused for a reason removing pods does not change)", nil
 	}
 	if cel {
-		pl.mu.Lock()
-		pl.protected[pod.UID] = &protections{enforced: map[string]bool{}, audited: map[string]bool{}}
-		pl.mu.Unlock()
+		pl.begin(ctx, pod)
 	}
 	candidates, _, err := dp.Evaluator.DryRunPreemption(ctx, state, pod, potential, nil, 0, int32(len(potential)))
 	if cel {
-		pl.mu.Lock()
-		protected = sortedKeys(pl.protected[pod.UID].enforced)
-		delete(pl.protected, pod.UID)
-		pl.mu.Unlock()
+		protected = sortedKeys(pl.end(pod).enforced)
 	}
 	if err != nil {
 		return nil, nil, "", err
@@ -205,30 +239,32 @@ func (pl *Preemption) isEligible(nodeInfo fwk.NodeInfo, victim preemption.Victim
 	if corev1helpers.PodPriority(preemptor) >= engine.SystemCriticalPriority {
 		return true
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), celplugins.DefaultEvaluationBudget)
-	defer cancel()
-	m, err := pl.rt.Inputs.Match(ctx, preemptor)
-	if err != nil || len(m.Preemption) == 0 {
-		if err != nil {
-			klog.FromContext(ctx).V(2).Info("Victim rules not evaluated", "pod", klog.KObj(preemptor), "err", err)
-		}
+	p := pl.current(preemptor)
+	if p == nil {
+		// Outside the preemptor's PostFilter (kube-scheduler asks only
+		// within it): as in PostFilter, at the cost of a match.
+		pl.begin(context.Background(), preemptor)
+		defer pl.end(preemptor)
+		p = pl.current(preemptor)
+	}
+	if p.match == nil || len(p.match.Preemption) == 0 {
 		return true
 	}
 	eligible := true
 	for _, pi := range victim.Pods() {
-		v, err := pl.rt.Inputs.Victim(m, pi.GetPod(), nodeInfo.Node())
+		v, err := pl.rt.Inputs.Victim(p.match, pi.GetPod(), nodeInfo.Node())
 		if err != nil {
-			pl.protect(preemptor, fmt.Sprintf("pod %s/%s protected: %v", pi.GetPod().Namespace, pi.GetPod().Name, err), true)
+			pl.protect(p, fmt.Sprintf("pod %s/%s protected: %v", pi.GetPod().Namespace, pi.GetPod().Name, err), true)
 			return false
 		}
-		for _, p := range m.Preemption {
-			d := p.Victim(ctx, v)
+		for _, policy := range p.match.Preemption {
+			d := policy.Victim(p.ctx, v)
 			switch {
 			case d.Acts():
-				pl.protect(preemptor, engine.Protection(v.Victim, &d), true)
+				pl.protect(p, engine.Protection(v.Victim, &d), true)
 				eligible = false
 			case d.WouldAct():
-				pl.protect(preemptor, engine.Protection(v.Victim, &d), false)
+				pl.protect(p, engine.Protection(v.Victim, &d), false)
 			}
 		}
 	}
@@ -236,13 +272,9 @@ func (pl *Preemption) isEligible(nodeInfo fwk.NodeInfo, victim preemption.Victim
 }
 
 // protect records a protection during the preemptor's PostFilter.
-func (pl *Preemption) protect(preemptor *corev1.Pod, what string, enforced bool) {
+func (pl *Preemption) protect(p *protections, what string, enforced bool) {
 	pl.mu.Lock()
 	defer pl.mu.Unlock()
-	p := pl.protected[preemptor.UID]
-	if p == nil {
-		return // outside PostFilter (a dry run's direct call): nothing to report
-	}
 	if enforced {
 		p.enforced[what] = true
 	} else {
