@@ -294,14 +294,22 @@ func labelsOf(l map[string]string) map[string]string {
 // (Match on a member); the caller acts on the decision (Acts) or reports
 // it (WouldAct).
 func (p *CompiledPolicy) PlacementFilter(ctx context.Context, in *PlacementInput) Decision {
-	d := Decision{Policy: p, Point: PointPlacement}
+	return p.decideBoolRules(ctx, PointPlacement, p.placementFilters, in.vars)
+}
+
+// decideBoolRules decides rules of an environment of their own (placement
+// filters, victim rules) over vars: Reject at the first false rule, with
+// its message, Error at the first error under Fail; under Ignore a failing
+// rule is skipped and the rules after it still apply.
+func (p *CompiledPolicy) decideBoolRules(ctx context.Context, point Point, rules []*placementRule, vars interpreter.Activation) Decision {
+	d := Decision{Policy: p, Point: point}
 	if err := p.Err(); err != nil {
 		d.fail("", err)
 		return d
 	}
 	var spent uint64
-	for _, r := range p.placementFilters {
-		v, err := p.evalRule(ctx, r, in.vars, &spent)
+	for _, r := range rules {
+		v, err := p.evalRule(ctx, r, vars, &spent)
 		if err == nil {
 			if _, ok := v.(types.Bool); !ok {
 				err = fmt.Errorf("evaluated to %s, want bool", v.Type().TypeName())

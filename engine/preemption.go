@@ -142,35 +142,7 @@ func (c *Converter) Victim(in *PodInput, victim *corev1.Pod, victimNS *corev1.Na
 // apply to the preemptor (Match); the caller acts on the decision (Acts:
 // the victim is not eligible) or reports it (WouldAct).
 func (p *CompiledPolicy) Victim(ctx context.Context, in *VictimInput) Decision {
-	d := Decision{Policy: p, Point: PointPreemption}
-	if err := p.Err(); err != nil {
-		d.fail("", err)
-		return d
-	}
-	var spent uint64
-	for _, r := range p.victimRules {
-		v, err := p.evalRule(ctx, r, in.vars, &spent)
-		if err == nil {
-			if _, ok := v.(types.Bool); !ok {
-				err = fmt.Errorf("evaluated to %s, want bool", v.Type().TypeName())
-			}
-		}
-		if err != nil {
-			if d.fail(r.name, &EvalError{Policy: p.Name, Rule: r.name, Field: r.path.String(), Err: err}) {
-				return d
-			}
-			continue
-		}
-		if v == types.False {
-			d.Verdict, d.Rule = Reject, r.name
-			d.Message = r.message
-			if d.Message == "" {
-				d.Message = "expression is false"
-			}
-			return d
-		}
-	}
-	return d
+	return p.decideBoolRules(ctx, PointPreemption, p.victimRules, in.vars)
 }
 
 // Protection is a victim rule's decision as the preemptor's owner reads
