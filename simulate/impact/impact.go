@@ -9,6 +9,7 @@ package impact
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -74,12 +75,16 @@ const (
 	// RankChanged: a bound pod's node is accepted both ways, but its rank
 	// among the feasible nodes changes.
 	RankChanged Change = "rank-changed"
+	// PreemptionChanged: a pending pod no node fits either way, whose
+	// preemption would go otherwise with the draft: other victims, another
+	// node, or none (Outcome.Preemption says what, both ways).
+	PreemptionChanged Change = "preemption-changed"
 	// Unchanged: nothing of the above.
 	Unchanged Change = "unchanged"
 )
 
 // Changes are all changes, in the order reports list them.
-var Changes = []Change{Placed, Stranded, Held, Released, Moved, EvictedWouldNotReturn, Readmitted, RankChanged, Unchanged}
+var Changes = []Change{Placed, Stranded, Held, Released, Moved, PreemptionChanged, EvictedWouldNotReturn, Readmitted, RankChanged, Unchanged}
 
 // State is a pod's outcome.
 type State string
@@ -180,6 +185,11 @@ type Outcome struct {
 	// Reason says why the pod is held or unschedulable, or its node
 	// refused: the plugin and its message.
 	Reason string `json:"reason,omitempty"`
+	// Preemption is, for a pending pod no node fits either way, what
+	// kube-scheduler's preemption would do (the node and victims, or why
+	// not, and the victims the rules protected); set when it differs
+	// between now and the draft (PreemptionChanged).
+	Preemption *dryrun.PreemptionResult `json:"preemption,omitempty"`
 }
 
 // EvaluationBudget is the CEL time budget of one pod's evaluation
@@ -263,6 +273,9 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		}
 		for j, k := range pods {
 			results[k] = out[j]
+			if err := c.preemption(ctx, evaluate[k], results[k]); err != nil {
+				return err
+			}
 			if results[k] != nil && results[k].Change == EvictedWouldNotReturn {
 				if results[k].Remediation, err = c.next.Remediation(ctx, draft, evaluate[k], in.Owners, time.Now()); err != nil {
 					return err
@@ -291,6 +304,31 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// preemption compares, for a pending pod that no node fits now nor with
+// the draft, what preemption would do both ways (a victim rule, or a
+// filter that changes which nodes preemption could help on): when it
+// differs, the pod's change is PreemptionChanged. Each pod is asked on its
+// own (its priority is its own, not its class's).
+func (c *change) preemption(ctx context.Context, pod *corev1.Pod, res *PodImpact) error {
+	if res == nil || res.Change != Unchanged || pod.Spec.NodeName != "" ||
+		res.Now.State != StateUnschedulable || res.Draft.State != StateUnschedulable {
+		return nil
+	}
+	_, now, err := c.now.Preempt(ctx, pod)
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	_, next, err := c.next.Preempt(ctx, pod)
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	if reflect.DeepEqual(now, next) {
+		return nil
+	}
+	res.Change, res.Now.Preemption, res.Draft.Preemption = PreemptionChanged, now, next
+	return nil
 }
 
 // podsToEvaluate sorts the input's pods (source.Input.ProfilePods): those

@@ -375,3 +375,44 @@ func TestRunSameInputSameReport(t *testing.T) {
 		}
 	}
 }
+
+// TestImpactPreemption: a draft victim rule changes what preemption would
+// do for a pending pod that no node fits either way: the pod is
+// preemption-changed, its outcome now evicts the other tenant's pod and
+// with the draft names it protected; a pod the draft's rule does not
+// change (its victim is its own namespace's) is unchanged.
+func TestImpactPreemption(t *testing.T) {
+	cfg, err := defaultconfig.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := func(ns, name, node string, priority int32) *corev1.Pod {
+		return st.MakePod().Namespace(ns).Name(name).UID("uid-"+ns+"-"+name).SchedulerName("celsched").Priority(priority).
+			Node(node).Req(map[corev1.ResourceName]string{corev1.ResourceCPU: "3"}).Obj()
+	}
+	nodes := []*corev1.Node{node("a1", "a"), node("a2", "a")}
+	pods := []*corev1.Pod{
+		big("team-b", "theirs", "a1", 10), big("team-c", "own", "a2", 10),
+		big("team-a", "urgent", "", 100), big("team-c", "urgent", "", 100),
+	}
+	pods[2].Spec.NodeSelector = map[string]string{corev1.LabelHostname: "a1"}
+	pods[3].Spec.NodeSelector = map[string]string{corev1.LabelHostname: "a2"}
+	rule := builder.MakePolicy("own-tenant").Victim("own-namespace", "victim.metadata.namespace == pod.metadata.namespace", "another tenant's pod").Obj()
+	r, err := Run(context.Background(), Input{Input: source.Input{Drafts: []*schedv1alpha1.SchedulingPolicy{rule}, Nodes: nodes, Pods: pods, Config: cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Pods) != 1 || r.Pods[0].Pod != "team-a/urgent" || r.Pods[0].Change != PreemptionChanged {
+		t.Fatalf("pods that change: %+v, want team-a/urgent preemption-changed", r.Pods)
+	}
+	p := r.Pods[0]
+	if now := p.Now.Preemption; now == nil || now.Node != "a1" || !cmp.Equal(now.Victims, []string{"team-b/theirs"}) {
+		t.Errorf("now: preemption %+v, want team-b/theirs evicted on a1", now)
+	}
+	if draft := p.Draft.Preemption; draft == nil || draft.Node != "" || len(draft.Protected) != 1 {
+		t.Errorf("with the draft: preemption %+v, want none, team-b/theirs protected", draft)
+	}
+	if got := r.Summary.ByChange[Unchanged]; got != 3 {
+		t.Errorf("%d pods unchanged, want 3 (team-c/urgent preempts its own namespace's pod both ways, and the bound pods)", got)
+	}
+}

@@ -395,6 +395,10 @@ func (e *Evaluator) Runtime() *celplugins.Runtime { return e.rt }
 type Rejection struct {
 	Plugin  string `json:"plugin"`
 	Message string `json:"message"`
+	// Resolvable says the status was Unschedulable, not
+	// UnschedulableAndUnresolvable: removing pods may change it, and
+	// preemption looks at the node (Evaluator.Preempt).
+	Resolvable bool `json:"-"`
 }
 
 // NodeResult is the framework's verdict on one node.
@@ -406,10 +410,6 @@ type NodeResult struct {
 	// plugin's weighted share; set for feasible nodes when scored.
 	Score        int64            `json:"score,omitempty"`
 	PluginScores map[string]int64 `json:"pluginScores,omitempty"`
-	// resolvable says the node was refused for a reason that removing pods
-	// may change (fwk.Unschedulable, not UnschedulableAndUnresolvable):
-	// preemption looks at it (Evaluator.Preempt).
-	resolvable bool
 }
 
 // RankedNode is a feasible node and its total score.
@@ -546,7 +546,7 @@ func (e *Evaluator) Preempt(ctx context.Context, pod *corev1.Pod) (*Result, *Pre
 	}
 	var potential []fwk.NodeInfo
 	for i, n := range r.Nodes {
-		if n.resolvable {
+		if n.RejectedBy != nil && n.RejectedBy.Resolvable {
 			potential = append(potential, e.cluster.nodeInfos[i])
 		}
 	}
@@ -769,8 +769,7 @@ func filterNode(ctx context.Context, fw framework.Framework, state fwk.CycleStat
 		return
 	}
 	if st := fw.RunFilterPlugins(ctx, state, pod, ni); !st.IsSuccess() {
-		n.RejectedBy = seen.get(Rejection{Plugin: st.Plugin(), Message: st.Message()})
-		n.resolvable = st.Code() == fwk.Unschedulable
+		n.RejectedBy = seen.get(Rejection{Plugin: st.Plugin(), Message: st.Message(), Resolvable: st.Code() == fwk.Unschedulable})
 		return
 	}
 	n.Feasible = true

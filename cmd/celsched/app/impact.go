@@ -402,8 +402,24 @@ func outcome(o impact.Outcome) string {
 	case impact.StateAccepted:
 		return fmt.Sprintf("accepted, rank %d of %d", o.Rank, o.Feasible)
 	default:
-		return string(o.State) + ": " + o.Reason
+		out := string(o.State) + ": " + o.Reason
+		if p := o.Preemption; p != nil {
+			out += "; " + preemptionLine(p)
+		}
+		return out
 	}
+}
+
+// preemptionLine says what preemption would do, on one line.
+func preemptionLine(p *dryrun.PreemptionResult) string {
+	out := "preemption would not place it: " + p.Reason
+	if p.Node != "" {
+		out = fmt.Sprintf("preemption would nominate %s, evicting %s", p.Node, strings.Join(p.Victims, ", "))
+		if len(p.Protected) > 0 {
+			out += "; protected: " + strings.Join(p.Protected, "; ")
+		}
+	}
+	return out
 }
 
 func orDash(s string) string {
