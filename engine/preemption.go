@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
-	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 	corev1 "k8s.io/api/core/v1"
@@ -112,13 +111,13 @@ func (c *Converter) Victim(in *PodInput, victim *corev1.Pod, victimNS *corev1.Na
 	if err != nil {
 		return nil, err
 	}
-	var nsVal ref.Val = types.NewErr("the victim's namespace %q is not known", victim.Namespace)
+	nsVal := types.NewErr("the victim's namespace %q is not known", victim.Namespace)
 	if victimNS != nil {
 		if nsVal, err = c.cached(c.namespaces, victimNS.Name, victimNS.UID, victimNS.ResourceVersion, victimNS, c.env.namespaceValues); err != nil {
 			return nil, fmt.Errorf("converting namespace %s: %w", victimNS.Name, err)
 		}
 	}
-	var preemptorNS ref.Val = types.NewErr("the pod's namespace %q is not known", in.Pod.Namespace)
+	preemptorNS := types.NewErr("the pod's namespace %q is not known", in.Pod.Namespace)
 	if in.namespace != nil {
 		preemptorNS = in.namespace
 	}

@@ -79,7 +79,7 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	}
 	rec := &celplugins.Record{Rules: true, Why: why}
 	r, err := s.report(ctx, pod, func(ctx context.Context, pod *corev1.Pod) (*verdict.Result, error) {
-		return s.Evaluator.Record(ctx, pod, rec)
+		return s.Record(ctx, pod, rec)
 	})
 	if err != nil {
 		return nil, err
@@ -88,12 +88,12 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 		// Held: nothing else ran, as in the scheduler. The policies'
 		// detail is of the pod once released.
 		rec = &celplugins.Record{Rules: true, Why: why}
-		if _, err := s.Evaluator.RecordReleased(ctx, pod, rec); err != nil {
+		if _, err := s.RecordReleased(ctx, pod, rec); err != nil {
 			return nil, err
 		}
 	}
 	if len(r.Feasible) == 0 && r.PreEnqueue == nil && r.PreFilter == nil {
-		if _, r.Preemption, err = s.Evaluator.Preempt(ctx, pod); err != nil {
+		if _, r.Preemption, err = s.Preempt(ctx, pod); err != nil {
 			return nil, err
 		}
 	}
@@ -313,7 +313,7 @@ func (s *Scheduler) report(ctx context.Context, pod *corev1.Pod, evaluate func(c
 func (s *Scheduler) Why(ctx context.Context, pod *corev1.Pod, node string) ([]*PolicyResult, error) {
 	pod = verdict.Default(pod)
 	rec := &celplugins.Record{Rules: true, Why: s.why}
-	res, err := s.Evaluator.RecordOn(ctx, pod, node, rec)
+	res, err := s.RecordOn(ctx, pod, node, rec)
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ func TestRunPreemption(t *testing.T) {
 		t.Fatal(err)
 	}
 	running := func(ns, name, node string) *corev1.Pod {
-		return st.MakePod().Namespace(ns).Name(name).UID("uid-"+ns+"-"+name).SchedulerName("celsched").Priority(10).
+		return st.MakePod().Namespace(ns).Name(name).UID("uid-" + ns + "-" + name).SchedulerName("celsched").Priority(10).
 			Req(map[corev1.ResourceName]string{corev1.ResourceCPU: "3"}).Node(node).Obj()
 	}
 	in := Input{

@@ -80,7 +80,9 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 	for n, info := range infos {
 		node := info.Node()
 		v.Nodes[n] = node
-		for _, o := range rec.Filters(node.Name) {
+		recorded := rec.Filters(node.Name)
+		for k := range recorded {
+			o := &recorded[k]
 			p := o.Decision.Policy
 			if !p.Enforced() {
 				continue
@@ -112,7 +114,9 @@ func (s *Scheduler) Verdicts(ctx context.Context, pod *corev1.Pod) (*Verdicts, e
 				}
 			}
 		}
-		for _, o := range rec.Scores(node.Name) {
+		scored := rec.Scores(node.Name)
+		for k := range scored {
+			o := &scored[k]
 			p := o.Decision.Policy
 			if p == nil {
 				continue // not evaluated: an earlier policy failed the node

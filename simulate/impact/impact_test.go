@@ -387,7 +387,7 @@ func TestImpactPreemption(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := func(ns, name, node string, priority int32) *corev1.Pod {
-		return st.MakePod().Namespace(ns).Name(name).UID("uid-"+ns+"-"+name).SchedulerName("celsched").Priority(priority).
+		return st.MakePod().Namespace(ns).Name(name).UID("uid-" + ns + "-" + name).SchedulerName("celsched").Priority(priority).
 			Node(node).Req(map[corev1.ResourceName]string{corev1.ResourceCPU: "3"}).Obj()
 	}
 	nodes := []*corev1.Node{node("a1", "a"), node("a2", "a")}

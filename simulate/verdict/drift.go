@@ -82,8 +82,9 @@ func refusals(ctx context.Context, rt *celplugins.Runtime, budget time.Duration,
 	}
 	// CELFilter's own evaluation of a node (it records with it in a dry
 	// run): what refuses the pod here is what the plugin would act on.
-	for _, o := range c.FilterNode(ctx, &in) {
-		if o.Refuses() {
+	outcomes := c.FilterNode(ctx, &in)
+	for i := range outcomes {
+		if o := &outcomes[i]; o.Refuses() {
 			out = append(out, Refusal{Policy: o.Decision.Policy.Name, Message: o.Decision.String()})
 		}
 	}

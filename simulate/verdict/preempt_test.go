@@ -22,7 +22,7 @@ import (
 func TestPreempt(t *testing.T) {
 	prio := func(p int32) func(*corev1.Pod) { return func(pod *corev1.Pod) { pod.Spec.Priority = &p } }
 	on := func(node string) func(*corev1.Pod) { return func(pod *corev1.Pod) { pod.Spec.NodeName = node } }
-	make := func(ns, name string, opts ...func(*corev1.Pod)) *corev1.Pod {
+	newPod := func(ns, name string, opts ...func(*corev1.Pod)) *corev1.Pod {
 		p := pod(ns, name, nil)
 		for _, o := range opts {
 			o(p)
@@ -31,8 +31,8 @@ func TestPreempt(t *testing.T) {
 	}
 	nodes := []*corev1.Node{node("n1", map[string]string{corev1.LabelHostname: "n1"}), node("n2", map[string]string{corev1.LabelHostname: "n2"})}
 	running := []*corev1.Pod{
-		make("team-b", "theirs", requesting("3"), prio(10), on("n1")),
-		make("team-a", "mine", requesting("3"), prio(10), on("n2")),
+		newPod("team-b", "theirs", requesting("3"), prio(10), on("n1")),
+		newPod("team-a", "mine", requesting("3"), prio(10), on("n2")),
 	}
 	policies := []*schedv1alpha1.SchedulingPolicy{
 		builder.MakePolicy("own-tenant").Victim("own-namespace", "victim.metadata.namespace == pod.metadata.namespace", "another tenant's pod").Obj(),
@@ -41,7 +41,7 @@ func TestPreempt(t *testing.T) {
 	ctx := context.Background()
 	protected := "pod team-b/theirs protected by SchedulingPolicy own-tenant, rule preemption.victims/own-namespace: another tenant's pod"
 
-	_, got, err := e.Preempt(ctx, make("team-a", "urgent", requesting("2"), prio(100)))
+	_, got, err := e.Preempt(ctx, newPod("team-a", "urgent", requesting("2"), prio(100)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestPreempt(t *testing.T) {
 		t.Errorf("Preempt (-want +got):\n%s", diff)
 	}
 
-	pinned := make("team-a", "pinned", requesting("2"), prio(100))
+	pinned := newPod("team-a", "pinned", requesting("2"), prio(100))
 	pinned.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n1"}
 	if _, got, err = e.Preempt(ctx, pinned); err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestPreempt(t *testing.T) {
 		t.Errorf("pinned to the protected pod's node: %+v", got)
 	}
 
-	if r, got, err := e.Preempt(ctx, make("team-a", "small", requesting("500m"), prio(100))); err != nil || got != nil || len(r.Feasible) != 2 {
+	if r, got, err := e.Preempt(ctx, newPod("team-a", "small", requesting("500m"), prio(100))); err != nil || got != nil || len(r.Feasible) != 2 {
 		t.Errorf("a pod that fits: %+v, %+v, %v; want no preemption and 2 feasible nodes", r, got, err)
 	}
 	// Nothing was acted on: the victims are still on their nodes.

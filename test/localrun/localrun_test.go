@@ -130,10 +130,13 @@ func TestMakeRunStopsCleanly(t *testing.T) {
 	}
 }
 
+// procDir is Linux's process table.
+const procDir = "/proc"
+
 // descendants are the processes under pid, found in /proc.
 func descendants(pid int) []int {
 	parents := map[int][]int{}
-	entries, _ := os.ReadDir("/proc")
+	entries, _ := os.ReadDir(procDir)
 	for _, e := range entries {
 		child, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -158,7 +161,7 @@ func descendants(pid int) []int {
 
 // parent is a process's parent pid, from /proc/<pid>/stat; 0 if gone.
 func parent(pid int) int {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	data, err := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0
 	}
@@ -173,7 +176,7 @@ func parent(pid int) int {
 
 // alive says whether the process exists and is not a zombie.
 func alive(pid int) bool {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	data, err := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return false
 	}
@@ -182,6 +185,6 @@ func alive(pid int) bool {
 }
 
 func comm(pid int) string {
-	data, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	data, _ := os.ReadFile(filepath.Join(procDir, strconv.Itoa(pid), "comm"))
 	return strings.TrimSpace(string(data))
 }
