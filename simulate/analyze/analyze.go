@@ -78,10 +78,14 @@ const (
 	// (live only), or a rule that a pod's author can widen by setting
 	// pod fields.
 	TenantWritableInput Kind = "tenant-writable-input"
+	// CrossTenantPreemption: a namespace whose pods may preempt pods of
+	// other namespaces, no enforced victim rule applying to them
+	// (preemption.go).
+	CrossTenantPreemption Kind = "cross-tenant-preemption"
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, GroupUnplaceable, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, GroupNoPlacement, TenantWritableInput}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, GroupUnplaceable, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, GroupNoPlacement, TenantWritableInput, CrossTenantPreemption}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
@@ -217,6 +221,11 @@ func Run(ctx context.Context, in Input) (*Report, error) {
 	if err := a.remediation(ctx, s); err != nil {
 		return nil, err
 	}
+	preemption, err := crossTenantPreemption(ctx, s, pods, bound)
+	if err != nil {
+		return nil, err
+	}
+	r.Findings = append(r.Findings, preemption...)
 	r.Findings = append(r.Findings, a.violationFindings()...)
 	r.Findings = append(r.Findings, a.ruleFindings()...)
 	r.Findings = append(r.Findings, a.scoreFindings()...)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ktypes "k8s.io/apimachinery/pkg/types"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 
@@ -121,5 +122,52 @@ func TestRunBlamesCauses(t *testing.T) {
 		!strings.Contains(nothing[0].Evidence, "its match reads pod.spec.schedulingGroup, which is empty while the feature gate GenericWorkload is off") ||
 		strings.Contains(nothing[0].Suggestion, "delete") {
 		t.Errorf("matches-nothing findings %+v, want gangs-only's, naming the gate, without advice to delete it", nothing)
+	}
+}
+
+// TestCrossTenantPreemption: a namespace whose pending pod outranks
+// another namespace's running pod is reported when no enforced victim
+// rule applies to its pods, and not once one does (nor when it does not
+// outrank anyone).
+func TestCrossTenantPreemption(t *testing.T) {
+	cfg, err := defaultconfig.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withPriority := func(p *corev1.Pod, priority int32) *corev1.Pod {
+		p.Spec.Priority = &priority
+		return p
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{corev1.LabelHostname: "n1"}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourcePods: resource.MustParse("110")}}}
+	mk := func(ns, name, nodeName string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: ktypes.UID("uid-" + ns + "-" + name)},
+			Spec: corev1.PodSpec{SchedulerName: "celsched", NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "c"}}}}
+	}
+	pods := []*corev1.Pod{withPriority(mk("team-a", "urgent", ""), 100), withPriority(mk("team-b", "web", "n1"), 10), withPriority(mk("team-c", "low", ""), 5)}
+	run := func(policies ...*schedv1alpha1.SchedulingPolicy) []Finding {
+		t.Helper()
+		r, err := Run(context.Background(), Input{Input: source.Input{Nodes: []*corev1.Node{node}, Pods: pods, Policies: policies, Config: cfg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []Finding
+		for _, f := range r.Findings {
+			if f.Kind == CrossTenantPreemption {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	got := run()
+	if len(got) != 1 || got[0].Subject != "namespace team-a" || !strings.Contains(got[0].Evidence, "team-b 1") {
+		t.Fatalf("without a victim rule: %+v, want namespace team-a, which may evict team-b's pod", got)
+	}
+	fence := builder.MakePolicy("own-tenant").Victim("own", "victim.metadata.namespace == pod.metadata.namespace", "").Obj()
+	if got := run(fence); len(got) != 0 {
+		t.Errorf("with a victim rule: %+v, want none", got)
+	}
+	if got := run(builder.MakePolicy("own-tenant").Audit().Victim("own", "victim.metadata.namespace == pod.metadata.namespace", "").Obj()); len(got) != 1 {
+		t.Errorf("with an Audit victim rule: %+v, want team-a reported (Audit protects nothing)", got)
 	}
 }

@@ -61,6 +61,10 @@ to), evaluates every policy on every node for each class, and reports:
                         with SubjectAccessReviews: it names them), or a
                         rule that a pod's author widens by setting pod
                         labels, annotations or spec (it names the fields)
+  cross-tenant-preemption
+                        a namespace whose pods may preempt pods of lower
+                        priority in other namespaces: no enforced
+                        preemption.victims rule applies to them
 
 Feasibility is kube-scheduler's framework for the pods' profile, as the
 scheduler runs it: a policy is named only when removing it would change
