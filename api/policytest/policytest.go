@@ -97,6 +97,24 @@ type Expectation struct {
 	// Group is what kube-scheduler does with the pod's group (the case's
 	// podGroup; the workload feature gates on).
 	Group *GroupExpectation `json:"group,omitempty"`
+	// Preemption is what kube-scheduler's preemption would do for the
+	// pod, which no node may fit (its spec.priority against the pods on
+	// the nodes').
+	Preemption *PreemptionExpectation `json:"preemption,omitempty"`
+}
+
+// PreemptionExpectation is what a case checks of preemption for a pod
+// no node fits; unset fields are not checked.
+type PreemptionExpectation struct {
+	// Node is the node the pod would be nominated to, or "none" when
+	// preemption cannot place it.
+	Node string `json:"node,omitempty"`
+	// Victims are the pods it would evict (namespace/name), in name
+	// order.
+	Victims []string `json:"victims,omitempty"`
+	// Protected are the candidate victims the victim rules protected
+	// (namespace/name), in name order.
+	Protected []string `json:"protected,omitempty"`
 }
 
 // GroupExpectation is what a case checks of the pod's group; unset

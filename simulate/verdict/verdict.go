@@ -100,7 +100,7 @@ type Cluster struct {
 // them. Pods on no node of nodes are ignored, as in the scheduler's cache.
 func NewCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
 	nodes = versioned(defaulted(nodes))
-	return newCluster(versioned(defaulted(namespaces)), nodes, defaulted(onNodes(pods, nodes)), objects)
+	return newCluster(versioned(defaulted(namespaces)), nodes, identified(defaulted(onNodes(pods, nodes))), objects)
 }
 
 // NewLiveCluster is NewCluster over objects read from the API server (an
@@ -527,6 +527,7 @@ type PreemptionResult struct {
 // the pod is held or rejected before Filter).
 func (e *Evaluator) Preempt(ctx context.Context, pod *corev1.Pod) (*Result, *PreemptionResult, error) {
 	pod = Default(pod)
+	identified([]*corev1.Pod{pod})
 	name, err := e.SchedulerName(pod)
 	if err != nil {
 		return nil, nil, err
@@ -953,6 +954,17 @@ func versioned[T metav1.Object](objs []T) []T {
 		}
 	}
 	return objs
+}
+
+// identified gives the pods read from files without a UID one, unique
+// by namespace and name: kube-scheduler's preemption keys pods by UID.
+func identified(pods []*corev1.Pod) []*corev1.Pod {
+	for _, p := range pods {
+		if p.UID == "" {
+			p.UID = ktypes.UID("dry-run-" + p.Namespace + "-" + p.Name)
+		}
+	}
+	return pods
 }
 
 func defaulted[T runtime.Object](objs []T) []T {

@@ -156,7 +156,7 @@ func TestEvalParams(t *testing.T) {
 func TestSampleSuites(t *testing.T) {
 	junit := filepath.Join(t.TempDir(), "junit.xml")
 	code, out := runCLI(t, "test", filepath.Join("..", "..", "..", "config", "samples", "tests"), "--junit", junit)
-	if code != 0 || !strings.HasSuffix(out, "37 passed, 0 failed\n") {
+	if code != 0 || !strings.HasSuffix(out, "40 passed, 0 failed\n") {
 		t.Errorf("exit code %d, output:\n%s", code, out)
 	}
 	golden.Compare(t, filepath.Join("testdata", "test", "samples.golden"), out)

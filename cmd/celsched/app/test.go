@@ -168,6 +168,38 @@ func checkGroup(e *policytest.GroupExpectation, g *dryrun.GroupResult, mismatch 
 	return nil
 }
 
+// checkPreemption compares what preemption would do for the pod with the
+// expectations.
+func checkPreemption(e *policytest.PreemptionExpectation, p *dryrun.PreemptionResult, mismatch func(string, any, any)) {
+	if p == nil {
+		mismatch("preemption (the pod fits a node, or is held or rejected before Filter)", "a preemption", "none")
+		return
+	}
+	node, why := p.Node, "nominated"
+	if node == "" {
+		node, why = "none", p.Reason
+	}
+	if e.Node != "" && e.Node != node {
+		mismatch("preemption.node ("+why+")", e.Node, node)
+	}
+	if e.Victims != nil && !slices.Equal(e.Victims, p.Victims) {
+		mismatch("preemption.victims", e.Victims, p.Victims)
+	}
+	if e.Protected != nil {
+		got := []string{}
+		for _, msg := range p.Protected {
+			// "pod <namespace>/<name> protected by ..." (engine.Protection)
+			if f := strings.Fields(msg); len(f) > 1 {
+				got = append(got, f[1])
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(e.Protected, got) {
+			mismatch("preemption.protected", e.Protected, got)
+		}
+	}
+}
+
 // check compares a report with the expectations and describes every
 // mismatch.
 func check(e policytest.Expectation, r *dryrun.Report) (string, error) {
@@ -189,6 +221,9 @@ func check(e policytest.Expectation, r *dryrun.Report) (string, error) {
 		if err := checkGroup(g, r.Group, mismatch, match); err != nil {
 			return "", err
 		}
+	}
+	if e.Preemption != nil {
+		checkPreemption(e.Preemption, r.Preemption, mismatch)
 	}
 	held := "Queued"
 	if r.PreEnqueue != nil {
