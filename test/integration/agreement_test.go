@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,9 +31,11 @@ const caseLabel = "celsched.io/agreement-case"
 // (config/samples/tests) through `celsched eval` and through the live
 // scheduler, and asserts the same outcome: held with the same message, or
 // unschedulable for the same reasons, or bound to one of the nodes eval
-// ranks highest; and the same feasible set, checked live node by node
-// with a probe pod pinned to each node. `celsched explain` on the live pod
-// must agree too.
+// ranks highest; for a pod no node fits, preemption's: nominated to the
+// node eval says, or the victims the rules protected named; and the same
+// feasible set, checked live node by node with a probe pod pinned to each
+// node. `celsched explain` on the live pod must agree too. A pod's
+// spec.priority in a suite becomes a PriorityClass of that value live.
 //
 // Each case gets its own nodes (the suite's, renamed), so that pods of
 // earlier cases, which the scheduler may not have forgotten yet, change
@@ -101,6 +104,7 @@ func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string
 		p = p.DeepCopy()
 		p.Name = id + "-" + p.Name
 		p.Spec.NodeName = id + "-" + p.Spec.NodeName
+		withPriorityClass(t, p)
 		if err := k8sClient.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +126,7 @@ func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string
 	}
 	pod := tc.Pod.DeepCopy()
 	pod.Name = id + "-" + pod.Name
+	withPriorityClass(t, pod)
 	requireNodes(pod, metav1.LabelSelectorRequirement{Key: caseLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{id}})
 
 	// celsched eval on the same objects, as files; the pod as the API
@@ -169,6 +174,16 @@ func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string
 		}
 	}
 
+	// Preemption: the live scheduler nominates the pod where eval says
+	// preemption would, or names the victims the rules protected.
+	if p := eval.Preemption; p != nil && eval.PreEnqueue == nil && len(eval.Feasible) == 0 {
+		if p.Node != "" {
+			waitNominated(t, pod, p.Node)
+		} else if len(p.Protected) > 0 {
+			waitPending(t, pod, corev1.PodReasonUnschedulable, "victims protected: "+p.Protected[0])
+		}
+	}
+
 	// celsched explain on the live pod: the same verdict. Its report has
 	// the nodes of the other cases too, which the pod's node affinity
 	// rejects.
@@ -189,6 +204,7 @@ func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string
 		}
 		probe := tc.Pod.DeepCopy()
 		probe.Name = id + "-probe-" + strings.TrimPrefix(n.Name, id+"-")
+		withPriorityClass(t, probe)
 		requireNodes(probe, metav1.LabelSelectorRequirement{Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpIn, Values: []string{n.Name}})
 		if err := k8sClient.Create(ctx, probe); err != nil {
 			t.Fatal(err)
@@ -200,6 +216,23 @@ func agree(t *testing.T, suite *policytest.Suite, tc *policytest.Case, id string
 		}
 		waitPending(t, probe, corev1.PodReasonUnschedulable, rejection(eval, n.Name))
 	}
+}
+
+// withPriorityClass gives a pod of a suite, whose spec.priority a file
+// sets (a suite has no PriorityClasses), the PriorityClass of that value,
+// created for it: the API server's priority admission refuses a pod with
+// a priority and no class, and sets the priority from the class.
+func withPriorityClass(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	if pod.Spec.Priority == nil || pod.Spec.PriorityClassName != "" {
+		return
+	}
+	name := fmt.Sprintf("celsched-agreement-%d", *pod.Spec.Priority)
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: *pod.Spec.Priority}
+	if err := k8sClient.Create(t.Context(), pc); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating PriorityClass %s: %v", name, err)
+	}
+	pod.Spec.Priority, pod.Spec.PriorityClassName = nil, name
 }
 
 // rejection is why eval says the node is infeasible: its plugin's
