@@ -136,9 +136,10 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 	unavailable := map[types.UID]int{}
 	profiles, all := verdict.EnforcingProfiles(d.Live.Config, p), profileNames(d.Live)
 	var e *verdict.Evaluator
+	var release func()
 	defer func() {
-		if e != nil {
-			e.Close()
+		if release != nil {
+			release()
 		}
 	}()
 	for _, key := range keys {
@@ -183,7 +184,7 @@ func (d *DriftController) remediate(ctx context.Context, p *schedv1alpha1.Schedu
 			continue
 		}
 		if e == nil {
-			if e, err = d.Live.Evaluator(ctx); err != nil {
+			if e, release, err = d.Live.Evaluator(ctx); err != nil {
 				return nil, 0, err
 			}
 		}

@@ -118,6 +118,10 @@ type Live struct {
 	// nil: they have. Until then nothing is evaluated (an empty list is
 	// not evidence).
 	Synced func() bool
+	// Simulator keeps the Evaluators of the scheduler's informers, built
+	// once (NewSimulator over the factory behind the listers); nil: each
+	// Session builds its own, over the objects of Objects.
+	Simulator *Simulator
 }
 
 // HasSynced says whether the informers have synced.
@@ -126,23 +130,30 @@ func (l *Live) HasSynced() bool { return l.Synced == nil || l.Synced() }
 // Policies is the scheduler's current snapshot of compiled policies.
 func (l *Live) Policies() *engine.Snapshot { return l.Inputs.Policies.Snapshot() }
 
-// Evaluator builds an Evaluator over the cluster as the informers hold it
-// now (the pods on nodes that have not terminated), with the scheduler's
-// current snapshot of policies. Close it after use.
-func (l *Live) Evaluator(ctx context.Context) (*Evaluator, error) {
+// Evaluator returns an Evaluator over the cluster as the informers hold
+// it now (the pods on nodes that have not terminated), with the
+// scheduler's current snapshot of policies: the Simulator's, pointed at
+// them. Call release when done with it; until then no other caller of the
+// Simulator evaluates.
+func (l *Live) Evaluator(ctx context.Context) (e *Evaluator, release func(), err error) {
 	if !l.HasSynced() {
-		return nil, fmt.Errorf("the scheduler's informers have not synced yet")
+		return nil, nil, fmt.Errorf("the scheduler's informers have not synced yet")
 	}
 	pods, err := l.Pods.List(labels.Everything())
 	if err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
 	}
 	cluster, err := l.cluster(pods)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	ss := l.Simulator.session()
 	policies := Policies{Snapshot: l.Policies(), Params: l.Inputs.Params, Converter: l.Inputs.Converter}
-	return New(ctx, cluster, policies, Options{Config: l.Config})
+	if e, err = ss.Evaluator(ctx, Slot{Name: "now"}, cluster, policies, l.Config); err != nil {
+		ss.Release()
+		return nil, nil, err
+	}
+	return e, ss.Release, nil
 }
 
 // cluster is the cluster the informers hold now, with the pods of pods
@@ -157,7 +168,9 @@ func (l *Live) cluster(pods []*corev1.Pod) (*Cluster, error) {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
 	var objects []runtime.Object
-	if l.Objects != nil {
+	// A Simulator's built-in plugins read the scheduler's informers; an
+	// Evaluator built for one Session reads a fake clientset of these.
+	if l.Objects != nil && l.Simulator == nil {
 		if objects, err = l.Objects(); err != nil {
 			return nil, fmt.Errorf("listing the objects built-in plugins read: %w", err)
 		}

@@ -171,11 +171,11 @@ func TestRefuser(t *testing.T) {
 			}
 			live := f.pending(t).Live
 			live.PodGroups = func() ([]*schedulingv1beta1.PodGroup, error) { return groups, nil }
-			e, err := live.Evaluator(context.Background())
+			e, release, err := live.Evaluator(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer e.Close()
+			defer release()
 			lister := &countingPods{PodLister: live.Pods}
 			nodeLists := 0
 			onNode := podsOnNode(f.pods)
@@ -290,12 +290,12 @@ func BenchmarkDriftBatch(b *testing.B) {
 	b.Run("evaluator", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			e, err := live.Evaluator(ctx)
+			e, release, err := live.Evaluator(ctx)
 			if err != nil {
 				b.Fatal(err)
 			}
 			refuse(b, e.Refusals)
-			e.Close()
+			release()
 		}
 	})
 	refuser := func(b *testing.B) {

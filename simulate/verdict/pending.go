@@ -112,20 +112,34 @@ func (pp *PendingPods) inWave(snapshot *engine.Snapshot, pod *corev1.Pod, policy
 }
 
 // count is one count of a wave's pending pods: the cluster and the two
-// evaluators (the policies as they are; the wave enforced), built when
-// first needed, and the answer of each class of pods.
+// evaluators (the policies as they are; the wave enforced), taken from
+// the Live's Simulator when first needed, and the answer of each class of
+// pods.
 type count struct {
 	pp                 *PendingPods
 	snapshot, enforced *engine.Snapshot
 	pods               []*corev1.Pod
-	now, next          *Evaluator
+	// session holds the Simulator's Evaluators for the count (nil until
+	// first needed).
+	session   *Session
+	cluster   *Cluster
+	now, next *Evaluator
 	// roomyNow and roomyNext are now and next with capacity aside
-	// (WithoutCapacity), built when a pod has no node either way.
+	// (WithoutCapacity), taken when a pod has no node either way.
 	roomyNow, roomyNext *Evaluator
 	classes             map[string]bool
 }
 
-// evaluators builds the cluster from the informers, and the evaluators.
+// The Simulator's slots of a count.
+var (
+	slotNow       = Slot{Name: "now"}
+	slotNext      = Slot{Name: "wave-enforced"}
+	slotRoomyNow  = Slot{Name: "now", WithoutCapacity: true}
+	slotRoomyNext = Slot{Name: "wave-enforced", WithoutCapacity: true}
+)
+
+// evaluators builds the cluster from the informers, and takes the
+// evaluators.
 func (c *count) evaluators(ctx context.Context) error {
 	if c.now != nil {
 		return nil
@@ -134,14 +148,16 @@ func (c *count) evaluators(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if c.session == nil {
+		c.session = c.pp.Simulator.session()
+	}
+	c.cluster = cluster
 	policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
-	opts := Options{Config: c.pp.Config}
-	if c.now, err = New(ctx, cluster, policies, opts); err != nil {
+	if c.now, err = c.session.Evaluator(ctx, slotNow, cluster, policies, c.pp.Config); err != nil {
 		return err
 	}
 	policies.Snapshot = c.enforced
-	if c.next, err = New(ctx, cluster, policies, opts); err != nil {
-		c.now.Close()
+	if c.next, err = c.session.Evaluator(ctx, slotNext, cluster, policies, c.pp.Config); err != nil {
 		c.now = nil
 		return err
 	}
@@ -149,29 +165,25 @@ func (c *count) evaluators(ctx context.Context) error {
 }
 
 func (c *count) close() {
-	for _, e := range []*Evaluator{c.now, c.next, c.roomyNow, c.roomyNext} {
-		if e != nil {
-			e.Close()
-		}
+	if c.session != nil {
+		c.session.Release()
 	}
 }
 
 // strandedAsideCapacity says whether the pod has a node with the
 // policies as they are and none with the wave enforced, when nodes had
 // room for it: the evaluators of the profiles without NodeResourcesFit's
-// filter, built the first time a pod needs them.
+// filter, taken the first time a pod needs them.
 func (c *count) strandedAsideCapacity(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if c.roomyNow == nil {
-		cfg := WithoutCapacity(c.pp.Config)
 		policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
-		now, err := New(ctx, c.now.cluster, policies, Options{Config: cfg})
+		now, err := c.session.Evaluator(ctx, slotRoomyNow, c.cluster, policies, c.pp.Config)
 		if err != nil {
 			return false, err
 		}
 		policies.Snapshot = c.enforced
-		next, err := New(ctx, c.now.cluster, policies, Options{Config: cfg})
+		next, err := c.session.Evaluator(ctx, slotRoomyNext, c.cluster, policies, c.pp.Config)
 		if err != nil {
-			now.Close()
 			return false, err
 		}
 		c.roomyNow, c.roomyNext = now, next

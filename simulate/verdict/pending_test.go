@@ -13,9 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
@@ -76,6 +79,25 @@ func (f *fixture) pending(tb testing.TB) *PendingPods {
 	}
 	return &PendingPods{Live: Live{Inputs: f.inputs, Config: cfg,
 		Pods: corelisters.NewPodLister(f.pods), Nodes: corelisters.NewNodeLister(f.nodes), Namespaces: corelisters.NewNamespaceLister(f.namespaceList)}}
+}
+
+// simulated is pending with a Simulator over informers of a fake
+// clientset holding the fixture's namespaces, as the manager's reads the
+// scheduler's: its Evaluators are built once, whatever the counts.
+func (f *fixture) simulated(tb testing.TB) (*PendingPods, *Simulator) {
+	tb.Helper()
+	var objs []runtime.Object
+	for _, ns := range f.namespaceList.List() {
+		objs = append(objs, ns.(*corev1.Namespace))
+	}
+	client := fake.NewSimpleClientset(objs...) //nolint:staticcheck // nothing applies
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	factory.Start(ctx.Done())
+	pp := f.pending(tb)
+	pp.Simulator = NewSimulator(factory)
+	return pp, pp.Simulator
 }
 
 func namespace(name string, labels map[string]string) *corev1.Namespace {
@@ -186,29 +208,48 @@ func TestPendingPodsWouldStrand(t *testing.T) {
 	}
 	f.add(t, f.pods, pods...)
 	pp := f.pending(t)
+	simulated, sim := f.simulated(t)
 	ctx := context.Background()
 
-	for _, tc := range []struct {
+	type count struct {
 		policy     string
 		generation int64
 		wave       int
 		want       audit.Stranded
-	}{
+	}
+	counts := []count{
 		{"no-spot", 3, 0, audit.Stranded{Count: 7, Pods: []string{"w1/held", "w1/twin-a", "w1/twin-a2", "w1/zone-a", "w1/zone-c"}}},
 		{"no-spot", 3, 1, audit.Stranded{Count: 7, Pods: []string{"w2/held-0", "w2/held-1", "w2/held-2", "w2/held-3", "w2/held-4"}}},
 		// spot-1 has the bound pod: the only node zone-a may use is refused;
 		// zone-a-tolerating may use od-1, which is empty.
 		{"empty-nodes", 1, 0, audit.Stranded{Count: 3, Pods: []string{"w1/twin-a", "w1/twin-a2", "w1/zone-a"}}},
-	} {
-		t.Run(fmt.Sprintf("%s/%d", tc.policy, tc.wave), func(t *testing.T) {
-			got, err := pp.WouldStrand(ctx, tc.policy, tc.generation, tc.wave)
-			if err != nil {
-				t.Fatal(err)
+	}
+	// Each count is made by Evaluators built for it (a Live without a
+	// Simulator) and by the Simulator's, built once.
+	check := func(t *testing.T, counts []count) {
+		for _, tc := range counts {
+			for name, pp := range map[string]*PendingPods{"built": pp, "simulator": simulated} {
+				t.Run(fmt.Sprintf("%s/%d/%s", tc.policy, tc.wave, name), func(t *testing.T) {
+					got, err := pp.WouldStrand(ctx, tc.policy, tc.generation, tc.wave)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got.Count != tc.want.Count || !slices.Equal(got.Pods, tc.want.Pods) {
+						t.Errorf("got %+v, want %+v", got, tc.want)
+					}
+				})
 			}
-			if got.Count != tc.want.Count || !slices.Equal(got.Pods, tc.want.Pods) {
-				t.Errorf("got %+v, want %+v", got, tc.want)
-			}
-		})
+		}
+	}
+	check(t, counts)
+	// The Simulator's Evaluators see the cluster of each count: a spot
+	// node in zone d gives zone-d a node, which the wave refuses.
+	f.add(t, f.nodes, nodeOf("spot-7", "spot", "d"))
+	check(t, []count{{"no-spot", 3, 0, audit.Stranded{Count: 8, Pods: counts[0].want.Pods}}})
+	// now and with the wave enforced, each with and without capacity:
+	// four Evaluators for every count.
+	if got := sim.Builds(); got != 4 {
+		t.Errorf("the Simulator built %d Evaluators over %d counts, want 4", got, len(counts)+1)
 	}
 	if _, err := pp.WouldStrand(ctx, "no-spot", 4, 0); err == nil {
 		t.Error("counted for a generation the scheduler has not compiled")
@@ -294,18 +335,25 @@ func BenchmarkWouldStrand(b *testing.B) {
 				p := pod("w1", fmt.Sprintf("web-%d-%d", i%10, i), map[string]string{"app": fmt.Sprintf("app-%d", i%10)})
 				f.add(b, f.pods, p)
 			}
-			pp := f.pending(b)
 			ctx := context.Background()
 			want := int64(0)
 			if bc.name == "refuses-all" {
 				want = 1000
 			}
-			b.ReportAllocs()
-			for b.Loop() {
-				got, err := pp.WouldStrand(ctx, "p", 1, 0)
-				if err != nil || got.Count != want {
-					b.Fatalf("got %+v, %v; want %d", got, err, want)
-				}
+			built := f.pending(b)
+			simulated, _ := f.simulated(b)
+			// "built": Evaluators built for each count (a Live without a
+			// Simulator); "simulator": the manager's, built once.
+			for name, pp := range map[string]*PendingPods{"built": built, "simulator": simulated} {
+				b.Run(name, func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						got, err := pp.WouldStrand(ctx, "p", 1, 0)
+						if err != nil || got.Count != want {
+							b.Fatalf("got %+v, %v; want %d", got, err, want)
+						}
+					}
+				})
 			}
 		})
 	}

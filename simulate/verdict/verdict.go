@@ -25,6 +25,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/informers"
+	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -179,9 +180,12 @@ type Options struct {
 }
 
 // Evaluator is kube-scheduler's framework, one per profile of a
-// configuration, over a Cluster with a fixed set of policies. It evaluates
-// pods concurrently (each evaluation has its own cycle state, as the
-// scheduler's parallel filters do); Close releases it.
+// configuration, over a Cluster with a set of policies. It evaluates pods
+// concurrently (each evaluation has its own cycle state, as the
+// scheduler's parallel filters do); Close releases it. Its frameworks are
+// built once: a Simulator points them at another cluster and policies
+// (retarget) between evaluations, as the scheduler's frameworks read a
+// snapshot it updates.
 type Evaluator struct {
 	cluster *Cluster
 	// groups are the cluster's PodGroups and their placed members, which
@@ -190,11 +194,16 @@ type Evaluator struct {
 	rt     *celplugins.Runtime
 	// policies are what the CEL plugins read, for the scheduler of
 	// PlaceGroups.
-	policies   Policies
-	cfg        *schedulerconfig.KubeSchedulerConfiguration
+	policies Policies
+	// source and nodes are what the frameworks read the policies and the
+	// cluster's nodes and pods through: set by retarget.
+	source *policySource
+	nodes  *snapshotLister
+	cfg    *schedulerconfig.KubeSchedulerConfiguration
+	// frameworks are each profile's, by schedulerName.
 	frameworks map[string]framework.Framework
 	// plugins are each profile's plugin instances by name, as the
-	// framework built them (see ClassVerdict): written in New only.
+	// framework built them (see ClassVerdict): written in build only.
 	plugins map[string]map[string]fwk.Plugin
 	cancel  context.CancelFunc
 	// budget is Options.Budget: the time budget of Refusals.
@@ -211,7 +220,11 @@ type Evaluator struct {
 // rejection for status; and each node gets its own reason (no node is
 // left out in PreFilter).
 func dryRuntime(policies Policies, groups engine.PodGroupResolver) *celplugins.Runtime {
-	rt := celplugins.NewRuntime(fixed{policies.Snapshot}, policies.Converter)
+	return dryRuntimeOver(fixed{policies.Snapshot}, policies, groups)
+}
+
+func dryRuntimeOver(source celplugins.Policies, policies Policies, groups engine.PodGroupResolver) *celplugins.Runtime {
+	rt := celplugins.NewRuntime(source, policies.Converter)
 	rt.Inputs.Params = policies.Params
 	rt.Inputs.PodGroups = groups
 	rt.Report.Dry = true
@@ -223,6 +236,11 @@ func dryRuntime(policies Policies, groups engine.PodGroupResolver) *celplugins.R
 type fixed struct{ s *engine.Snapshot }
 
 func (f fixed) Snapshot() *engine.Snapshot { return f.s }
+
+// policySource is an Evaluator's policies: those of its last retarget.
+type policySource struct{ s atomic.Pointer[engine.Snapshot] }
+
+func (p *policySource) Snapshot() *engine.Snapshot { return p.s.Load() }
 
 // DryRunProfileSuffix ends the profile names of an Evaluator's frameworks
 // (the profile "celsched" is "celsched/dry-run" in them), which label the
@@ -239,22 +257,6 @@ const DryRunProfileSuffix = "/dry-run"
 // the cluster's namespaces and objects; nodes and pods come from the
 // cluster's snapshot, as the scheduler's do from its cache.
 func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Evaluator, error) {
-	if opts.Config == nil || len(opts.Config.Profiles) == 0 {
-		return nil, fmt.Errorf("the scheduler configuration has no profile")
-	}
-	// podGroup reads the cluster's groups, and its pods as the members
-	// placed, as the scheduler reads its pod group state.
-	groups := engine.NewStaticPodGroups(c.podGroups, c.pods)
-	e := &Evaluator{
-		cluster:    c,
-		groups:     groups,
-		rt:         dryRuntime(policies, groups),
-		policies:   policies,
-		cfg:        opts.Config,
-		frameworks: map[string]framework.Framework{},
-		plugins:    map[string]map[string]fwk.Plugin{},
-		budget:     opts.Budget,
-	}
 	objects := make([]runtime.Object, 0, len(c.namespaces)+len(c.objects))
 	objects = append(objects, c.objects...)
 	for _, ns := range c.namespaces {
@@ -264,8 +266,36 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	// OpenAPI schemas on every call (about a second); no plugin applies
 	// anything here.
 	client := fake.NewSimpleClientset(objects...) //nolint:staticcheck // see above
+	e, err := build(ctx, client, informers.NewSharedInformerFactory(client, 0), policies, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.retarget(c, policies.Snapshot)
+	return e, nil
+}
 
-	factory := informers.NewSharedInformerFactory(client, 0)
+// build builds the frameworks of every profile of opts.Config, whose
+// built-in plugins read factory's informers (started and synced here) and
+// write nothing that matters to client; the CEL plugins read policies'
+// params and converter. Its cluster and snapshot of policies are set by
+// retarget, before any evaluation.
+func build(ctx context.Context, client clientset.Interface, factory informers.SharedInformerFactory, policies Policies, opts Options) (*Evaluator, error) {
+	if opts.Config == nil || len(opts.Config.Profiles) == 0 {
+		return nil, fmt.Errorf("the scheduler configuration has no profile")
+	}
+	e := &Evaluator{
+		source:     &policySource{},
+		nodes:      &snapshotLister{},
+		policies:   policies,
+		cfg:        opts.Config,
+		frameworks: map[string]framework.Framework{},
+		plugins:    map[string]map[string]fwk.Plugin{},
+		budget:     opts.Budget,
+	}
+	// podGroup reads the cluster's groups (retarget), as the scheduler
+	// reads its pod group state.
+	e.groups = engine.NewStaticPodGroups(nil, nil)
+	e.rt = dryRuntimeOver(e.source, policies, e.groups)
 
 	pluginRegistry := frameworkplugins.NewInTreeRegistry()
 	if err := pluginRegistry.Merge(frameworkruntime.Registry{
@@ -309,12 +339,12 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		fw, err := frameworkruntime.NewFramework(ctx, pluginRegistry, prof,
 			frameworkruntime.WithClientSet(client),
 			frameworkruntime.WithInformerFactory(factory),
-			frameworkruntime.WithSnapshotSharedLister(c.snapshot),
+			frameworkruntime.WithSnapshotSharedLister(e.nodes),
 			// Read by DefaultPreemption and the pod-group plugins when
 			// GenericWorkload is on (nil there panicked at New). The pod
 			// group manager is an empty scheduler cache: the dry runs do
 			// not evaluate pod groups yet.
-			frameworkruntime.WithMutableSnapshotLister(c.snapshot),
+			frameworkruntime.WithMutableSnapshotLister(e.nodes),
 			frameworkruntime.WithPodGroupManager(internalcache.New(ctx, nil,
 				utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload),
 				utilfeature.DefaultFeatureGate.Enabled(features.CompositePodGroup))),
@@ -333,12 +363,30 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 		}
 		e.frameworks[name] = fw
 	}
+	// Starts the informers the plugins asked for that are not running
+	// (all of them on a new factory; none on the scheduler's, whose
+	// frameworks asked for the same).
 	factory.Start(ctx.Done())
 	if err := waitForSync(ctx, factory, syncTimeout); err != nil {
 		e.cancel()
 		return nil, err
 	}
 	return e, nil
+}
+
+// retarget points the Evaluator at a cluster and a snapshot of policies:
+// the frameworks' snapshot lister, the CEL plugins' policies and the pod
+// groups policies read. No evaluation may be running (a Simulator's
+// caller holds it).
+func (e *Evaluator) retarget(c *Cluster, policies *engine.Snapshot) {
+	e.cluster = c
+	e.nodes.set(c.snapshot)
+	e.source.s.Store(policies)
+	e.policies.Snapshot = policies
+	// podGroup reads the cluster's groups, and its pods as the members
+	// placed, as the scheduler reads its pod group state.
+	e.groups = engine.NewStaticPodGroups(c.podGroups, c.pods)
+	e.rt.Inputs.PodGroups = e.groups
 }
 
 // noNominations is the pod nominator of an evaluation: the cluster's

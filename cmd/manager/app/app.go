@@ -615,6 +615,10 @@ type schedulerRunner struct {
 	// params watches the param kinds of the policies; the loop starts once
 	// the params of the policies stored at start-up are listed.
 	params *celplugins.ParamsStore
+	// simulator keeps the frameworks of the evaluations outside the
+	// scheduling loop (the rollouts' gates, remediation), built once over
+	// the scheduler's informers (live).
+	simulator *verdict.Simulator
 
 	syncOnce sync.Once
 	synced   chan struct{}
@@ -732,10 +736,13 @@ func (r *schedulerRunner) informers() ctrlRunnable {
 // GenericWorkload is on (kube-scheduler has their informer then; without
 // the gate, the API may not be served, and no informer is started).
 func (r *schedulerRunner) live(inputs *celplugins.Inputs, cfg *schedulerconfig.KubeSchedulerConfiguration) verdict.Live {
+	if r.simulator == nil {
+		r.simulator = verdict.NewSimulator(r.factory)
+	}
 	live := verdict.Live{Inputs: inputs, Config: cfg,
 		Pods: r.factory.Core().V1().Pods().Lister(), Nodes: r.factory.Core().V1().Nodes().Lister(),
 		Namespaces: r.factory.Core().V1().Namespaces().Lister(), Objects: r.volumeObjects(),
-		Synced: func() bool { return r.readyz(nil) == nil }}
+		Synced: func() bool { return r.readyz(nil) == nil }, Simulator: r.simulator}
 	if utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload) {
 		groups := r.factory.Scheduling().V1beta1().PodGroups().Lister()
 		live.PodGroups = func() ([]*schedulingv1beta1.PodGroup, error) { return groups.List(labels.Everything()) }
