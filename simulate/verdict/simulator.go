@@ -126,7 +126,9 @@ func (ss *Session) Release() {
 
 // snapshotLister is what an Evaluator's frameworks read nodes, pods and
 // pod groups through: the snapshot of its last retarget.
-type snapshotLister struct{ cur atomic.Pointer[internalcache.Snapshot] }
+type snapshotLister struct {
+	cur atomic.Pointer[internalcache.Snapshot]
+}
 
 var _ fwk.MutableSnapshotSharedLister = (*snapshotLister)(nil)
 

@@ -238,7 +238,9 @@ type fixed struct{ s *engine.Snapshot }
 func (f fixed) Snapshot() *engine.Snapshot { return f.s }
 
 // policySource is an Evaluator's policies: those of its last retarget.
-type policySource struct{ s atomic.Pointer[engine.Snapshot] }
+type policySource struct {
+	s atomic.Pointer[engine.Snapshot]
+}
 
 func (p *policySource) Snapshot() *engine.Snapshot { return p.s.Load() }
 
