@@ -40,11 +40,17 @@ import (
 // the one way it can be answered: by kube-scheduler itself. A pod group's
 // cycle (generate the candidate placements, filter them, try the members
 // in each, assume them, score the placements that fit, all or nothing) is
-// unexported methods of kube-scheduler's Scheduler, so PlaceGroups runs a
-// real Scheduler (pkg/scheduler.New, the configuration's profiles, the
-// CEL plugins over the same policies) on a fake clientset holding the
-// cluster, the PodGroups and their pending members, and records its
-// bindings instead of making them.
+// unexported methods of kube-scheduler's Scheduler in 1.37
+// (scheduleOnePodGroup, podGroupCycle in schedule_one_podgroup.go),
+// reached only through Scheduler.ScheduleOne popping the group from the
+// scheduling queue; a framework alone (the Evaluator's) has no pod group
+// cycle. So PlaceGroups builds a real Scheduler (pkg/scheduler.New, the
+// configuration's profiles, the CEL plugins over the same policies) on a
+// fake clientset holding the cluster, the PodGroups and their pending
+// members, records its bindings instead of making them, and runs its
+// cycles itself (drive): one ScheduleOne per entity the active queue
+// holds, with none of the queue's timers (no backoff flush), until every
+// member is bound, failed, or parked by the queue.
 
 // Group is a pod group to place: its PodGroup and its members that are
 // not bound (spec.schedulingGroup.podGroupName names it).
@@ -115,11 +121,14 @@ func (r *GroupResult) Outcome() string {
 	}
 }
 
-// GroupsSettleTimeout bounds how long PlaceGroups waits for the scheduler
-// to have tried every group: long enough for thousands of pods on
-// thousands of nodes on a small machine, short enough that a dry run that
-// cannot settle (a bug) fails rather than hangs.
-const GroupsSettleTimeout = 5 * time.Minute
+// GroupsStall bounds how long PlaceGroups waits while nothing happens: no
+// cycle to run, no binding or failure recorded, no pod moving in the
+// queue. The run's length is not bounded (thousands of pods on thousands
+// of nodes take what they take, one cycle after the other); a scheduler
+// that stops making progress before every member is settled is a bug, and
+// the dry run fails naming the pods and where the queue keeps them rather
+// than hanging.
+const GroupsStall = time.Minute
 
 // PlaceGroups runs kube-scheduler, with the Evaluator's configuration,
 // policies and cluster, on the pending members of the groups, and returns
@@ -240,8 +249,7 @@ func (e *Evaluator) PlaceGroups(ctx context.Context, groups []Group) ([]*GroupRe
 	if err := waitQueued(ctx, sched, pending); err != nil {
 		return nil, err
 	}
-	go sched.Run(ctx)
-	if err := run.settle(ctx, sched, pending); err != nil {
+	if err := run.drive(ctx, sched, pending); err != nil {
 		return nil, err
 	}
 	cancel()
@@ -341,26 +349,62 @@ func (r *groupRun) refused(group ktypes.NamespacedName, refusals []celplugins.Re
 	}
 }
 
-// settle waits until the scheduler has done what it will do with every
-// pending pod: bound it, written its failure, or left it held at
-// PreEnqueue; and no cycle is in flight.
-func (r *groupRun) settle(ctx context.Context, sched *scheduler.Scheduler, pending []*corev1.Pod) error {
-	deadline := time.NewTimer(GroupsSettleTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(5 * time.Millisecond)
+// drive runs the scheduler's cycles until it has done what it will do
+// with every pending pod: bound it, written its failure, or left it held
+// at PreEnqueue; and no cycle is in flight. It calls ScheduleOne while the
+// active queue holds a pod (so ScheduleOne never waits on an empty
+// queue), and otherwise waits for the bindings and status writes in
+// flight, whose events may move parked pods back into the active queue.
+// The queue's own timers are not started (Scheduler.Run would start
+// them): a pod that failed is not tried again after its backoff, as
+// nothing in a dry run's cluster changes but what the run itself binds.
+func (r *groupRun) drive(ctx context.Context, sched *scheduler.Scheduler, pending []*corev1.Pod) error {
+	logger := klog.FromContext(ctx)
+	if sched.APIDispatcher != nil { // SchedulerAsyncAPICalls: bindings and status writes go through it
+		sched.APIDispatcher.Run(logger)
+		defer sched.APIDispatcher.Close()
+	}
+	defer sched.SchedulingQueue.Close()
+	q := sched.SchedulingQueue.(*queue.PriorityQueue) // checked by PlaceGroups
+	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	var last progress
+	lastChange := time.Now()
 	for {
+		if len(q.PodsInActiveQ()) > 0 {
+			sched.ScheduleOne(ctx)
+			lastChange = time.Now()
+			continue
+		}
 		if r.settled(sched, pending) {
 			return nil
+		}
+		if now := r.progress(sched); now != last {
+			last, lastChange = now, time.Now()
+		} else if time.Since(lastChange) > GroupsStall {
+			return fmt.Errorf("placing the pod groups: the scheduler made no progress for %s (%s)", GroupsStall, r.unsettled(sched, pending))
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("placing the pod groups: %w", context.Cause(ctx))
-		case <-deadline.C:
-			return fmt.Errorf("placing the pod groups: the scheduler did not try every group within %s (%s)", GroupsSettleTimeout, r.unsettled(sched, pending))
 		case <-tick.C:
 		}
 	}
+}
+
+// progress is what drive watches change while it waits.
+type progress struct{ bound, tried, inFlight, active, backoff, parked int }
+
+func (r *groupRun) progress(sched *scheduler.Scheduler) progress {
+	r.mu.Lock()
+	p := progress{bound: len(r.bound), tried: len(r.tried)}
+	r.mu.Unlock()
+	p.inFlight = len(sched.SchedulingQueue.InFlightPods())
+	if q, ok := sched.SchedulingQueue.(*queue.PriorityQueue); ok {
+		p.active, p.backoff = len(q.PodsInActiveQ()), len(q.PodsInBackoffQ())
+		p.parked = len(q.UnschedulablePods()) + len(q.PendingPodGroupPods()) + len(q.IncompletePodGroupPodsPods())
+	}
+	return p
 }
 
 // unsettled says which pods the scheduler has not settled, and where they
@@ -473,9 +517,10 @@ func groupOf(p *corev1.Pod) string {
 	return ""
 }
 
-// waitQueued waits until the scheduler's queue holds every pod.
+// waitQueued waits until the scheduler's queue holds every pod (their
+// creations are events its informers deliver).
 func waitQueued(ctx context.Context, sched *scheduler.Scheduler, pods []*corev1.Pod) error {
-	deadline := time.Now().Add(GroupsSettleTimeout)
+	deadline := time.Now().Add(GroupsStall)
 	missing := slices.Clone(pods)
 	for {
 		where := queuePlaces(sched)
@@ -486,7 +531,7 @@ func waitQueued(ctx context.Context, sched *scheduler.Scheduler, pods []*corev1.
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", missing[0].Namespace, missing[0].Name, GroupsSettleTimeout)
+			return fmt.Errorf("placing the pod groups: the pod %s/%s did not reach the scheduling queue within %s", missing[0].Namespace, missing[0].Name, GroupsStall)
 		}
 		select {
 		case <-ctx.Done():
