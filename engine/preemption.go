@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 	"github.com/google/cel-go/interpreter"
 	corev1 "k8s.io/api/core/v1"
@@ -90,48 +91,82 @@ func (pc *policyCompiler) compilePreemption(spec *schedv1alpha1.SchedulingPolicy
 }
 
 // VictimInput is a preemptor and one candidate victim on its node, as
-// victim rules read them. Build it once per victim and node
-// (Converter.Victim) and decide every matching policy's rules on it.
+// victim rules read them: the activation of their evaluation. Build it
+// once per victim and node (Converter.Victim) and decide every matching
+// policy's rules on it, from one goroutine. The victim is converted when
+// it is built; its namespace and node only when a rule first reads them
+// (a rule over namespaces alone, the common tenant rule, costs no node
+// or namespace lookup per candidate victim).
 type VictimInput struct {
 	// Victim is the candidate victim.
 	Victim *corev1.Pod
-	vars   interpreter.Activation
+	c      *Converter
+	in     *PodInput
+	victim ref.Val
+	ns     *corev1.Namespace
+	node   *corev1.Node
+	// nsVal and nodeVal are the namespace's and node's values, nil until
+	// read.
+	nsVal, nodeVal ref.Val
 }
 
+var _ interpreter.Activation = (*VictimInput)(nil)
+
 // Victim converts a candidate victim of the preemptor (in: its input,
-// whose namespace is the preemptor's), the victim's namespace (nil when
-// unknown: rules reading it fail) and the victim's node.
+// whose namespace is the preemptor's), with the victim's namespace (nil
+// when unknown: rules reading it fail) and the victim's node, which are
+// converted when a rule reads them (a conversion that fails is that
+// rule's error).
 func (c *Converter) Victim(in *PodInput, victim *corev1.Pod, victimNS *corev1.Namespace, node *corev1.Node) (*VictimInput, error) {
-	every := podTable().every
 	victimVal, err := c.cached(c.victims, victim.Namespace+"/"+victim.Name, victim.UID, victim.ResourceVersion, victim, c.env.podValues)
 	if err != nil {
 		return nil, fmt.Errorf("converting pod %s/%s: %w", victim.Namespace, victim.Name, err)
 	}
-	nodeVal, err := c.NodeValue(node)
-	if err != nil {
-		return nil, err
-	}
-	nsVal := types.NewErr("the victim's namespace %q is not known", victim.Namespace)
-	if victimNS != nil {
-		if nsVal, err = c.cached(c.namespaces, victimNS.Name, victimNS.UID, victimNS.ResourceVersion, victimNS, c.env.namespaceValues); err != nil {
-			return nil, fmt.Errorf("converting namespace %s: %w", victimNS.Name, err)
+	return &VictimInput{Victim: victim, c: c, in: in, victim: victimVal, ns: victimNS, node: node}, nil
+}
+
+// ResolveName implements interpreter.Activation.
+func (v *VictimInput) ResolveName(name string) (any, bool) {
+	switch name {
+	case PodVar:
+		return v.in.podValue(podTable().every), true
+	case NamespaceVar:
+		if v.in.namespace == nil {
+			return types.NewErr("the pod's namespace %q is not known", v.in.Pod.Namespace), true
 		}
+		return v.in.namespace, true
+	case VictimVar:
+		return v.victim, true
+	case VictimNamespaceVar:
+		if v.nsVal == nil {
+			v.nsVal = v.namespaceValue()
+		}
+		return v.nsVal, true
+	case NodeVar:
+		if v.nodeVal == nil {
+			val, err := v.c.NodeValue(v.node)
+			if err != nil {
+				val = types.WrapErr(fmt.Errorf("converting node %s: %w", v.node.Name, err))
+			}
+			v.nodeVal = val
+		}
+		return v.nodeVal, true
 	}
-	preemptorNS := types.NewErr("the pod's namespace %q is not known", in.Pod.Namespace)
-	if in.namespace != nil {
-		preemptorNS = in.namespace
+	return nil, false
+}
+
+// Parent implements interpreter.Activation.
+func (v *VictimInput) Parent() interpreter.Activation { return nil }
+
+func (v *VictimInput) namespaceValue() ref.Val {
+	if v.ns == nil {
+		return types.NewErr("the victim's namespace %q is not known", v.Victim.Namespace)
 	}
-	vars, err := interpreter.NewActivation(map[string]any{
-		PodVar:             in.podValue(every),
-		NamespaceVar:       preemptorNS,
-		VictimVar:          victimVal,
-		VictimNamespaceVar: nsVal,
-		NodeVar:            nodeVal,
-	})
+	val, err := v.c.cached(v.c.namespaces, v.ns.Name, v.ns.UID, v.ns.ResourceVersion, v.ns, v.c.env.namespaceValues)
 	if err != nil {
-		return nil, fmt.Errorf("converting victim %s/%s: %w", victim.Namespace, victim.Name, err)
+		return types.WrapErr(fmt.Errorf("converting namespace %s: %w", v.ns.Name, err))
 	}
-	return &VictimInput{Victim: victim, vars: vars}, nil
+	return val
 }
 
 // Victim decides the victim rules on one candidate victim: Reject (the
@@ -141,7 +176,7 @@ func (c *Converter) Victim(in *PodInput, victim *corev1.Pod, victimNS *corev1.Na
 // apply to the preemptor (Match); the caller acts on the decision (Acts:
 // the victim is not eligible) or reports it (WouldAct).
 func (p *CompiledPolicy) Victim(ctx context.Context, in *VictimInput) Decision {
-	return p.decideBoolRules(ctx, PointPreemption, p.victimRules, in.vars)
+	return p.decideBoolRules(ctx, PointPreemption, p.victimRules, in)
 }
 
 // Protection is a victim rule's decision as the preemptor's owner reads

@@ -98,6 +98,25 @@ func TestVictim(t *testing.T) {
 		t.Errorf("Protection:\n got %s\nwant %s", got, want)
 	}
 
+	// The victim's namespace and node are converted when a rule reads
+	// them: a victim whose namespace is not known passes a rule over
+	// namespaces' names, and fails (Error under Fail) one that reads
+	// victimNamespaceObject.
+	unknown, err := conv.Victim(in, makePod("gone", "running", nil), nil, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := c.Compile(preemptionPolicy(schedv1alpha1.Fail, schedv1alpha1.VictimRule{Name: "names", Expression: "victim.metadata.namespace != pod.metadata.namespace"}), CompileOptions{})
+	if d := byName.Victim(ctx, unknown); d.Verdict != Pass {
+		t.Errorf("unknown namespace, rule over names: %v (%s), want Pass", d.Verdict, d.String())
+	}
+	if d := p.Victim(ctx, unknown); d.Verdict != Error || d.Err == nil || !strings.Contains(d.Err.Error(), `the victim's namespace "gone" is not known`) {
+		t.Errorf("unknown namespace, rule reading it: %v (%s), want Error naming the namespace", d.Verdict, d.String())
+	}
+	if unknown.nodeVal != nil {
+		t.Error("the node was converted for rules that do not read it")
+	}
+
 	failing := schedv1alpha1.VictimRule{Name: "fails", Expression: "victim.metadata.labels['missing'] == 'x'"}
 	for fp, want := range map[schedv1alpha1.FailurePolicyType]Verdict{schedv1alpha1.Fail: Error, schedv1alpha1.Ignore: Pass} {
 		p := c.Compile(preemptionPolicy(fp, failing), CompileOptions{})
