@@ -128,7 +128,7 @@ type remediationMemory struct {
 // namespace's labels: its pods; a policy's spec, enforcement or waves, or
 // its params: every running pod, which its match narrows to its own),
 // taking the touched items from a deduplicating queue in batches, with
-// the one evaluator (verdict.Refuser.Refusals, which is
+// the one evaluator (Refuser.Refusals, which is
 // verdict.Evaluator.Refusals, the CEL filter plugin's decisions, built
 // over the nodes of the batch's pods only); it never scans on a timer.
 // The reconciler, per policy, writes status.drift and the Drifted
@@ -144,7 +144,7 @@ type DriftController struct {
 	// evicts nothing (remediation is reported as disabled).
 	Evict func(ctx context.Context, pod *corev1.Pod) error
 	// Live evaluates the cluster as the scheduler's informers hold it.
-	Live *verdict.Live
+	Live *Live
 	// Pods is the scheduler's pod lister (Live.Pods).
 	Pods     corelisters.PodLister
 	Recorder events.EventRecorder
@@ -609,7 +609,7 @@ func (d *DriftController) driftScopes(ctx context.Context) map[string]schedv1alp
 	return out
 }
 
-func profileNames(l *verdict.Live) []string {
+func profileNames(l *Live) []string {
 	out := make([]string, len(l.Config.Profiles))
 	for i, p := range l.Config.Profiles {
 		out[i] = p.SchedulerName

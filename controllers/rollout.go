@@ -152,7 +152,7 @@ type lastCount struct {
 
 // PendingChecker counts the pending pods of a wave of a policy's rollout,
 // compiled at generation, that the policy, enforced, would hold or leave
-// with no node (verdict.PendingPods answers from the scheduler's
+// with no node (PendingPods answers from the scheduler's
 // informers).
 type PendingChecker interface {
 	WouldStrand(ctx context.Context, policy string, generation int64, wave int) (audit.Stranded, error)

@@ -103,7 +103,7 @@ type Log struct {
 
 // Stranded is the evidence of a wave's pending pods, which no scheduling
 // cycle reports on: those the policy, enforced, would hold or leave with
-// no node (verdict.PendingPods).
+// no node (controllers.PendingPods).
 type Stranded struct {
 	// Count is how many; Pods names the first MaxStrandedNames of them
 	// (namespace/name, in name order).

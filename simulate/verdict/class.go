@@ -2,12 +2,14 @@ package verdict
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/celplugins/score"
+	"github.com/celsched/celsched/engine"
 )
 
 // Placement is a bound pod's verdict on its own node once evicted and
@@ -285,4 +288,32 @@ func withoutPod(ctx context.Context, ni fwk.NodeInfo, bound *corev1.Pod) (fwk.No
 		return nil, nil, fmt.Errorf("removing pod %s/%s from its node: %w", bound.Namespace, bound.Name, err)
 	}
 	return ni, victim, nil
+}
+
+// Class is a key that pods an evaluation treats alike share: equal in
+// everything but their identity (name, UID, version, status) and the node
+// they are on: the replicas of a workload, or the members of a pod group
+// (the group's name is in the spec, and podGroup's labels and minCount
+// are the group's). False for a pod that a policy reading its name, its
+// status, nodeInfo.pods or podGroup.assignedNodes may select
+// (engine.Snapshot.Signature), which is a class of its own.
+func Class(snapshot *engine.Snapshot, pod *corev1.Pod) (string, bool) {
+	if _, ok := snapshot.Signature(pod); !ok {
+		return "", false
+	}
+	spec := pod.Spec.DeepCopy()
+	spec.NodeName = ""
+	key := struct {
+		Namespace       string                  `json:"namespace"`
+		SchedulerName   string                  `json:"schedulerName"`
+		Labels          map[string]string       `json:"labels,omitempty"`
+		Annotations     map[string]string       `json:"annotations,omitempty"`
+		OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
+		Spec            *corev1.PodSpec         `json:"spec"`
+	}{pod.Namespace, pod.Spec.SchedulerName, pod.Labels, pod.Annotations, pod.OwnerReferences, spec}
+	data, err := json.Marshal(key)
+	if err != nil {
+		return "", false
+	}
+	return string(data), true
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ktypes "k8s.io/apimachinery/pkg/types"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 	"k8s.io/kubernetes/pkg/features"
@@ -31,23 +29,6 @@ const (
 
 // groupsProfile is TestPlaceGroups' name for the celsched profile.
 const groupsProfile = "celsched-groups"
-
-// podGroup is a gang of minCount, with a topology constraint on key when
-// set.
-func podGroup(ns, name string, minCount int32, key string) *schedulingv1beta1.PodGroup {
-	pg := &schedulingv1beta1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: ktypes.UID("pg-" + ns + "-" + name), ResourceVersion: "1"},
-		Spec: schedulingv1beta1.PodGroupSpec{
-			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
-		},
-	}
-	if key != "" {
-		pg.Spec.SchedulingConstraints = &schedulingv1beta1.PodGroupSchedulingConstraints{
-			Topology: []schedulingv1beta1.TopologyConstraint{{Key: key}},
-		}
-	}
-	return pg
-}
 
 // gang returns the group and n members requesting cpu, labelled.
 func gang(pg *schedulingv1beta1.PodGroup, n int, cpu string, labels map[string]string) Group {

@@ -12,6 +12,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 )
 
 // Simulator keeps the Evaluators of a live cluster, built once: a
@@ -58,9 +59,9 @@ func NewSimulator(factory informers.SharedInformerFactory) *Simulator {
 // Builds is how many Evaluators the Simulator has built.
 func (s *Simulator) Builds() int64 { return s.builds.Load() }
 
-// session takes the Simulator (nil: a Session whose Evaluators are built
+// Session takes the Simulator (nil: a Session whose Evaluators are built
 // for it and closed with it) until Release.
-func (s *Simulator) session() *Session {
+func (s *Simulator) Session() *Session {
 	if s != nil {
 		s.mu.Lock()
 	}
@@ -153,4 +154,21 @@ func (l *snapshotLister) AddPod(podInfo fwk.PodInfo, nodeName string) error {
 }
 func (l *snapshotLister) RemovePod(logger klog.Logger, pod *corev1.Pod, nodeName string) error {
 	return l.cur.Load().RemovePod(logger, pod, nodeName)
+}
+
+// WithoutCapacity is a copy of a scheduler configuration whose profiles
+// do not filter by free resources (NodeResourcesFit's filter disabled):
+// which nodes a pod's own constraints, taints, cordons and the policies
+// leave it, whether or not they have room now.
+func WithoutCapacity(cfg *schedulerconfig.KubeSchedulerConfiguration) *schedulerconfig.KubeSchedulerConfiguration {
+	out := cfg.DeepCopy()
+	for i := range out.Profiles {
+		plugins := out.Profiles[i].Plugins
+		if plugins == nil {
+			plugins = &schedulerconfig.Plugins{}
+			out.Profiles[i].Plugins = plugins
+		}
+		plugins.Filter.Disabled = append(plugins.Filter.Disabled, schedulerconfig.Plugin{Name: names.NodeResourcesFit})
+	}
+	return out
 }

@@ -101,14 +101,14 @@ type Cluster struct {
 // them. Pods on no node of nodes are ignored, as in the scheduler's cache.
 func NewCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
 	nodes = versioned(defaulted(nodes))
-	return newCluster(versioned(defaulted(namespaces)), nodes, identified(defaulted(onNodes(pods, nodes))), objects)
+	return newCluster(versioned(defaulted(namespaces)), nodes, identified(defaulted(OnNodes(pods, nodes))), objects)
 }
 
 // NewLiveCluster is NewCluster over objects read from the API server (an
 // informer's): they are defaulted and versioned already, and are not
 // copied; they must not be written.
 func NewLiveCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
-	return newCluster(namespaces, nodes, onNodes(pods, nodes), objects)
+	return newCluster(namespaces, nodes, OnNodes(pods, nodes), objects)
 }
 
 func newCluster(namespaces []*corev1.Namespace, nodes []*corev1.Node, pods []*corev1.Pod, objects []runtime.Object) *Cluster {
@@ -213,13 +213,13 @@ type Evaluator struct {
 	sweeps atomic.Int64
 }
 
-// dryRuntime is the CEL plugins' runtime of an evaluation outside the
+// DryRuntime is the CEL plugins' runtime of an evaluation outside the
 // scheduler: policies' snapshot, converter and params, and groups (nil:
 // a pod's group has its name alone) for podGroup. An evaluation is not
 // the scheduler's: it counts in no metric and leaves no error or audited
 // rejection for status; and each node gets its own reason (no node is
 // left out in PreFilter).
-func dryRuntime(policies Policies, groups engine.PodGroupResolver) *celplugins.Runtime {
+func DryRuntime(policies Policies, groups engine.PodGroupResolver) *celplugins.Runtime {
 	return dryRuntimeOver(fixed{policies.Snapshot}, policies, groups)
 }
 
@@ -983,7 +983,7 @@ func pluginsOf(fw framework.Framework) Plugins {
 }
 
 // onNodes returns the pods bound to one of the nodes.
-func onNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {
+func OnNodes(pods []*corev1.Pod, nodes []*corev1.Node) []*corev1.Pod {
 	known := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		known[n.Name] = true

@@ -30,6 +30,7 @@ import (
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
 	"github.com/celsched/celsched/celplugins"
 	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/controllers"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
 	"github.com/celsched/celsched/simulate/analyze"
@@ -71,7 +72,7 @@ var verdictRuns atomic.Int32
 //     and unschedulable exactly when it finds no node; in each of three
 //     phases: the policies as created, wave one of the rollout enforced,
 //     and a change of the policies applied;
-//  2. the rollout gate (verdict.PendingPods.WouldStrand for wave one, over
+//  2. the rollout gate (controllers.PendingPods.WouldStrand for wave one, over
 //     listers holding the pods pending) counts exactly the pods that bind
 //     with the wave audited and stay pending once it is enforced;
 //  3. analyze reports a class of pods with no feasible node, naming a
@@ -565,7 +566,7 @@ func (v *verdictRun) wouldStrand(policy *schedv1alpha1.SchedulingPolicy, wave in
 	}
 	nsLister := corelisters.NewNamespaceLister(indexer(namespaces...))
 	inputs.UseNamespaces(nsLister)
-	pp := &verdict.PendingPods{Live: verdict.Live{Inputs: inputs, Config: v.cfg, Pods: corelisters.NewPodLister(indexer(pods...)),
+	pp := &controllers.PendingPods{Live: controllers.Live{Inputs: inputs, Config: v.cfg, Pods: corelisters.NewPodLister(indexer(pods...)),
 		Nodes: corelisters.NewNodeLister(indexer(nodes...)), Namespaces: nsLister}}
 	stranded, err := pp.WouldStrand(t.Context(), policy.Name, policy.Generation, wave)
 	if err != nil {

@@ -309,7 +309,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Manager, error) {
 	}
 	// The rollouts' gates count pending pods with the one evaluator, over
 	// the scheduler's own informers, policies, converter and params.
-	pending := &verdict.PendingPods{Live: runner.live(p.rt.Inputs, schedCfg)}
+	pending := &controllers.PendingPods{Live: runner.live(p.rt.Inputs, schedCfg)}
 	if err := (&controllers.RolloutController{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Log: p.rt.Report.AuditLog, Recorder: mgr.GetEventRecorder("celsched-rollout"),
 		WriteInterval: o.AuditStatusInterval, Pending: pending, PendingRecheck: o.RolloutPendingRecheck}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the rollout controller: %w", err)
@@ -340,7 +340,7 @@ func addDrift(ctx context.Context, cfg *rest.Config, mgr ctrl.Manager, o Options
 	live := runner.live(p.rt.Inputs, schedCfg)
 	// Drift builds the nodes of the pods it evaluates from the pods on
 	// them, read from an index, not from every pod.
-	podsOnNode, err := verdict.IndexPodsByNode(podInformer.Informer())
+	podsOnNode, err := controllers.IndexPodsByNode(podInformer.Informer())
 	if err != nil {
 		return nil, fmt.Errorf("setting up drift detection: %w", err)
 	}
@@ -735,11 +735,11 @@ func (r *schedulerRunner) informers() ctrlRunnable {
 // listers kube-scheduler's framework reads, and the PodGroups when
 // GenericWorkload is on (kube-scheduler has their informer then; without
 // the gate, the API may not be served, and no informer is started).
-func (r *schedulerRunner) live(inputs *celplugins.Inputs, cfg *schedulerconfig.KubeSchedulerConfiguration) verdict.Live {
+func (r *schedulerRunner) live(inputs *celplugins.Inputs, cfg *schedulerconfig.KubeSchedulerConfiguration) controllers.Live {
 	if r.simulator == nil {
 		r.simulator = verdict.NewSimulator(r.factory)
 	}
-	live := verdict.Live{Inputs: inputs, Config: cfg,
+	live := controllers.Live{Inputs: inputs, Config: cfg,
 		Pods: r.factory.Core().V1().Pods().Lister(), Nodes: r.factory.Core().V1().Nodes().Lister(),
 		Namespaces: r.factory.Core().V1().Namespaces().Lister(), Objects: r.volumeObjects(),
 		Synced: func() bool { return r.readyz(nil) == nil }, Simulator: r.simulator}

@@ -1,21 +1,18 @@
-package verdict
+package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/klog/v2"
-	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/simulate/verdict"
 )
 
 // PendingPods answers, for a rollout's gate, what a policy would do to the
@@ -38,13 +35,13 @@ type PendingPods struct {
 // framework of its profile finds it a node with the policies as they are
 // (the wave audited) and none with the wave enforced (held, rejected, or
 // every node refused): the wave is what would keep it pending. A pod no
-// node fits either way counts when, capacity aside (WithoutCapacity), it
+// node fits either way counts when, capacity aside (verdict.WithoutCapacity), it
 // has nodes now and none with the wave enforced: it waits for room on
 // nodes the wave refuses, and once the wave is enforced it could never
 // run. A pod no node would fit even with room is not counted. Each evaluation has its profile's
 // time budget, as a scheduling cycle; a rule cut off under enforcement
 // rejects, so it counts. Pods of one class (equal in everything but their
-// identity, see Class) are evaluated once. It fails when the informers
+// identity, see verdict.Class) are evaluated once. It fails when the informers
 // have not synced, the scheduler has not compiled that generation of
 // the policy, or the cluster cannot be listed or evaluated: a gate is
 // never passed on a count that could not be made.
@@ -83,7 +80,7 @@ func (pp *PendingPods) WouldStrand(ctx context.Context, policy string, generatio
 			if ctx.Err() != nil {
 				return out, context.Cause(ctx)
 			}
-			klog.FromContext(ctx).V(2).Info("Not evaluating a pending pod for a rollout", "pod", klog.KObj(pod), "policy", policy, "err", err)
+			logf.FromContext(ctx).V(2).Info("Not evaluating a pending pod for a rollout", "pod", klog(pod), "policy", policy, "err", err)
 			continue
 		}
 		if stranded {
@@ -121,21 +118,21 @@ type count struct {
 	pods               []*corev1.Pod
 	// session holds the Simulator's Evaluators for the count (nil until
 	// first needed).
-	session   *Session
-	cluster   *Cluster
-	now, next *Evaluator
+	session   *verdict.Session
+	cluster   *verdict.Cluster
+	now, next *verdict.Evaluator
 	// roomyNow and roomyNext are now and next with capacity aside
-	// (WithoutCapacity), taken when a pod has no node either way.
-	roomyNow, roomyNext *Evaluator
+	// (verdict.WithoutCapacity), taken when a pod has no node either way.
+	roomyNow, roomyNext *verdict.Evaluator
 	classes             map[string]bool
 }
 
 // The Simulator's slots of a count.
 var (
-	slotNow       = Slot{Name: "now"}
-	slotNext      = Slot{Name: "wave-enforced"}
-	slotRoomyNow  = Slot{Name: "now", WithoutCapacity: true}
-	slotRoomyNext = Slot{Name: "wave-enforced", WithoutCapacity: true}
+	slotNow       = verdict.Slot{Name: "now"}
+	slotNext      = verdict.Slot{Name: "wave-enforced"}
+	slotRoomyNow  = verdict.Slot{Name: "now", WithoutCapacity: true}
+	slotRoomyNext = verdict.Slot{Name: "wave-enforced", WithoutCapacity: true}
 )
 
 // evaluators builds the cluster from the informers, and takes the
@@ -149,10 +146,10 @@ func (c *count) evaluators(ctx context.Context) error {
 		return err
 	}
 	if c.session == nil {
-		c.session = c.pp.Simulator.session()
+		c.session = c.pp.Simulator.Session()
 	}
 	c.cluster = cluster
-	policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
+	policies := verdict.Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
 	if c.now, err = c.session.Evaluator(ctx, slotNow, cluster, policies, c.pp.Config); err != nil {
 		return err
 	}
@@ -176,7 +173,7 @@ func (c *count) close() {
 // filter, taken the first time a pod needs them.
 func (c *count) strandedAsideCapacity(ctx context.Context, pod *corev1.Pod) (bool, error) {
 	if c.roomyNow == nil {
-		policies := Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
+		policies := verdict.Policies{Snapshot: c.snapshot, Params: c.pp.Inputs.Params, Converter: c.pp.Inputs.Converter}
 		now, err := c.session.Evaluator(ctx, slotRoomyNow, c.cluster, policies, c.pp.Config)
 		if err != nil {
 			return false, err
@@ -199,28 +196,11 @@ func (c *count) strandedAsideCapacity(ctx context.Context, pod *corev1.Pod) (boo
 	return len(now.Feasible) > 0, nil
 }
 
-// WithoutCapacity is a copy of a scheduler configuration whose profiles
-// do not filter by free resources (NodeResourcesFit's filter disabled):
-// which nodes a pod's own constraints, taints, cordons and the policies
-// leave it, whether or not they have room now.
-func WithoutCapacity(cfg *schedulerconfig.KubeSchedulerConfiguration) *schedulerconfig.KubeSchedulerConfiguration {
-	out := cfg.DeepCopy()
-	for i := range out.Profiles {
-		plugins := out.Profiles[i].Plugins
-		if plugins == nil {
-			plugins = &schedulerconfig.Plugins{}
-			out.Profiles[i].Plugins = plugins
-		}
-		plugins.Filter.Disabled = append(plugins.Filter.Disabled, schedulerconfig.Plugin{Name: names.NodeResourcesFit})
-	}
-	return out
-}
-
 // strands says whether enforcing the wave is what leaves the pod without
 // a node: the answer of its class when an earlier pod of the class had
 // one. The count's evaluators are built (evaluators).
 func (c *count) strands(ctx context.Context, pod *corev1.Pod) (bool, error) {
-	class, classed := Class(c.snapshot, pod)
+	class, classed := verdict.Class(c.snapshot, pod)
 	if stranded, ok := c.classes[class]; classed && ok {
 		return stranded, nil
 	}
@@ -250,32 +230,4 @@ func (c *count) strands(ctx context.Context, pod *corev1.Pod) (bool, error) {
 		c.classes[class] = stranded
 	}
 	return stranded, nil
-}
-
-// Class is a key that pods an evaluation treats alike share: equal in
-// everything but their identity (name, UID, version, status) and the node
-// they are on: the replicas of a workload, or the members of a pod group
-// (the group's name is in the spec, and podGroup's labels and minCount
-// are the group's). False for a pod that a policy reading its name, its
-// status, nodeInfo.pods or podGroup.assignedNodes may select
-// (engine.Snapshot.Signature), which is a class of its own.
-func Class(snapshot *engine.Snapshot, pod *corev1.Pod) (string, bool) {
-	if _, ok := snapshot.Signature(pod); !ok {
-		return "", false
-	}
-	spec := pod.Spec.DeepCopy()
-	spec.NodeName = ""
-	key := struct {
-		Namespace       string                  `json:"namespace"`
-		SchedulerName   string                  `json:"schedulerName"`
-		Labels          map[string]string       `json:"labels,omitempty"`
-		Annotations     map[string]string       `json:"annotations,omitempty"`
-		OwnerReferences []metav1.OwnerReference `json:"ownerReferences,omitempty"`
-		Spec            *corev1.PodSpec         `json:"spec"`
-	}{pod.Namespace, pod.Spec.SchedulerName, pod.Labels, pod.Annotations, pod.OwnerReferences, spec}
-	data, err := json.Marshal(key)
-	if err != nil {
-		return "", false
-	}
-	return string(data), true
 }

@@ -1,4 +1,4 @@
-package verdict
+package controllers
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/celsched/celsched/engine/audit"
 	enginemetrics "github.com/celsched/celsched/engine/metrics"
+	"github.com/celsched/celsched/simulate/verdict"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -71,7 +72,7 @@ func TestDryRunRecordsNoMetrics(t *testing.T) {
 			switch label(m, "profile") {
 			case "celsched":
 				t.Errorf("%s{%v}: a dry run was recorded as the scheduler's profile", mf.GetName(), m.GetLabel())
-			case "celsched" + DryRunProfileSuffix:
+			case "celsched" + verdict.DryRunProfileSuffix:
 				dry = true
 			}
 		}

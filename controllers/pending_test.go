@@ -1,4 +1,4 @@
-package verdict
+package controllers
 
 import (
 	"context"
@@ -29,6 +29,7 @@ import (
 	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
 	"github.com/celsched/celsched/engine"
 	"github.com/celsched/celsched/engine/audit"
+	"github.com/celsched/celsched/simulate/verdict"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -84,7 +85,7 @@ func (f *fixture) pending(tb testing.TB) *PendingPods {
 // simulated is pending with a Simulator over informers of a fake
 // clientset holding the fixture's namespaces, as the manager's reads the
 // scheduler's: its Evaluators are built once, whatever the counts.
-func (f *fixture) simulated(tb testing.TB) (*PendingPods, *Simulator) {
+func (f *fixture) simulated(tb testing.TB) (*PendingPods, *verdict.Simulator) {
 	tb.Helper()
 	var objs []runtime.Object
 	for _, ns := range f.namespaceList.List() {
@@ -96,35 +97,8 @@ func (f *fixture) simulated(tb testing.TB) (*PendingPods, *Simulator) {
 	tb.Cleanup(cancel)
 	factory.Start(ctx.Done())
 	pp := f.pending(tb)
-	pp.Simulator = NewSimulator(factory)
+	pp.Simulator = verdict.NewSimulator(factory)
 	return pp, pp.Simulator
-}
-
-func namespace(name string, labels map[string]string) *corev1.Namespace {
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("ns-" + name), ResourceVersion: "1", Labels: labels}}
-}
-
-// node has room for 4 CPUs, 8 GiB and 110 pods.
-func node(name string, labels map[string]string) *corev1.Node {
-	return &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: ktypes.UID("node-" + name), ResourceVersion: "1", Labels: labels},
-		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{
-			corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110"),
-		}},
-	}
-}
-
-func pod(ns, name string, labels map[string]string) *corev1.Pod {
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: ktypes.UID("pod-" + ns + "-" + name), ResourceVersion: "1", Labels: labels},
-		Spec:       corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{{Name: "c", Image: "c"}}},
-	}
-}
-
-func requesting(cpu string) func(*corev1.Pod) {
-	return func(p *corev1.Pod) {
-		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
-	}
 }
 
 // TestPendingPodsWouldStrand: a wave's pending pods count when the
@@ -468,3 +442,12 @@ func TestWouldStrandWaitsForRoom(t *testing.T) {
 		t.Errorf("WouldStrand = %+v, want %+v", got, want)
 	}
 }
+
+// The objects of the tests' clusters.
+var (
+	namespace  = builder.Namespace
+	node       = builder.Node
+	pod        = builder.Pod
+	requesting = builder.Requesting
+	podGroup   = builder.PodGroup
+)
