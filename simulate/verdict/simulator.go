@@ -77,10 +77,10 @@ type Session struct {
 }
 
 // Evaluator returns the Evaluator of the slot pointed at the cluster and
-// the policies' snapshot, with cfg's profiles (or WithoutCapacity's, for
-// such a slot). A Simulator's slot keeps the configuration, params and
-// converter of its first use: they are the scheduler's, for the
-// process's life.
+// the policies (snapshot, params, converter), with cfg's profiles (or
+// WithoutCapacity's, for such a slot). A Simulator's slot keeps the
+// configuration of its first use: the scheduler's, for the process's
+// life.
 func (ss *Session) Evaluator(ctx context.Context, slot Slot, c *Cluster, policies Policies, cfg *schedulerconfig.KubeSchedulerConfiguration) (*Evaluator, error) {
 	if slot.WithoutCapacity {
 		cfg = WithoutCapacity(cfg)
@@ -108,7 +108,7 @@ func (ss *Session) Evaluator(ctx context.Context, slot Slot, c *Cluster, policie
 		s.builds.Add(1)
 		klog.FromContext(ctx).V(2).Info("Built a simulator's frameworks", "slot", slot.Name, "withoutCapacity", slot.WithoutCapacity)
 	}
-	e.retarget(c, policies.Snapshot)
+	e.retarget(c, policies)
 	return e, nil
 }
 

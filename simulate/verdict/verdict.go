@@ -272,7 +272,7 @@ func New(ctx context.Context, c *Cluster, policies Policies, opts Options) (*Eva
 	if err != nil {
 		return nil, err
 	}
-	e.retarget(c, policies.Snapshot)
+	e.retarget(c, policies)
 	return e, nil
 }
 
@@ -376,15 +376,16 @@ func build(ctx context.Context, client clientset.Interface, factory informers.Sh
 	return e, nil
 }
 
-// retarget points the Evaluator at a cluster and a snapshot of policies:
-// the frameworks' snapshot lister, the CEL plugins' policies and the pod
-// groups policies read. No evaluation may be running (a Simulator's
-// caller holds it).
-func (e *Evaluator) retarget(c *Cluster, policies *engine.Snapshot) {
+// retarget points the Evaluator at a cluster and policies: the
+// frameworks' snapshot lister, the CEL plugins' snapshot of policies,
+// params and converter, and the pod groups policies read. No evaluation
+// may be running (a Simulator's Session holds it).
+func (e *Evaluator) retarget(c *Cluster, policies Policies) {
 	e.cluster = c
 	e.nodes.set(c.snapshot)
-	e.source.s.Store(policies)
-	e.policies.Snapshot = policies
+	e.source.s.Store(policies.Snapshot)
+	e.policies = policies
+	e.rt.Inputs.Params, e.rt.Inputs.Converter = policies.Params, policies.Converter
 	// podGroup reads the cluster's groups, and its pods as the members
 	// placed, as the scheduler reads its pod group state.
 	e.groups = engine.NewStaticPodGroups(c.podGroups, c.pods)
