@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	ktypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	schedulerconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -72,7 +73,8 @@ var verdictRuns atomic.Int32
 //     and unschedulable exactly when it finds no node; in each of three
 //     phases: the policies as created, wave one of the rollout enforced,
 //     and a change of the policies applied;
-//  2. the rollout gate (controllers.PendingPods.WouldStrand for wave one, over
+//  2. the rollout gate (controllers.PendingPods.WouldStrand for wave one,
+//     with a verdict.Simulator over the API server's informers, over
 //     listers holding the pods pending) counts exactly the pods that bind
 //     with the wave audited and stay pending once it is enforced;
 //  3. analyze reports a class of pods with no feasible node, naming a
@@ -566,8 +568,28 @@ func (v *verdictRun) wouldStrand(policy *schedv1alpha1.SchedulingPolicy, wave in
 	}
 	nsLister := corelisters.NewNamespaceLister(indexer(namespaces...))
 	inputs.UseNamespaces(nsLister)
+	// The gate's Evaluators come from a Simulator over informers of the
+	// API server, as the manager's over the scheduler's: its built-in
+	// plugins read them (namespaces, volumes), once they hold the
+	// namespaces as read above.
+	factory := informers.NewSharedInformerFactory(clientset, 0)
+	nsInformer := factory.Core().V1().Namespaces()
+	nsInformer.Informer()
+	factory.Start(t.Context().Done())
+	factory.WaitForCacheSync(t.Context().Done())
+	if err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for _, ns := range lc.namespaces {
+			got, err := nsInformer.Lister().Get(ns.Name)
+			if err != nil || got.ResourceVersion != ns.ResourceVersion {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("the informers did not reach the namespaces read: %v", err)
+	}
 	pp := &controllers.PendingPods{Live: controllers.Live{Inputs: inputs, Config: v.cfg, Pods: corelisters.NewPodLister(indexer(pods...)),
-		Nodes: corelisters.NewNodeLister(indexer(nodes...)), Namespaces: nsLister}}
+		Nodes: corelisters.NewNodeLister(indexer(nodes...)), Namespaces: nsLister, Simulator: verdict.NewSimulator(factory)}}
 	stranded, err := pp.WouldStrand(t.Context(), policy.Name, policy.Generation, wave)
 	if err != nil {
 		t.Fatal(err)
