@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	schedulerconfigfile "github.com/celsched/celsched/config/scheduler"
+	"github.com/celsched/celsched/simulate/dryrun"
 	"github.com/celsched/celsched/test/builder"
 )
 
@@ -154,4 +158,104 @@ func waitNominated(t *testing.T, pod *corev1.Pod, node string) {
 	if err != nil {
 		t.Fatalf("pod %s/%s was not nominated to %s: %v; nominated %q, PodScheduled: %s", pod.Namespace, pod.Name, node, err, got.Status.NominatedNodeName, scheduledCondition(got))
 	}
+}
+
+// TestPreemptionVerdictIsOne: on a generated cluster
+// (builder.GeneratePreemption: full nodes, running victims of two
+// priorities from tenants', batch and shared namespaces, one preemptor of
+// a tenant pinned to each node, and the sample's tenant victim rules), the
+// dry run's preemption (what celsched eval reports:
+// verdict.Evaluator.Preempt, on the cluster read just before the
+// preemptor is created) and the live scheduler's agree on every
+// preemptor: nominated to the node eval names, with exactly the victims
+// eval names preempted there; or pending with the first victim eval says
+// the rules protected in its condition, and no pod of its node preempted.
+// -verdict.seed draws another cluster.
+func TestPreemptionVerdictIsOne(t *testing.T) {
+	ctx := t.Context()
+	cfg, err := schedulerconfigfile.Load(filepath.Join("testdata", "scheduler-config.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("pv%d-%d", *verdictSeed, verdictRuns.Add(1))
+	g := builder.GeneratePreemption(builder.GenerateOptions{Seed: *verdictSeed, Nodes: 8, Prefix: prefix, RunLabel: verdictRunLabel, SchedulerName: schedulerName})
+	priorities := map[string]int32{}
+	for _, pc := range g.PriorityClasses {
+		priorities[priorityClass(t, pc.Name, pc.Value)] = pc.Value
+	}
+	for _, ns := range g.Namespaces {
+		ns := ns.DeepCopy()
+		if err := k8sClient.Create(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, ns) })
+	}
+	for _, n := range g.Nodes {
+		createNode(t, n.DeepCopy())
+	}
+	policy := applyPolicy(t, g.Policy.DeepCopy())
+	waitPolicyReady(t, policy.Name, metav1.ConditionTrue)
+	time.Sleep(propagation)
+	onNode := map[string][]*corev1.Pod{}
+	for _, v := range g.Victims {
+		pod := v.DeepCopy()
+		if err := k8sClient.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, pod) })
+		node := v.Spec.NodeSelector[corev1.LabelHostname]
+		expectNode(t, pod, node)
+		onNode[node] = append(onNode[node], pod)
+	}
+
+	outcomes := map[string]int{}
+	for _, p := range g.Preemptors {
+		node := p.Spec.NodeSelector[corev1.LabelHostname]
+		lc := readCluster(t)
+		s, err := dryrun.NewCluster(lc.namespaces, lc.nodes, lc.bound(), nil).Scheduler(ctx, lc.policies, lc.params, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The pod as the API server admits it: its priority resolved.
+		evaluated := p.DeepCopy()
+		priority := priorities[p.Spec.PriorityClassName]
+		evaluated.Spec.Priority = &priority
+		res, eval, err := s.Preempt(ctx, evaluated)
+		s.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Feasible) > 0 || eval == nil {
+			t.Fatalf("pod %s: eval finds it a node (%v) or evaluates no preemption: the generated node %s is not full", podKey(p), res.Feasible, node)
+		}
+		pod := p.DeepCopy()
+		if err := k8sClient.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { deleteObject(t, pod) })
+		if eval.Node != "" {
+			outcomes["preempts"]++
+			waitNominated(t, pod, eval.Node)
+			for _, v := range onNode[node] {
+				if slices.Contains(eval.Victims, podKey(v)) {
+					waitPreempted(t, v)
+				}
+			}
+		} else if len(eval.Protected) > 0 {
+			outcomes["protected"]++
+			waitPending(t, pod, corev1.PodReasonUnschedulable, "victims protected: "+eval.Protected[0])
+		} else {
+			outcomes["none"]++
+			waitPending(t, pod, corev1.PodReasonUnschedulable)
+		}
+		// Nothing but eval's victims was preempted on the node (the
+		// scheduler deletes a preemptor's victims in one step).
+		for _, v := range onNode[node] {
+			if terminating(t, v) != slices.Contains(eval.Victims, podKey(v)) {
+				t.Errorf("pod %s: eval says preemption on %q evicts %v (protecting %v); the live scheduler preempted %s: %v",
+					podKey(p), eval.Node, eval.Victims, eval.Protected, podKey(v), terminating(t, v))
+			}
+		}
+	}
+	t.Logf("seed %d: %d preemptors: %d preempt, %d find every victim protected, %d neither", *verdictSeed, len(g.Preemptors), outcomes["preempts"], outcomes["protected"], outcomes["none"])
 }
