@@ -153,9 +153,9 @@ test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every t
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
 
 .PHONY: test-verdict
-test-verdict: ## Run the differential test TestVerdictIsOne (live scheduler, dry run, rollout gate, analyze, impact) on a larger generated cluster: VERDICT_NODES, VERDICT_PODS, VERDICT_SEED.
+test-verdict: ## Run the differential tests TestVerdictIsOne (live scheduler, dry run, rollout gate, analyze, impact) on a larger generated cluster, and TestPreemptionVerdictIsOne (preemption and its victim rules): VERDICT_NODES, VERDICT_PODS, VERDICT_SEED.
 	assets=$$(hack/envtest-assets.sh); \
-	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test -count=1 -timeout 30m $(TESTFLAGS) -run '^TestVerdictIsOne$$' ./test/integration \
+	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" $(GO) test -count=1 -timeout 30m $(TESTFLAGS) -run '^(TestVerdictIsOne|TestPreemptionVerdictIsOne)$$' ./test/integration \
 		-args -verdict.nodes=$(VERDICT_NODES) -verdict.pods=$(VERDICT_PODS) -verdict.seed=$(VERDICT_SEED)
 
 .PHONY: fuzz
