@@ -24,7 +24,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -197,7 +199,10 @@ func populate(ctx context.Context, c client.Client, samplesDir string, gangs boo
 	if err := waitSettled(ctx, c, pods); err != nil {
 		return err
 	}
-	return printTable(ctx, c, pods)
+	if err := printTable(ctx, c, pods); err != nil {
+		return err
+	}
+	return preemptionDemo(ctx, c, samplesDir)
 }
 
 func printTryThis(kubeconfig string) {
@@ -260,6 +265,16 @@ var gangNodes = func() []node {
 	return out
 }()
 
+// preemptionTaint keeps the other sample pods off the nodes of the
+// preemption demo (preemptionDemo).
+const preemptionTaint = "celsched.io/preemption-demo"
+
+// preemptionNodes are the nodes of the preemption demo, in team-a's zone.
+var preemptionNodes = []node{
+	{name: "node-p1", zone: "zone-a", taints: []corev1.Taint{{Key: preemptionTaint, Effect: corev1.TaintEffectNoSchedule}}},
+	{name: "node-p2", zone: "zone-a", taints: []corev1.Taint{{Key: preemptionTaint, Effect: corev1.TaintEffectNoSchedule}}},
+}
+
 // namespaces of the sample workloads and their labels.
 var namespaces = map[string]map[string]string{
 	"ml":       {"team": "ml", "gpu-approved": "true", "cost-center": "research"},
@@ -287,9 +302,9 @@ const managerNamespace = "celsched-system"
 // Ready and keeps their capacity), and the namespaces, and waits until
 // KWOK has made the nodes Ready.
 func createCluster(ctx context.Context, c client.Client, gangs bool) error {
-	all := nodes
+	all := slices.Concat(nodes, preemptionNodes)
 	if gangs {
-		all = slices.Concat(nodes, gangNodes)
+		all = slices.Concat(all, gangNodes)
 	}
 	for _, n := range all {
 		labels := map[string]string{corev1.LabelTopologyZone: n.zone}
@@ -324,7 +339,7 @@ func createCluster(ctx context.Context, c client.Client, gangs bool) error {
 			return fmt.Errorf("creating namespace %s: %w", name, err)
 		}
 	}
-	fmt.Printf("Created %d KWOK nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance), Ready, and %d namespaces.\n", len(nodes), len(namespaces))
+	fmt.Printf("Created %d KWOK nodes in zones a, b and c (one spot, one GPU, one payments pool, one in maintenance, and %d for the preemption demo, tainted %s), Ready, and %d namespaces.\n", len(nodes)+len(preemptionNodes), len(preemptionNodes), preemptionTaint, len(namespaces))
 	if gangs {
 		fmt.Printf("With the workload feature gates: %d GPU nodes in rack blocks x and y of zone-a, for pod groups only (tainted %s).\n", len(gangNodes), gangTaint)
 	}
@@ -430,6 +445,9 @@ type samplePod struct {
 	note            string
 	// group is the pod's pod group (sampleGroups), with gangs only.
 	group string
+	// node pins the pod to a node of the preemption demo (tolerating its
+	// taint), priorityClass is its PriorityClass.
+	node, priorityClass string
 }
 
 // sampleGroup is a pod group of the demo (make run with the workload
@@ -489,34 +507,48 @@ func createPods(ctx context.Context, c client.Client, gangs bool) ([]*corev1.Pod
 		}
 	}
 	for _, s := range all {
-		container := corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-		}}
-		if s.cpu != "" {
-			container.Resources.Requests[corev1.ResourceCPU] = resource.MustParse(s.cpu)
-		}
-		if s.gpus != "" {
-			container.Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(s.gpus)}
-		}
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace, Name: s.name, Labels: s.labels,
-				Annotations: map[string]string{"celsched.io/demo": s.note}},
-			Spec: corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{container}},
-		}
-		if s.tolerateGPU {
-			pod.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
-		}
-		if s.group != "" {
-			pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &s.group}
-			pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: gangTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
-		}
-		if err := c.Create(ctx, pod); err != nil {
-			return nil, fmt.Errorf("creating pod %s/%s: %w", s.namespace, s.name, err)
+		pod, err := createPod(ctx, c, s)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, pod)
 	}
 	fmt.Printf("Created %d pods with schedulerName celsched.\n\n", len(out))
 	return out, nil
+}
+
+// createPod creates a sample pod.
+func createPod(ctx context.Context, c client.Client, s samplePod) (*corev1.Pod, error) {
+	container := corev1.Container{Name: "app", Image: "registry.k8s.io/pause:3.10", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+	}}
+	if s.cpu != "" {
+		container.Resources.Requests[corev1.ResourceCPU] = resource.MustParse(s.cpu)
+	}
+	if s.gpus != "" {
+		container.Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse(s.gpus)}
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.namespace, Name: s.name, Labels: s.labels,
+			Annotations: map[string]string{"celsched.io/demo": s.note}},
+		Spec: corev1.PodSpec{SchedulerName: "celsched", Containers: []corev1.Container{container}},
+	}
+	if s.tolerateGPU {
+		pod.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	}
+	if s.group != "" {
+		pod.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &s.group}
+		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: gangTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	}
+	if s.node != "" {
+		pod.Spec.NodeSelector = map[string]string{corev1.LabelHostname: s.node}
+		pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: preemptionTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+	}
+	pod.Spec.PriorityClassName = s.priorityClass
+	if err := c.Create(ctx, pod); err != nil {
+		return nil, fmt.Errorf("creating pod %s/%s: %w", s.namespace, s.name, err)
+	}
+	return pod, nil
 }
 
 // waitSettled waits until every pod runs (KWOK starts it once bound) or
@@ -555,7 +587,11 @@ func printTable(ctx context.Context, c client.Client, pods []*corev1.Pod) error 
 	for _, p := range pods {
 		got := &corev1.Pod{}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), got); err != nil {
-			return err
+			if !apierrors.IsNotFound(err) {
+				return err
+			}
+			fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, "-", "Deleted", p.Annotations["celsched.io/demo"], "preempted")
+			continue
 		}
 		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%s\t%s\n", got.Namespace, got.Name, orNone(got.Spec.NodeName), got.Status.Phase, got.Annotations["celsched.io/demo"], reason(got))
 	}
@@ -631,4 +667,91 @@ func watchPlacements(ctx context.Context, cfg *rest.Config) error {
 	<-ctx.Done()
 	factory.Shutdown()
 	return nil
+}
+
+// The preemption demo's priority classes.
+const (
+	demoLowPriority  = "celsched-demo-low"
+	demoHighPriority = "celsched-demo-high"
+)
+
+// preemptionVictims run on the preemption demo's nodes, at low priority;
+// preemptionPods are team-a's pods of high priority, each needing its
+// node's room.
+var (
+	preemptionVictims = []samplePod{
+		{namespace: "team-a", name: "report", cpu: "5", node: "node-p1", priorityClass: demoLowPriority, note: "tenant-preemption: team-a's own pod"},
+		{namespace: "shop", name: "report", cpu: "5", node: "node-p2", priorityClass: demoLowPriority, note: "tenant-preemption: another tenant's production pod"},
+	}
+	preemptionPods = []samplePod{
+		{namespace: "team-a", name: "urgent-1", cpu: "5", node: "node-p1", priorityClass: demoHighPriority, note: "tenant-preemption: may preempt team-a/report"},
+		{namespace: "team-a", name: "urgent-2", cpu: "5", node: "node-p2", priorityClass: demoHighPriority, note: "tenant-preemption: may not preempt shop/report"},
+	}
+)
+
+// preemptionDemo applies config/samples/preemption's policy (a tenant
+// preempts its own pods and batch pods, never another tenant's production
+// pods), runs a low-priority pod on each of the demo's nodes, then
+// creates a high-priority team-a pod for each node: the first preempts
+// team-a's own pod and runs; the second stays pending, and its condition
+// says which victim the policy protected and why. It prints the four
+// pods.
+func preemptionDemo(ctx context.Context, c client.Client, samplesDir string) error {
+	data, err := os.ReadFile(filepath.Join(samplesDir, "preemption", "tenant-preemption.yaml"))
+	if err != nil {
+		return err
+	}
+	policy := &schedv1alpha1.SchedulingPolicy{}
+	if err := yaml.UnmarshalStrict(data, policy); err != nil {
+		return fmt.Errorf("reading the preemption sample: %w", err)
+	}
+	if err := c.Create(ctx, policy); err != nil {
+		return fmt.Errorf("applying SchedulingPolicy %s: %w", policy.Name, err)
+	}
+	if err := waitReady(ctx, c, []string{policy.Name}); err != nil {
+		return err
+	}
+	for name, value := range map[string]int32{demoLowPriority: 100, demoHighPriority: 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}
+		if err := c.Create(ctx, pc); err != nil {
+			return fmt.Errorf("creating PriorityClass %s: %w", name, err)
+		}
+	}
+	var victims, preemptors []*corev1.Pod
+	for _, s := range preemptionVictims {
+		pod, err := createPod(ctx, c, s)
+		if err != nil {
+			return err
+		}
+		victims = append(victims, pod)
+	}
+	if err := waitSettled(ctx, c, victims); err != nil {
+		return err
+	}
+	for _, s := range preemptionPods {
+		pod, err := createPod(ctx, c, s)
+		if err != nil {
+			return err
+		}
+		preemptors = append(preemptors, pod)
+	}
+	// The first preemptor runs once its victim is deleted (KWOK deletes a
+	// terminating pod as a kubelet would); the second stays pending with
+	// the victims its rules protected.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		first, second := &corev1.Pod{}, &corev1.Pod{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(preemptors[0]), first); err != nil {
+			return false, err
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(preemptors[1]), second); err != nil {
+			return false, err
+		}
+		cond := scheduled(second)
+		return first.Status.Phase == corev1.PodRunning && cond != nil && strings.Contains(cond.Message, "victims protected"), nil
+	})
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	fmt.Printf("\nPreemption (SchedulingPolicy %s, config/samples/preemption): team-a's pods of high priority on full nodes.\n", policy.Name)
+	return printTable(ctx, c, slices.Concat(victims, preemptors))
 }
