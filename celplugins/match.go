@@ -34,6 +34,10 @@ type Match struct {
 	// order (Audit ones included): whom the pod may preempt
 	// (celplugins/preemption).
 	Preemption []*engine.CompiledPolicy
+	// Importance are the enforced matching policies with
+	// spec.preemption.importance, in name order: how much the pod is
+	// worth keeping as a candidate victim (celplugins/preemption).
+	Importance []*engine.CompiledPolicy
 	// Audit are the matching Audit policies, reported on when the pod is
 	// bound (ReportAudit).
 	Audit []*engine.CompiledPolicy
@@ -229,6 +233,9 @@ func newMatch(ctx context.Context, snapshot *engine.Snapshot, podIn *engine.PodI
 		}
 		if p.HasVictimRules() {
 			m.Preemption = append(m.Preemption, p)
+		}
+		if p.HasImportance() && d.Enforced() {
+			m.Importance = append(m.Importance, p)
 		}
 	}
 	if len(m.Filters) > 0 {

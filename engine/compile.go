@@ -92,8 +92,10 @@ type Program struct {
 	// and spec.placement.scores (placement.go).
 	placementFilters []*placementRule
 	placementScores  []*placementRule
-	// victimRules are spec.preemption.victims (preemption.go).
+	// victimRules are spec.preemption.victims, importance
+	// spec.preemption.importance (preemption.go).
 	victimRules  []*placementRule
+	importance   *expr
 	usesNodeInfo bool
 	// paramSpec is the policy's paramKind and paramRef, nil without.
 	paramSpec *ParamSpec

@@ -72,9 +72,20 @@ func newPreemptionEnv(base *environment.EnvSet, pod, node, namespace *apiserverc
 // HasVictimRules says whether the policy has victim rules.
 func (p *Program) HasVictimRules() bool { return len(p.victimRules) > 0 }
 
-// compilePreemption compiles spec.preemption.victims.
+// HasImportance says whether the policy has spec.preemption.importance.
+func (p *Program) HasImportance() bool { return p.importance != nil }
+
+// compilePreemption compiles spec.preemption: the victim rules in their
+// own environment, importance in the preEnqueue rules' (pod and
+// namespaceObject, variables and params that do not read a node).
 func (pc *policyCompiler) compilePreemption(spec *schedv1alpha1.SchedulingPolicySpec, env *placementEnv) {
-	if spec.Preemption == nil || len(spec.Preemption.Victims) == 0 {
+	if spec.Preemption == nil {
+		return
+	}
+	if text := spec.Preemption.Importance; text != "" {
+		pc.out.importance = pc.expression(field.NewPath("spec", "preemption", "importance"), text, outputNumber, podScope, "preemption.importance")
+	}
+	if len(spec.Preemption.Victims) == 0 {
 		return
 	}
 	path := field.NewPath("spec", "preemption", "victims")
@@ -88,6 +99,25 @@ func (pc *policyCompiler) compilePreemption(spec *schedv1alpha1.SchedulingPolicy
 			pc.out.victimRules = append(pc.out.victimRules, &placementRule{name: r.Name, path: rulePath, prg: prg, message: r.Message})
 		}
 	}
+}
+
+// Importance evaluates spec.preemption.importance on a pod the policy
+// applies to (Match), as a candidate victim: how much it is worth keeping.
+// It returns an error when the policy has none, does not compile, or the
+// expression fails or does not give a finite number; the caller leaves
+// such a pod at 0 (an order is a preference, never a protection).
+func (p *CompiledPolicy) Importance(ctx context.Context, in *PodInput) (float64, error) {
+	if err := p.Err(); err != nil {
+		return 0, err
+	}
+	if p.importance == nil {
+		return 0, fmt.Errorf("SchedulingPolicy %s has no spec.preemption.importance", p.Name)
+	}
+	v, err := (&lazy{ctx: ctx, policy: p, pod: in}).eval(nil, p.importance)
+	if err != nil {
+		return 0, err
+	}
+	return number(v)
 }
 
 // VictimInput is a preemptor and one candidate victim on its node, as

@@ -169,3 +169,48 @@ func TestPreemptionSample(t *testing.T) {
 		}
 	}
 }
+
+// TestImportance: spec.preemption.importance reads the pod and its
+// namespace, gives a number, is checked at compile time with its field
+// path (a bool or a string, or node, which it cannot read), and fails at run time
+// without taking a value.
+func TestImportance(t *testing.T) {
+	env := testEnv(t)
+	c := NewCompiler(env)
+	conv := NewConverter(env, 0)
+	policy := func(expression string) *CompiledPolicy {
+		return c.Compile(&schedv1alpha1.SchedulingPolicy{ObjectMeta: metav1.ObjectMeta{Name: "keep"},
+			Spec: schedv1alpha1.SchedulingPolicySpec{Preemption: &schedv1alpha1.PreemptionRules{Importance: expression}}}, CompileOptions{})
+	}
+	for expression, want := range map[string]string{
+		"pod.metadata.name == 'x'":    "spec.preemption.importance",
+		"node.metadata.labels.size()": "spec.preemption.importance",
+		"pod.metadata.labels['tier']": "spec.preemption.importance",
+	} {
+		p := policy(expression)
+		got := ""
+		if len(p.Errors) > 0 {
+			got = p.Errors[0].Field
+		}
+		if got != want {
+			t.Errorf("%q: errors %v, want one at %q", expression, p.Errors, want)
+		}
+	}
+	in, err := conv.Pod(makePod("db", "postgres", map[string]string{"tier": "data"}), makeNamespace("db", map[string]string{"critical": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := policy("(namespaceObject.metadata.labels['critical'] == 'true' ? 10.0 : 0.0) + (pod.metadata.labels['tier'] == 'data' ? 5.5 : 0.0)")
+	if len(p.Errors) > 0 || !p.HasImportance() {
+		t.Fatalf("errors %v, importance %v", p.Errors, p.HasImportance())
+	}
+	if got, err := p.Importance(context.Background(), in); err != nil || got != 15.5 {
+		t.Errorf("Importance = %v, %v; want 15.5", got, err)
+	}
+	if _, err := policy("pod.metadata.labels['missing'] == 'x' ? 1 : 0").Importance(context.Background(), in); err == nil {
+		t.Error("an importance that fails gave a value")
+	}
+	if policy("").HasImportance() {
+		t.Error("a policy without importance has one")
+	}
+}

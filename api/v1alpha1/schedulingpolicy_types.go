@@ -198,7 +198,7 @@ func (w *RolloutWave) Gate() int64 {
 
 // SchedulingPolicySpec holds the placement rules of a policy.
 // +kubebuilder:validation:XValidation:rule="!has(self.rollout) || self.enforcement == 'Audit'",message="spec.enforcement must be Audit with spec.rollout: the waves decide where the policy is enforced",fieldPath=".enforcement"
-// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && ((has(self.placement.filters) && size(self.placement.filters) > 0) || (has(self.placement.scores) && size(self.placement.scores) > 0))) || has(self.preemption)",message="at least one of preEnqueue, filters, scores, placement.filters, placement.scores or preemption.victims must be set"
+// +kubebuilder:validation:XValidation:rule="(has(self.preEnqueue) && size(self.preEnqueue) > 0) || (has(self.filters) && size(self.filters) > 0) || (has(self.scores) && size(self.scores) > 0) || (has(self.placement) && ((has(self.placement.filters) && size(self.placement.filters) > 0) || (has(self.placement.scores) && size(self.placement.scores) > 0))) || has(self.preemption)",message="at least one of preEnqueue, filters, scores, placement.filters, placement.scores, preemption.victims or preemption.importance must be set"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramRef) || has(self.paramKind)",message="paramRef requires paramKind"
 // +kubebuilder:validation:XValidation:rule="!has(self.paramKind) || has(self.paramRef)",message="paramKind requires paramRef"
 type SchedulingPolicySpec struct {
@@ -339,6 +339,7 @@ type SchedulingPolicySpec struct {
 
 // PreemptionRules are the rules of a policy over whom its pods may
 // preempt.
+// +kubebuilder:validation:XValidation:rule="has(self.victims) || has(self.importance)",message="set victims, importance or both"
 type PreemptionRules struct {
 	// victims are CEL expressions over pod (the preemptor),
 	// namespaceObject (its namespace), victim (a running pod of lower
@@ -346,12 +347,28 @@ type PreemptionRules struct {
 	// pods), victimNamespaceObject (the victim's namespace) and node (the
 	// node the victim runs on). A victim is eligible only when every rule
 	// is true; a false rule protects it, and its message says why.
-	// +required
+	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=16
-	Victims []VictimRule `json:"victims"`
+	Victims []VictimRule `json:"victims,omitempty"`
+
+	// importance is a CEL expression over pod and namespaceObject, like a
+	// preEnqueue rule's, that evaluates to a number: how much the pods
+	// this policy applies to are worth keeping when they are candidate
+	// victims. Among the candidate victims of equal priority on a node,
+	// kube-scheduler's DefaultPreemption spares the most important first
+	// (MoreImportantVictim), so the least important are evicted; priority
+	// still comes first, and after importance DefaultPreemption's own
+	// order (pod groups before pods, then the longest running). A pod has
+	// the highest importance that the enforced policies applying to it
+	// give (0 when none does, or when the expression fails: an order is a
+	// preference, never a protection; protect with victims).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=5120
+	Importance string `json:"importance,omitempty"`
 }
 
 // VictimRule is a named CEL expression over a preemptor and one candidate

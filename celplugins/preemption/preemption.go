@@ -26,6 +26,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	"k8s.io/kubernetes/pkg/scheduler/framework/preemption"
+	"k8s.io/utils/lru"
 
 	"github.com/celsched/celsched/celplugins"
 	"github.com/celsched/celsched/engine"
@@ -47,6 +48,9 @@ type Preemption struct {
 	// nodes' goroutines and PostFilter reports.
 	mu        sync.Mutex
 	protected map[ktypes.UID]*protections
+
+	// importances order victims of equal priority (moreImportant).
+	importances importances
 }
 
 // protections are one PostFilter's (or DryRun's) state: the preemptor's
@@ -115,8 +119,10 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle, rt *celplugins.R
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	pl := &Preemption{DefaultPreemption: dp, rt: rt, recorder: h.EventRecorder(), protected: map[ktypes.UID]*protections{}}
+	pl := &Preemption{DefaultPreemption: dp, rt: rt, recorder: h.EventRecorder(), protected: map[ktypes.UID]*protections{},
+		importances: importances{pods: lru.New(maxImportances)}}
 	dp.IsEligiblePod = pl.isEligible
+	dp.MoreImportantVictim = pl.moreImportant
 	return pl, nil
 }
 

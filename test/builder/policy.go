@@ -166,6 +166,15 @@ func (b *PolicyWrapper) Victim(name, expression, message string) *PolicyWrapper 
 	return b
 }
 
+// Importance sets spec.preemption.importance.
+func (b *PolicyWrapper) Importance(expression string) *PolicyWrapper {
+	if b.p.Spec.Preemption == nil {
+		b.p.Spec.Preemption = &schedv1alpha1.PreemptionRules{}
+	}
+	b.p.Spec.Preemption.Importance = expression
+	return b
+}
+
 // PlacementFilter appends a placement filter (spec.placement.filters).
 func (b *PolicyWrapper) PlacementFilter(name, expression, message string) *PolicyWrapper {
 	b.placement().Filters = append(b.placement().Filters, schedv1alpha1.PlacementFilter{Name: name, Expression: expression, Message: message})

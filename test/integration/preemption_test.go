@@ -259,3 +259,38 @@ func TestPreemptionVerdictIsOne(t *testing.T) {
 	}
 	t.Logf("seed %d: %d preemptors: %d preempt, %d find every victim protected, %d neither", *verdictSeed, len(g.Preemptors), outcomes["preempts"], outcomes["protected"], outcomes["none"])
 }
+
+// TestPreemptionImportance: spec.preemption.importance orders victims of
+// equal priority: on a full node with two such pods, a preemptor that
+// needs one pod's room evicts the one its policy values less, whichever
+// was created first (without importance, kube-scheduler's order of two
+// pods with no start time is the node's list order).
+func TestPreemptionImportance(t *testing.T) {
+	low, high := priorityClass(t, "celsched-importance-low", 100), priorityClass(t, "celsched-importance-high", 1000)
+	ns := createNamespace(t, "importance", nil)
+	createNodes(t, nodeSpec{name: "importance-1", cpu: "1"}, nodeSpec{name: "importance-2", cpu: "1"})
+	p := applyPolicy(t, builder.MakePolicy("keep-the-database").NamespaceLabels(map[string]string{corev1.LabelMetadataName: ns}).
+		Importance("pod.metadata.?labels[?'app'].orValue('') == 'database' ? 100 : 0").Obj())
+	waitPolicyReady(t, p.Name, metav1.ConditionTrue)
+	time.Sleep(propagation)
+
+	half := withRequests("450m", "100Mi")
+	for i, node := range []string{"importance-1", "importance-2"} {
+		apps := []string{"database", "cache"}
+		if i == 1 {
+			apps = []string{"cache", "database"} // the other order of creation
+		}
+		victims := map[string]*corev1.Pod{}
+		for _, app := range apps {
+			pod := createPod(t, ns, app+"-"+node, withLabels(map[string]string{"app": app}), half, onNode(node), withPriority(low))
+			expectNode(t, pod, node)
+			victims[app] = pod
+		}
+		preemptor := createPod(t, ns, "urgent-"+node, withRequests("500m", "100Mi"), onNode(node), withPriority(high))
+		waitPreempted(t, victims["cache"])
+		waitNominated(t, preemptor, node)
+		if terminating(t, victims["database"]) {
+			t.Errorf("node %s: the database pod was preempted; its policy values it over the cache pod", node)
+		}
+	}
+}
