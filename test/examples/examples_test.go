@@ -45,6 +45,7 @@ func docs(t *testing.T, root string) []docSpec {
 	out := []docSpec{
 		{path: "README.md"},
 		{path: "docs/getting-started.md"},
+		{path: "docs/cli.md"},
 		{
 			// The CLI's --help examples name files a user has: the
 			// test's are in testdata/help, and cluster.yaml is a dump of
