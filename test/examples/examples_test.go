@@ -70,7 +70,7 @@ func docs(t *testing.T, root string) []docSpec {
 }
 
 // TestExamples runs the examples of the README, docs/getting-started.md,
-// the CLI's --help (cmd/celsched/app/testdata/help-examples.md) and the
+// docs/cli.md, the CLI's --help (cmd/celsched/app/testdata/help-examples.md) and the
 // samples' READMEs (docs/development.md, "Examples in the docs"), each doc
 // against a fresh cluster of make run's program, with the CLI and kubectl
 // built from the module first on PATH, and checks what they print: the
