@@ -99,6 +99,10 @@ func TestCheck(t *testing.T) {
 			doc:      "```text\n$ sh -c 'echo invalid; exit 1'\ninvalid\n$ echo $?\n1\n```\n",
 			wantErrs: []string{""},
 		},
+		"a transcript command with no output shown prints nothing": {
+			doc:      "```text\n$ true\n$ echo surprise\n$ echo $?\n0\n```\n",
+			wantErrs: []string{"", "output differs"},
+		},
 		"an exit code other than the one echo $? shows": {
 			doc:      "```text\n$ sh -c 'exit 2'\n$ echo $?\n1\n```\n",
 			wantErrs: []string{"exit code 2, want 1"},

@@ -47,7 +47,8 @@ type Example struct {
 	// run before it in the same shell.
 	Prelude []string
 	// Shown says whether the doc shows the output (Want, after the
-	// command in a transcript, or a MakeRunOutput block).
+	// command in a transcript, nothing when no line follows it; or a
+	// MakeRunOutput block).
 	Shown bool
 	Want  []string
 	// Exit is the exit code the doc expects: 0, or what an `echo $?`
@@ -277,7 +278,7 @@ func transcript(doc string, first int, body []string, exit int) ([]Example, erro
 			prelude = append(prelude, cmd)
 		default:
 			out = append(out, Example{Kind: Command, Doc: doc, Line: first + at, Command: cmd, Prelude: clone(prelude),
-				Shown: len(shown) > 0, Want: shown, Exit: exit})
+				Shown: true, Want: shown, Exit: exit})
 		}
 	}
 	return out, nil

@@ -46,6 +46,10 @@ func docs(t *testing.T, root string) []docSpec {
 		{path: "README.md"},
 		{path: "docs/getting-started.md"},
 		{path: "docs/cli.md"},
+		{path: "docs/testing-policies.md"},
+		{path: "docs/gitops-ci.md"},
+		{path: "docs/policy-reference.md"},
+		{path: "docs/security.md"},
 		{
 			// The CLI's --help examples name files a user has: the
 			// test's are in testdata/help, and cluster.yaml is a dump of
@@ -69,8 +73,8 @@ func docs(t *testing.T, root string) []docSpec {
 	return out
 }
 
-// TestExamples runs the examples of the README, docs/getting-started.md,
-// docs/cli.md, the CLI's --help (cmd/celsched/app/testdata/help-examples.md) and the
+// TestExamples runs the examples of the README, the docs that docs lists,
+// the CLI's --help (cmd/celsched/app/testdata/help-examples.md) and the
 // samples' READMEs (docs/development.md, "Examples in the docs"), each doc
 // against a fresh cluster of make run's program, with the CLI and kubectl
 // built from the module first on PATH, and checks what they print: the
