@@ -141,11 +141,11 @@ verify: $(CONTROLLER_GEN) vet lint ## Fail if generated files are stale, or gofm
 	@echo "verify: ok"
 
 .PHONY: envtest-assets
-envtest-assets: ## Build kube-apiserver and etcd for envtest into bin/ (once).
+envtest-assets: ## Build kube-apiserver and etcd for envtest, and kubectl for the docs' examples, into bin/ (once).
 	@hack/envtest-assets.sh >/dev/null
 
 .PHONY: test
-test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), a release for this platform (TestRelease), and each fuzz target briefly.
+test: $(HELM) $(PROMQL) $(KWOK) $(KWOK_STAGES) $(CYCLONEDX_GOMOD) ## Run every test once: the unit and envtest suites against a real kube-apiserver and etcd, the engine, the plugins, the controllers and the CLI under -race, the sample policy suites (TestSampleSuites), a release for this platform (TestRelease), the docs' examples against make run's cluster (TestExamples), and each fuzz target briefly.
 	assets=$$(hack/envtest-assets.sh); \
 	KUBEBUILDER_ASSETS="$(CURDIR)/$$assets" HELM="$(HELM)" PROMQL="$(PROMQL)" KWOK="$(KWOK)" $(GO) test $(TESTFLAGS) $$($(GO) list ./... | grep -v -E '$(RACE_PKGS_RE)' | grep -v -x '$(RELEASE_PKG)')
 	$(GO) test -race $(TESTFLAGS) $$($(GO) list ./... | grep -E '$(RACE_PKGS_RE)')

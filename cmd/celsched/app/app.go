@@ -70,7 +70,7 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 	root.SetOut(s.out)
 	root.SetErr(s.err)
 	root.SetVersionTemplate(versions() + "\n")
-	root.AddCommand(newVersionCommand(s), newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s))
+	root.AddCommand(commands(s)...)
 	cmd, err := root.ExecuteC()
 	err = errors.Join(err, prof.stop())
 	if err == nil {
@@ -88,6 +88,11 @@ func Run(args []string, in io.Reader, out, errOut io.Writer) int {
 		return 2
 	}
 	return 1
+}
+
+// commands are the CLI's commands, under its root command.
+func commands(s *streams) []*cobra.Command {
+	return []*cobra.Command{newVersionCommand(s), newValidateCommand(s), newEvalCommand(s), newExplainCommand(s), newTestCommand(s), newImpactCommand(s), newAnalyzeCommand(s), newRolloutCommand(s)}
 }
 
 // usageErr is bad usage or unreadable input: exit code 2.

@@ -291,7 +291,7 @@ func printRules(out io.Writer, r *dryrun.Report) {
 	}
 	why := func(v dryrun.RuleResult) {
 		for _, s := range v.Why {
-			row("  \t\t\t  %s\n", s)
+			row(wholeRow+" \t\t\t  %s\n", s)
 		}
 	}
 	for _, p := range r.Policies {

@@ -53,8 +53,8 @@ It prints a summary (per change, namespace and policy) and the pods that
 change. Changes: ` + changeNames() + `.
 --fail-on exits 1 when a pod has one of the changes given.`,
 		Example: `  celsched impact -f my-policy-change.yaml
-  celsched impact -f drafts/ --delete old-policy --fail-on stranded,held,evicted-would-not-return
-  celsched impact -f tenants/team-a/placement-configmap.yaml
+  celsched impact -f drafts/ --delete memory-headroom-audit --fail-on stranded,held,evicted-would-not-return
+  celsched impact -f tenants/team-a/placement.yaml
   celsched impact -f draft.yaml --dump cluster.yaml -o markdown >> "$GITHUB_STEP_SUMMARY"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

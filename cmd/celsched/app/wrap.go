@@ -52,7 +52,7 @@ func writeLabelled(w io.Writer, indent int, label, text string) {
 
 // newTable is a tabwriter for the CLI's tables whose rows longer than
 // tableWidth are cut, ending in "…", when it is flushed (the whole text is
-// in -o json and -o yaml).
+// in -o json and -o yaml), except the rows that begin with wholeRow.
 func newTable(w io.Writer) *table {
 	t := &table{out: w}
 	t.Writer = tabwriter.NewWriter(&t.buf, 0, 4, 2, ' ', 0)
@@ -65,7 +65,13 @@ type table struct {
 	buf strings.Builder
 }
 
-// Flush writes the table's rows, each at most tableWidth wide.
+// wholeRow begins a row (in place of the space its first cell starts
+// with) that Flush writes whole: a sub-expression and its value under a
+// rule (--why), which the column it sits in leaves too little room.
+const wholeRow = "\x00"
+
+// Flush writes the table's rows, each at most tableWidth wide but those
+// that begin with wholeRow.
 func (t *table) Flush() error {
 	if err := t.Writer.Flush(); err != nil {
 		return err
@@ -73,7 +79,9 @@ func (t *table) Flush() error {
 	lines := strings.SplitAfter(t.buf.String(), "\n")
 	t.buf.Reset()
 	for _, line := range lines {
-		if text := strings.TrimSuffix(line, "\n"); utf8.RuneCountInString(text) > tableWidth {
+		if whole, ok := strings.CutPrefix(line, wholeRow); ok {
+			line = " " + whole
+		} else if text := strings.TrimSuffix(line, "\n"); utf8.RuneCountInString(text) > tableWidth {
 			line = string([]rune(text)[:tableWidth-1]) + "…\n"
 		}
 		if _, err := io.WriteString(t.out, line); err != nil {
