@@ -64,6 +64,10 @@ const (
 	// big, or selecting and tolerating no node): about the pods and the
 	// cluster, not the policies, so it names none.
 	NoNodeFits Kind = "no-node-fits"
+	// PreemptionRefused: pods no node has room for, which preemption
+	// would place without the policies and their victim rules keep
+	// pending (the victims they protect).
+	PreemptionRefused Kind = "preemption-refused"
 	// GroupUnplaceable: a pod group that the policies keep from being
 	// placed, which kube-scheduler places without them: held by a
 	// preEnqueue rule, or left no placement by placement filters or
@@ -85,7 +89,7 @@ const (
 )
 
 // Kinds are all kinds, in report order.
-var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, GroupUnplaceable, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, GroupNoPlacement, TenantWritableInput, CrossTenantPreemption}
+var Kinds = []Kind{NoFeasibleNode, ParamsMismatch, GroupUnplaceable, RunningInViolation, AlwaysFalse, AlwaysTrue, ConstantScore, MatchesNothing, UnusedOverride, Capacity, NoNodeFits, PreemptionRefused, GroupNoPlacement, TenantWritableInput, CrossTenantPreemption}
 
 // Finding is one thing the policy set gets wrong, or may.
 type Finding struct {
@@ -286,7 +290,7 @@ func evaluateClass(ctx context.Context, s, base *dryrun.Scheduler, c *class, min
 	needBase := func(r *verdict.Result) bool {
 		return cv.verdicts.Rejection == nil && len(r.Feasible) < max(minFeasible, 1)
 	}
-	if cv.feasible, err = feasibility(ctx, base, c.pod, cv.verdicts.Result, needBase); err != nil {
+	if cv.feasible, err = feasibility(ctx, s, base, c, cv.verdicts.Result, needBase); err != nil {
 		return nil, fmt.Errorf("pod %s/%s: %w", c.pod.Namespace, c.pod.Name, err)
 	}
 	return cv, nil
@@ -464,18 +468,38 @@ type classFeasible struct {
 	// the policies; builtin is nil when the class's findings do not need
 	// it (feasibility's needBase).
 	policies, builtin *verdict.Result
+	// preempts and basePreempts are what preemption would do for a
+	// pending pod of the class that no node fits even without the
+	// policies, with and without them (nil otherwise).
+	preempts, basePreempts *verdict.PreemptionResult
 }
 
 // feasibility is what the framework says of the class's pod with the
 // policies (withPolicies: the run Verdicts recorded), and without them
 // (base) when needBase says the findings need it, past any PreEnqueue
 // hold: a hold waits for a change by design (a namespace's approval), and
-// what analyze asks is which nodes the pods may have once released.
-func feasibility(ctx context.Context, base *dryrun.Scheduler, pod *corev1.Pod, withPolicies *verdict.Result, needBase func(withPolicies *verdict.Result) bool) (*classFeasible, error) {
+// what analyze asks is which nodes the pods may have once released. For a
+// class with pending pods that no node fits without the policies either,
+// it asks what preemption would do, both ways: a pod that waits for room
+// may be given it by evicting pods of lower priority, unless the victim
+// rules protect them.
+func feasibility(ctx context.Context, s, base *dryrun.Scheduler, c *class, withPolicies *verdict.Result, needBase func(withPolicies *verdict.Result) bool) (*classFeasible, error) {
 	var err error
 	out := &classFeasible{policies: withPolicies}
-	if needBase(withPolicies) {
-		if out.builtin, err = base.FeasibleOnceReleased(ctx, pod); err != nil {
+	if !needBase(withPolicies) {
+		return out, nil
+	}
+	if out.builtin, err = base.FeasibleOnceReleased(ctx, c.pod); err != nil {
+		return nil, err
+	}
+	if len(out.builtin.Feasible) > 0 || c.pods == len(c.bound) || withPolicies.PreEnqueue != nil || withPolicies.PreFilter != nil {
+		return out, nil
+	}
+	if _, out.basePreempts, err = base.Preempt(ctx, c.pod); err != nil {
+		return nil, err
+	}
+	if out.basePreempts != nil && out.basePreempts.Node != "" {
+		if _, out.preempts, err = s.Preempt(ctx, c.pod); err != nil {
 			return nil, err
 		}
 	}
@@ -552,6 +576,17 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 	// class without the policies too.
 	builtin := indexes(v.Nodes, f.builtin.Feasible)
 	switch {
+	case len(builtin) == 0 && c.pods == len(c.bound):
+		// Every pod of the class runs: that no node has room for
+		// another is capacity, not a pod left without a node.
+		return nil
+	case len(builtin) == 0 && f.basePreempts != nil && f.basePreempts.Node != "":
+		// No node has room, and preemption would make some without the
+		// policies: their victim rules decide.
+		if f.preempts == nil || f.preempts.Node != "" {
+			return nil // preemption places them with the policies too
+		}
+		return []Finding{a.preemptionRefused(c, f, subject)}
 	case len(builtin) == 0:
 		// No node fits these pods whatever the policies: not a policy
 		// finding (removing every policy would change nothing).
@@ -562,6 +597,30 @@ func (a *analysis) class(c *class, v *dryrun.Verdicts, f *classFeasible) []Findi
 		return []Finding{a.noFeasibleNode(c, v, builtin, subject)}
 	}
 	return []Finding{a.capacity(c, v, feasible, builtin, subject)}
+}
+
+// preemptionRefused is the finding of a class whose pods wait for room
+// that preemption would make without the policies, and the victim rules
+// refuse: which policies and rules protect which victims.
+func (a *analysis) preemptionRefused(c *class, f *classFeasible, subject string) Finding {
+	var policies []string
+	for _, p := range f.preempts.Protected {
+		if _, rest, ok := strings.Cut(p, "protected by SchedulingPolicy "); ok {
+			if name, _, ok := strings.Cut(rest, ","); ok && !slices.Contains(policies, name) {
+				policies = append(policies, name)
+			}
+		}
+	}
+	slices.Sort(policies)
+	protected := f.preempts.Protected
+	more := ""
+	if len(protected) > 2 {
+		protected, more = protected[:2], fmt.Sprintf("; %d more", len(f.preempts.Protected)-2)
+	}
+	return Finding{Kind: PreemptionRefused, Policies: policies, Subject: subject, Pods: c.pods,
+		Evidence: fmt.Sprintf("no node has room for them; without the policies preemption would place them on %s, evicting %s; the victim rules protect %s%s",
+			f.basePreempts.Node, strings.Join(f.basePreempts.Victims, ", "), strings.Join(protected, "; "), more),
+		Suggestion: "where the victims are another tenant's, this is what the rules are for; otherwise let a victim rule admit them (spec.preemption.victims), or give these pods room"}
 }
 
 // rejections summarizes why the framework found no node: each rejection

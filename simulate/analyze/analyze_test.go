@@ -171,3 +171,59 @@ func TestCrossTenantPreemption(t *testing.T) {
 		t.Errorf("with an Audit victim rule: %+v, want team-a reported (Audit protects nothing)", got)
 	}
 }
+
+// TestRunPreemptionRefused: a pending pod of high priority that no node
+// has room for is not "no node fits, no policy involved" when preemption
+// would place it without the policies: its finding is preemption-refused,
+// naming the policy whose victim rule protects the victim; with a rule
+// that admits the victim there is no finding (preemption places it). A
+// class whose pods all run is not reported for having no room for another.
+func TestRunPreemptionRefused(t *testing.T) {
+	cfg, err := defaultconfig.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := builder.Node("n1", map[string]string{corev1.LabelHostname: "n1"})
+	node.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1")
+	low, high := int32(0), int32(1000)
+	pod := func(ns, name string, priority int32) *corev1.Pod {
+		p := builder.Pod(ns, name, map[string]string{"app": name})
+		builder.Requesting("800m")(p)
+		p.Spec.Priority = &priority
+		p.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "n1"}
+		return p
+	}
+	victim := pod("other", "batch", low)
+	victim.Spec.NodeName = "n1"
+	pending := pod("team", "urgent", high)
+	run := func(rule string) []Finding {
+		t.Helper()
+		policy := builder.MakePolicy("own-namespace").Victim("own-namespace", rule, "another namespace's pod").Obj()
+		r, err := Run(context.Background(), Input{Input: source.Input{Nodes: []*corev1.Node{node},
+			Namespaces: []*corev1.Namespace{builder.Namespace("team", nil), builder.Namespace("other", nil)},
+			Pods:       []*corev1.Pod{victim, pending}, Policies: []*schedv1alpha1.SchedulingPolicy{policy}, Config: cfg}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Findings
+	}
+	findings := run("victim.metadata.namespace == pod.metadata.namespace")
+	var refused []Finding
+	for _, f := range findings {
+		switch f.Kind {
+		case PreemptionRefused:
+			refused = append(refused, f)
+		case NoNodeFits:
+			t.Errorf("no-node-fits for %s: preemption would place the pending pod, and the victim runs", f.Subject)
+		}
+	}
+	if len(refused) != 1 || len(refused[0].Policies) != 1 || refused[0].Policies[0] != "own-namespace" ||
+		!strings.Contains(refused[0].Evidence, "evicting other/batch") || !strings.Contains(refused[0].Evidence, "protected by SchedulingPolicy own-namespace") {
+		t.Errorf("findings %+v, want one preemption-refused naming own-namespace and the victim it protects", findings)
+	}
+	for _, f := range run("true") {
+		if f.Kind == PreemptionRefused || f.Kind == NoNodeFits {
+			t.Errorf("a rule that admits the victim: finding %+v", f)
+		}
+	}
+}
