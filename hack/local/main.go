@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -403,17 +404,53 @@ func applySamples(ctx context.Context, c client.Client, dir string) ([]string, e
 		if err := yaml.Unmarshal(data, &typeMeta); err != nil || typeMeta.Kind != "SchedulingPolicy" {
 			continue // e.g. kustomization.yaml
 		}
-		policy := &schedv1alpha1.SchedulingPolicy{}
-		if err := yaml.UnmarshalStrict(data, policy); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		if err := c.Create(ctx, policy); err != nil {
-			return nil, fmt.Errorf("applying %s: %w", f, err)
+		policy, err := applyFile(ctx, c, f)
+		if err != nil {
+			return nil, err
 		}
 		names = append(names, policy.Name)
 	}
 	fmt.Printf("Applied %d sample SchedulingPolicies from %s: %s\n", len(names), dir, strings.Join(names, ", "))
 	return names, nil
+}
+
+// applyFile creates the SchedulingPolicy of a file as `kubectl apply`
+// would: with the last-applied-configuration annotation (the file's
+// object as JSON), so that applying the same file with kubectl later
+// finds nothing to change.
+func applyFile(ctx context.Context, c client.Client, file string) (*schedv1alpha1.SchedulingPolicy, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	policy := &schedv1alpha1.SchedulingPolicy{}
+	if err := yaml.UnmarshalStrict(data, policy); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	// kubectl's serialization: the object's JSON (keys sorted, an empty
+	// metadata.annotations) and a newline.
+	var object map[string]any
+	if err := yaml.Unmarshal(data, &object); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	// kubectl leaves the annotations it removed its own from, empty.
+	if metadata, ok := object["metadata"].(map[string]any); ok {
+		if _, ok := metadata["annotations"]; !ok {
+			metadata["annotations"] = map[string]any{}
+		}
+	}
+	applied, err := json.Marshal(object)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if policy.Annotations == nil {
+		policy.Annotations = map[string]string{}
+	}
+	policy.Annotations[corev1.LastAppliedConfigAnnotation] = string(applied) + "\n"
+	if err := c.Create(ctx, policy); err != nil {
+		return nil, fmt.Errorf("applying %s: %w", file, err)
+	}
+	return policy, nil
 }
 
 // waitReady waits until the manager reports every policy compiled, and
@@ -697,16 +734,9 @@ var (
 // says which victim the policy protected and why. It prints the four
 // pods.
 func preemptionDemo(ctx context.Context, c client.Client, samplesDir string) error {
-	data, err := os.ReadFile(filepath.Join(samplesDir, "preemption", "tenant-preemption.yaml"))
+	policy, err := applyFile(ctx, c, filepath.Join(samplesDir, "preemption", "tenant-preemption.yaml"))
 	if err != nil {
 		return err
-	}
-	policy := &schedv1alpha1.SchedulingPolicy{}
-	if err := yaml.UnmarshalStrict(data, policy); err != nil {
-		return fmt.Errorf("reading the preemption sample: %w", err)
-	}
-	if err := c.Create(ctx, policy); err != nil {
-		return fmt.Errorf("applying SchedulingPolicy %s: %w", policy.Name, err)
 	}
 	if err := waitReady(ctx, c, []string{policy.Name}); err != nil {
 		return err
