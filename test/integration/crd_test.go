@@ -339,12 +339,17 @@ placement: {scores: [{name: a, expression: "1", weight: 101}]}`,
 		"empty placement rules": {
 			spec: `
 placement: {filters: [], scores: []}`,
-			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters, placement.scores or preemption.victims must be set"}},
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters, placement.scores, preemption.victims or preemption.importance must be set"}},
+		},
+		"preemption without victims or importance": {
+			spec: `
+preemption: {}`,
+			want: []cause{{Field: "spec.preemption", Type: metav1.CauseTypeFieldValueInvalid, Message: "set victims, importance or both"}},
 		},
 		"no rules at all": {
 			spec: `
 enforcement: Audit`,
-			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters, placement.scores or preemption.victims must be set"}},
+			want: []cause{{Field: "spec", Type: metav1.CauseTypeFieldValueInvalid, Message: "at least one of preEnqueue, filters, scores, placement.filters, placement.scores, preemption.victims or preemption.importance must be set"}},
 		},
 	}
 	for name, tc := range tests {
