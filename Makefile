@@ -212,9 +212,9 @@ perf-upstream: ## Run kube-scheduler's own scheduler_perf workloads of test/perf
 	for variant in stock matching; do \
 		profiles=$$(ls "$$out"/profiled/pprof/*_$${variant}_1_*.pprof 2>/dev/null | grep -v allocs); \
 		[ -n "$$profiles" ] || continue; \
-		echo; echo "make perf-upstream: CPU profile of the $$variant variant, every workload's measured phase merged (go tool pprof -top):"; \
-		$(GO) tool pprof -top -nodecount=25 $$profiles 2>/dev/null | sed -n '4,32p'; \
-		$(GO) tool pprof -top -nodecount=1 -focus='^github.com/celsched/celsched/(engine|celplugins)' $$profiles 2>/dev/null | grep -m1 '^Showing' | sed 's/^/celsched engine and plugins: /'; \
+		echo; echo "make perf-upstream: CPU profile of the $$variant variant, every workload's measured phase merged: the top by flat time, then celsched's plugins and engine by cumulative time"; \
+		$(GO) tool pprof -top -nodecount=20 $$profiles 2>/dev/null | sed -n '/^Duration/p;/flat%/,$$p'; \
+		$(GO) tool pprof -top -cum -nodecount=1000 $$profiles 2>/dev/null | grep -E 'github.com/celsched/celsched/(engine|celplugins)' | head -n 15; \
 	done; \
 	exit $$status
 
