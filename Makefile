@@ -73,6 +73,11 @@ VERDICT_SEED ?= 1
 PERF_NODES ?=
 PERF_DIR ?= $(BIN)/perf
 PERF_TIMEOUT ?= 6h
+# `make perf-upstream`: how many runs of each variant, and more flags of
+# BenchmarkPerfSchedulingUpstream (test/performance/upstream_test.go), e.g.
+# PERF_UPSTREAM_FLAGS='-upstream-workloads=SchedulingBasic/5000Nodes'.
+PERF_UPSTREAM_RUNS ?= 3
+PERF_UPSTREAM_FLAGS ?=
 # `make release`: the os/arch pairs to build, the directory the release
 # goes to (absent or empty), and the modification time of the files in the
 # archives (the commit's, so that a commit gives the same archives).
@@ -187,6 +192,31 @@ perf: ## Run the scheduler_perf workloads of test/performance at 1000 and 5000 n
 	echo "make perf: go test took $$(( $$(date +%s) - start ))s, exit status $$status"; \
 	if [ $$status -ne 0 ]; then grep -E -e '^--- FAIL' -e 'FATAL|ERROR' "$$out/go-test.txt" | head -n 40; fi; \
 	$(GO) run ./test/performance/perftable "$$out" && exit $$status
+
+.PHONY: perf-upstream
+perf-upstream: ## Run kube-scheduler's own scheduler_perf workloads of test/performance/upstream/suite.yaml, unchanged, with the stock profile and with the celsched profile as default-scheduler (no policies, policies that match none of their pods, sample policies that match them), PERF_UPSTREAM_RUNS=3 runs each, then a profiled run of stock and matching; print per workload and variant the median and spread of pods/s, ratios to stock, CPU and allocations per pod, and the profiles' top entries (docs/performance.md).
+	@assets=$$(hack/envtest-assets.sh); \
+	out="$(PERF_DIR)/upstream-$$(date -u +%Y%m%dT%H%M%SZ)"; mkdir -p "$$out/logs" "$$out/profiled/logs"; \
+	$(GO) test -c -o $(BIN)/perf-upstream.test ./test/performance; \
+	echo "make perf-upstream: output in $$out (go test output: $$out/go-test.txt, profiled run: $$out/profiled)"; \
+	start=$$(date +%s); status=0; \
+	run() { dir=$$1; shift; (cd test/performance && PATH="$(CURDIR)/$$assets:$$PATH" ARTIFACTS="$$dir/logs" $(BIN)/perf-upstream.test \
+		-test.run '^$$' -test.bench '^BenchmarkPerfSchedulingUpstream$$' -test.benchtime 1x -test.timeout $(PERF_TIMEOUT) \
+		-perf-scheduling-label-filter= -data-items-dir="$$dir" -celsched-phases="$$dir/phases.jsonl" "$$@" $(PERF_UPSTREAM_FLAGS) > "$$dir/go-test.txt" 2>&1); }; \
+	run "$$out" -upstream-runs=$(PERF_UPSTREAM_RUNS) || status=$$?; \
+	echo "make perf-upstream: the runs took $$(( $$(date +%s) - start ))s, exit status $$status"; \
+	run "$$out/profiled" -upstream-runs=1 -upstream-variants=stock,matching -celsched-cpuprofiles="$$out/profiled/pprof" || status=$$?; \
+	echo "make perf-upstream: with the profiled run $$(( $$(date +%s) - start ))s, exit status $$status"; \
+	if [ $$status -ne 0 ]; then grep -h -E -e '^--- FAIL' -e 'FATAL|ERROR' "$$out/go-test.txt" "$$out/profiled/go-test.txt" | head -n 40; fi; \
+	$(GO) run ./test/performance/perftable -upstream "$$out" || status=$$?; \
+	for variant in stock matching; do \
+		profiles=$$(ls "$$out"/profiled/pprof/*_$${variant}_1_*.pprof 2>/dev/null | grep -v allocs); \
+		[ -n "$$profiles" ] || continue; \
+		echo; echo "make perf-upstream: CPU profile of the $$variant variant, every workload's measured phase merged: the top by flat time, then celsched's plugins and engine by cumulative time"; \
+		$(GO) tool pprof -top -nodecount=20 $$profiles 2>/dev/null | sed -n '/^Duration/p;/flat%/,$$p'; \
+		$(GO) tool pprof -top -cum -nodecount=1000 $$profiles 2>/dev/null | grep -E 'github.com/celsched/celsched/(engine|celplugins)' | head -n 15; \
+	done; \
+	exit $$status
 
 .PHONY: perf-binary
 perf-binary: build ## Measure the built manager binary as a process against a local control plane: stock vs celsched pods/s per round (PERF_BINARY_FLAGS, e.g. '-workload RequiredAffinity -profile-pods 3000'; docs/performance.md).

@@ -224,13 +224,9 @@ func prepare(tCtx ktesting.TContext) error {
 	if err := installCRD(tCtx, tCtx.RESTConfig()); err != nil {
 		return err
 	}
-	created := map[string]types.UID{}
-	for _, p := range policies {
-		obj, err := tCtx.Dynamic().Resource(celplugins.PolicyGVR).Create(tCtx, p, metav1.CreateOptions{FieldValidation: "Strict"})
-		if err != nil {
-			return fmt.Errorf("creating SchedulingPolicy %s: %w", p.GetName(), err)
-		}
-		created[obj.GetName()] = obj.GetUID()
+	created, err := createPolicies(tCtx, policies)
+	if err != nil {
+		return err
 	}
 	if *placementsFile != "" {
 		// Cleanups run last-in first-out: this one after the workload and
@@ -250,11 +246,33 @@ func prepare(tCtx ktesting.TContext) error {
 		tCtx.Logf("No profile runs the CEL plugins: %d SchedulingPolicies stored, none in force", len(created))
 		return nil
 	}
-	registry := w.registry.Load()
+	if err := waitCompiled(tCtx, w.registry.Load(), created); err != nil {
+		return fmt.Errorf("%s: %w", testCase, err)
+	}
+	tCtx.Logf("%d SchedulingPolicies of %s compiled", len(created), testCase)
+	return nil
+}
+
+// createPolicies creates policies, and returns the UID of each by name.
+func createPolicies(tCtx ktesting.TContext, policies []*unstructured.Unstructured) (map[string]types.UID, error) {
+	created := map[string]types.UID{}
+	for _, p := range policies {
+		obj, err := tCtx.Dynamic().Resource(celplugins.PolicyGVR).Create(tCtx, p, metav1.CreateOptions{FieldValidation: "Strict"})
+		if err != nil {
+			return nil, fmt.Errorf("creating SchedulingPolicy %s: %w", p.GetName(), err)
+		}
+		created[obj.GetName()] = obj.GetUID()
+	}
+	return created, nil
+}
+
+// waitCompiled waits until registry holds the created version of every
+// policy, and fails if one of them did not compile.
+func waitCompiled(tCtx ktesting.TContext, registry *engine.Registry, created map[string]types.UID) error {
 	if err := wait.PollUntilContextTimeout(tCtx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		return holdsAll(registry.Snapshot(), created), nil
 	}); err != nil {
-		return fmt.Errorf("waiting for the registry to compile the %d SchedulingPolicies of %s: %w", len(created), testCase, err)
+		return fmt.Errorf("waiting for the registry to compile the %d SchedulingPolicies: %w", len(created), err)
 	}
 	var errs []error
 	for name := range created {
@@ -262,11 +280,7 @@ func prepare(tCtx ktesting.TContext) error {
 			errs = append(errs, fmt.Errorf("SchedulingPolicy %s: %w", name, p.Errors.ToAggregate()))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	tCtx.Logf("%d SchedulingPolicies of %s compiled", len(created), testCase)
-	return nil
+	return errors.Join(errs...)
 }
 
 // meterPhases measures the cost of the workload's measured phases
@@ -283,13 +297,17 @@ func meterPhases(tCtx ktesting.TContext, w *workloadRuntime, testCase, workload 
 	if w == nil || w.pods.Load() == nil {
 		return errors.New("measuring the phases: no profile runs the CEL plugins, so the harness has no pod informer of the scheduler's")
 	}
-	informer := *w.pods.Load()
+	return startMeter(tCtx, *w.pods.Load(), newPhaseMeter(testCase, workload, w.measurePods, *profilesDir))
+}
+
+// startMeter measures meter's phases on informer, and appends them to
+// phasesFile when the workload is done.
+func startMeter(tCtx ktesting.TContext, informer cache.SharedIndexInformer, meter *phaseMeter) error {
 	if *profilesDir != "" {
 		if err := os.MkdirAll(*profilesDir, 0o755); err != nil {
 			return fmt.Errorf("measuring the phases: %w", err)
 		}
 	}
-	meter := newPhaseMeter(testCase, workload, w.measurePods, *profilesDir)
 	reg, err := informer.AddEventHandler(meter.handler())
 	if err != nil {
 		return fmt.Errorf("measuring the phases: %w", err)

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -59,6 +60,10 @@ type phaseMeter struct {
 	pods int
 	// profiles is the directory of the phases' CPU profiles, or "".
 	profiles string
+	// namespace, when set, is the one namespace whose pods are a phase
+	// (an upstream workload's measured pods); otherwise a phase is each
+	// namespace that names a profile.
+	namespace string
 
 	mu     sync.Mutex
 	phases map[string]*meteredPhase // by namespace
@@ -146,7 +151,7 @@ func (m *phaseMeter) handler() cache.ResourceEventHandler {
 // observe counts a pod created and/or bound in namespace ns, and takes
 // the samples that start and end its phase.
 func (m *phaseMeter) observe(ns string, created, bound bool) {
-	if _, _, ok := perfdata.ParseNamespace(ns); !ok {
+	if !m.measures(ns) {
 		return
 	}
 	m.mu.Lock()
@@ -155,7 +160,8 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 	if p == nil {
 		var base string
 		if m.profiles != "" {
-			base = filepath.Join(m.profiles, fmt.Sprintf("%s_%s_%s", m.testCase, m.workload, ns))
+			// Upstream's workload names may have slashes.
+			base = filepath.Join(m.profiles, strings.ReplaceAll(fmt.Sprintf("%s_%s_%s", m.testCase, m.workload, ns), "/", "_"))
 			writeAllocs(base + ".allocs-start.pprof")
 		}
 		s, err := takeSample()
@@ -193,6 +199,15 @@ func (m *phaseMeter) observe(ns string, created, bound bool) {
 		return
 	}
 	m.done = append(m.done, phaseCost(m.testCase, m.workload, ns, p.bound, p.start, end))
+}
+
+// measures says whether the pods of namespace ns are a phase.
+func (m *phaseMeter) measures(ns string) bool {
+	if m.namespace != "" {
+		return ns == m.namespace
+	}
+	_, _, ok := perfdata.ParseNamespace(ns)
+	return ok
 }
 
 // startProfile starts a CPU profile into a new file at path, and returns
