@@ -466,25 +466,36 @@ func stat(s Stat, format string) string {
 // directory (its newest DataItems file). The phases file is the one in the
 // same directory, if there is one.
 func Load(path string) ([]Result, error) {
-	fi, err := os.Stat(path)
+	items, phases, err := readRun(path)
 	if err != nil {
 		return nil, err
 	}
+	return Results(items, phases)
+}
+
+// readRun reads a run's DataItems from path (a file, or a run's directory:
+// its newest DataItems file) and the phases file of the same directory,
+// if there is one.
+func readRun(path string) (*DataItems, []Phase, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, nil, err
+	}
 	if fi.IsDir() {
 		if path, err = Latest(path); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	items, err := Read(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var phases []Phase
 	phasesPath := filepath.Join(filepath.Dir(path), PhasesFile)
 	if _, err := os.Stat(phasesPath); err == nil {
 		if phases, err = ReadPhases(phasesPath); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return Results(items, phases)
+	return items, phases, nil
 }

@@ -3,8 +3,6 @@ package perfdata
 import (
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,25 +70,9 @@ type UpstreamResult struct {
 // the same directory if there is one. A phase that scheduler_perf could
 // not sample is a result with Measured false.
 func LoadUpstream(path string) ([]UpstreamResult, error) {
-	fi, err := os.Stat(path)
+	items, phases, err := readRun(path)
 	if err != nil {
 		return nil, err
-	}
-	if fi.IsDir() {
-		if path, err = Latest(path); err != nil {
-			return nil, err
-		}
-	}
-	items, err := Read(path)
-	if err != nil {
-		return nil, err
-	}
-	var phases []Phase
-	phasesPath := filepath.Join(filepath.Dir(path), PhasesFile)
-	if _, err := os.Stat(phasesPath); err == nil {
-		if phases, err = ReadPhases(phasesPath); err != nil {
-			return nil, err
-		}
 	}
 	return UpstreamResults(items, phases)
 }
