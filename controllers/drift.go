@@ -13,7 +13,6 @@ import (
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -752,14 +751,9 @@ func (d *DriftController) writeStatus(ctx context.Context, p *schedv1alpha1.Sche
 	}
 	patch := client.MergeFromWithOptions(p.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	st.LastUpdateTime = &metav1.Time{Time: now}
+	// status.drift only: the Drifted condition is the status
+	// reconciler's (setDrifted), which this write brings back.
 	p.Status.Drift = st
-	cond := metav1.Condition{Type: schedv1alpha1.ConditionDrifted, Status: metav1.ConditionFalse, Reason: schedv1alpha1.ReasonNoDrift,
-		Message: "no running pod is on a node the policy's enforced filters refuse", ObservedGeneration: p.Generation}
-	if st.Count > 0 {
-		cond.Status, cond.Reason = metav1.ConditionTrue, schedv1alpha1.ReasonPodsDrifted
-		cond.Message = fmt.Sprintf("%d running pod(s) are on nodes the policy's enforced filters refuse (status.drift)", st.Count)
-	}
-	meta.SetStatusCondition(&p.Status.Conditions, cond)
 	if err := d.Client.Status().Patch(ctx, p, patch); err != nil {
 		return 0, err
 	}
@@ -767,9 +761,10 @@ func (d *DriftController) writeStatus(ctx context.Context, p *schedv1alpha1.Sche
 	mem.unwrittenEvictions = 0
 	if transition && d.Recorder != nil {
 		if st.Count > 0 {
-			d.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonDriftDetected, "Drift", "%s", cond.Message)
+			d.Recorder.Eventf(p, nil, corev1.EventTypeWarning, ReasonDriftDetected, "Drift",
+				"%d running pod(s) are on nodes the policy's enforced filters refuse (status.drift)", st.Count)
 		} else if old != nil {
-			d.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonDriftResolved, "Drift", "%s", cond.Message)
+			d.Recorder.Eventf(p, nil, corev1.EventTypeNormal, ReasonDriftResolved, "Drift", "%s", DriftMessage(0))
 		}
 	}
 	return 0, nil

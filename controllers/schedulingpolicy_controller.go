@@ -126,6 +126,7 @@ func (r *StatusReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	meta.SetStatusCondition(&status.Conditions, condition)
 	setRolloutPaused(&status, policy)
+	setDrifted(&status, policy)
 	status.Enforcement = effectiveEnforcement(policy, status.Rollout)
 	r.setSlow(&status, policy.Name, policy.Generation)
 	r.setEvaluationError(&status, policy.Name, policy.Generation)
@@ -249,6 +250,34 @@ func effectiveEnforcement(policy *schedv1alpha1.SchedulingPolicy, st *schedv1alp
 // setRolloutPaused sets the RolloutPaused condition from status.rollout
 // (which the RolloutController writes): True while the rollout of this
 // generation is paused, with its pauseReason as the reason.
+// setDrifted sets the Drifted condition from status.drift, which the drift
+// controller writes: the conditions have one writer, this reconciler,
+// which the drift controller's write of status.drift brings back. It
+// changes only when the drift starts or ends (the count is status.drift's),
+// so that a count that moves costs no second write.
+func setDrifted(status *schedv1alpha1.SchedulingPolicyStatus, policy *schedv1alpha1.SchedulingPolicy) {
+	st := status.Drift
+	if st == nil {
+		meta.RemoveStatusCondition(&status.Conditions, schedv1alpha1.ConditionDrifted)
+		return
+	}
+	cond := metav1.Condition{Type: schedv1alpha1.ConditionDrifted, Status: metav1.ConditionFalse, Reason: schedv1alpha1.ReasonNoDrift,
+		Message: DriftMessage(0), ObservedGeneration: policy.Generation}
+	if st.Count > 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, schedv1alpha1.ReasonPodsDrifted, DriftMessage(1)
+	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+}
+
+// DriftMessage is the Drifted condition's message for a count of drifted
+// pods (only whether there are any).
+func DriftMessage(count int32) string {
+	if count > 0 {
+		return "running pods are on nodes the policy's enforced filters refuse (status.drift)"
+	}
+	return "no running pod is on a node the policy's enforced filters refuse"
+}
+
 func setRolloutPaused(status *schedv1alpha1.SchedulingPolicyStatus, policy *schedv1alpha1.SchedulingPolicy) {
 	st := status.Rollout
 	if policy.Spec.Rollout == nil || st == nil || st.ObservedGeneration != policy.Generation || st.Phase != schedv1alpha1.RolloutPaused {
