@@ -193,17 +193,18 @@ func (pc *policyCompiler) compilePlacement(spec *schedv1alpha1.SchedulingPolicyS
 // is declared to hold at most celcost.MaxPlacementNodes nodes for the
 // estimates, and a larger cluster's placements may hold more.
 func (pc *policyCompiler) placementProgram(env *placementEnv, path *field.Path, text string, want outputKind) celcost.Program {
-	return pc.trackedProgram(env, path, text, want, fmt.Sprintf("placements of up to %d nodes", celcost.MaxPlacementNodes), "large placements")
+	return pc.trackedProgram(env, path, text, want, fmt.Sprintf("placements of up to %d nodes", celcost.MaxPlacementNodes), "large placements", false)
 }
 
 // trackedProgram parses, type-checks (its result must be want) and
 // cost-checks one rule of an environment of its own (placement and victim
 // rules) and builds its program, or records its errors and returns nil.
 // assumed says what the estimate assumed, cutOff where it would be cut
-// off. Every such rule is tracked at runtime: the runtime limit
-// (celcost.PerExpressionCostLimit) is what bounds inputs larger than the
-// estimate's.
-func (pc *policyCompiler) trackedProgram(env *placementEnv, path *field.Path, text string, want outputKind, assumed, cutOff string) celcost.Program {
+// off. Such a rule is tracked at runtime (the runtime limit,
+// celcost.PerExpressionCostLimit, is what bounds inputs larger than the
+// estimate's), unless bounded is set and its worst case is within that
+// limit.
+func (pc *policyCompiler) trackedProgram(env *placementEnv, path *field.Path, text string, want outputKind, assumed, cutOff string, bounded bool) celcost.Program {
 	if pc.stopped() {
 		return nil
 	}
@@ -218,6 +219,23 @@ func (pc *policyCompiler) trackedProgram(env *placementEnv, path *field.Path, te
 	}
 	if !pc.withinCost(path, ast, typical.Max, assumed, cutOff) {
 		return nil
+	}
+	// A victim rule whose worst case is within the limit of one evaluation
+	// cannot be cut off: it runs without runtime cost tracking, charged its
+	// estimate, as the pod filters do (celcost.Bounded: tracking triples
+	// the cost of a typical rule, and victim rules run per candidate
+	// victim). Placement rules stay tracked: their placement's nodes are
+	// bounded by declaration only (celcost.MaxPlacementNodes), as
+	// nodeInfo.pods is for filters.
+	if bounded {
+		if worst, err := celEnv.EstimateCost(ast, env.worst); err == nil && worst.Max <= celcost.PerExpressionCostLimit {
+			prg, err := celcost.NewBounded(celEnv, ast, worst.Max)
+			if err != nil {
+				pc.out.Errors = append(pc.out.Errors, field.Invalid(path, quoted(text), "program construction failed: "+err.Error()))
+				return nil
+			}
+			return prg
+		}
 	}
 	prg, err := celcost.NewTracked(celEnv, ast, celcost.PerExpressionCostLimit)
 	if err != nil {

@@ -95,7 +95,7 @@ func (pc *policyCompiler) compilePreemption(spec *schedv1alpha1.SchedulingPolicy
 	}
 	for i, r := range spec.Preemption.Victims {
 		rulePath := path.Index(i).Child("expression")
-		if prg := pc.trackedProgram(env, rulePath, r.Expression, outputBool, "pods and nodes of typical size", "large pods"); prg != nil {
+		if prg := pc.trackedProgram(env, rulePath, r.Expression, outputBool, "pods and nodes of typical size", "large pods", true); prg != nil {
 			pc.out.victimRules = append(pc.out.victimRules, &placementRule{name: r.Name, path: rulePath, prg: prg, message: r.Message})
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	schedv1alpha1 "github.com/celsched/celsched/api/v1alpha1"
+	"github.com/celsched/celsched/engine/celcost"
 )
 
 // ownTenant: a preemptor may evict pods of its own namespace, and of
@@ -212,5 +213,25 @@ func TestImportance(t *testing.T) {
 	}
 	if policy("").HasImportance() {
 		t.Error("a policy without importance has one")
+	}
+}
+
+// TestVictimRulesUntracked: a victim rule whose worst case is within the
+// limit of one evaluation (the tenant rules over names and labels) runs
+// without runtime cost tracking, as pod filters do; one over a list of
+// unbounded size stays tracked.
+func TestVictimRulesUntracked(t *testing.T) {
+	c := NewCompiler(testEnv(t))
+	for expression, bounded := range map[string]bool{
+		ownTenant: true,
+		"victim.spec.containers.all(c, c.image.startsWith('registry.example.com/'))": false,
+	} {
+		p := c.Compile(preemptionPolicy("", schedv1alpha1.VictimRule{Name: "r", Expression: expression}), CompileOptions{})
+		if len(p.Errors) > 0 || len(p.victimRules) != 1 {
+			t.Fatalf("%q: %v", expression, p.Errors)
+		}
+		if _, ok := p.victimRules[0].prg.(*celcost.Bounded); ok != bounded {
+			t.Errorf("%q: bounded %v, want %v (%T)", expression, ok, bounded, p.victimRules[0].prg)
+		}
 	}
 }
