@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/yaml"
@@ -233,6 +236,19 @@ func withPriorityClass(t *testing.T, pod *corev1.Pod) {
 		t.Fatalf("creating PriorityClass %s: %v", name, err)
 	}
 	pod.Spec.Priority, pod.Spec.PriorityClassName = nil, name
+	// The API server's Priority admission reads PriorityClasses from its
+	// informer: wait until it knows this one (a server-side dry run of the
+	// pod is admitted).
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, waitTimeout, true, func(ctx context.Context) (bool, error) {
+		probe := pod.DeepCopy()
+		if err := k8sClient.Create(ctx, probe, client.DryRunAll); err != nil {
+			return !strings.Contains(err.Error(), "no PriorityClass with name "+name), nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("the API server did not admit pods of PriorityClass %s: %v", name, err)
+	}
 }
 
 // rejection is why eval says the node is infeasible: its plugin's
